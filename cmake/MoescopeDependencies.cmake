@@ -1,0 +1,87 @@
+# Finds every dependency. Optional parts resolve AUTO to ON/OFF and set MOESCOPE_HAVE_<PART>.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(ZLIB REQUIRED)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+
+# Resolves an AUTO/ON/OFF switch: ON fails loudly when the part is missing.
+function(moescope_resolve_option switch found out_var)
+  if(${switch} STREQUAL "OFF")
+    set(${out_var} OFF PARENT_SCOPE)
+  elseif(${found})
+    set(${out_var} ON PARENT_SCOPE)
+  elseif(${switch} STREQUAL "ON")
+    message(FATAL_ERROR "${switch} was requested ON but its dependencies were not found")
+  else()
+    set(${out_var} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
+# CUDA toolkit (headers for CUPTI/NVTX are used by the profiler even without nvcc).
+find_package(CUDAToolkit QUIET)
+set(MOESCOPE_NVTX_INCLUDE_DIR "")
+foreach(dir ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  if(EXISTS ${dir}/nvtx3/nvToolsExt.h AND NOT MOESCOPE_NVTX_INCLUDE_DIR)
+    set(MOESCOPE_NVTX_INCLUDE_DIR ${dir})
+  endif()
+endforeach()
+include(CheckLanguage)
+check_language(CUDA)
+set(_cuda_found OFF)
+if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+  set(_cuda_found ON)
+endif()
+moescope_resolve_option(${MOESCOPE_WITH_CUDA} _cuda_found MOESCOPE_HAVE_CUDA)
+if(MOESCOPE_HAVE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+  endif()
+  enable_language(CUDA)
+endif()
+
+# LibTorch from the torch wheel.
+# CMake 3.25 knows no C++20 flag for nvcc, and torch's config copies CMAKE_CXX_STANDARD (20) into
+# CMAKE_CUDA_STANDARD when unset, which fails its CUDA probe: pin CUDA sources to C++17.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
+set(_torch_found OFF)
+if(NOT MOESCOPE_WITH_TORCH STREQUAL "OFF")
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.utils.cmake_prefix_path)"
+                    OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _torch_rc ERROR_QUIET)
+    if(_torch_rc EQUAL 0)
+      list(APPEND CMAKE_PREFIX_PATH ${_torch_prefix})
+      # Torch's config looks for cuDNN/nvToolsExt noise we do not need; keep it quiet.
+      set(CAFFE2_USE_CUDNN OFF)
+      find_package(Torch QUIET)
+      if(Torch_FOUND)
+        set(_torch_found ON)
+      endif()
+    endif()
+  endif()
+endif()
+moescope_resolve_option(${MOESCOPE_WITH_TORCH} _torch_found MOESCOPE_HAVE_TORCH)
+if(MOESCOPE_HAVE_TORCH)
+  # torch's flags carry -D_GLIBCXX_USE_CXX11_ABI; keep them on torch targets only.
+  add_library(moescope_torch INTERFACE)
+  target_link_libraries(moescope_torch INTERFACE ${TORCH_LIBRARIES})
+  target_compile_options(moescope_torch INTERFACE ${TORCH_CXX_FLAGS})
+endif()
+
+# Viewer: Debian's libimgui-dev (with GLFW + OpenGL3 backends inside libimgui.a) and GLFW.
+pkg_check_modules(IMGUI QUIET IMPORTED_TARGET imgui)
+pkg_check_modules(GLFW QUIET IMPORTED_TARGET glfw3)
+find_package(OpenGL QUIET)
+set(_viewer_found OFF)
+if(IMGUI_FOUND AND GLFW_FOUND AND OpenGL_FOUND AND EXISTS /usr/include/stb/stb_image_write.h)
+  set(_viewer_found ON)
+endif()
+moescope_resolve_option(${MOESCOPE_WITH_VIEWER} _viewer_found MOESCOPE_HAVE_VIEWER)
+
+find_package(GTest QUIET)
+find_package(benchmark QUIET)

@@ -1,0 +1,32 @@
+# `cmake --install`: CLI, shim, libraries, public headers and a CMake package config so that a
+# LibTorch project can find_package(moescope) and link moescope::runtime.
+include(CMakePackageConfigHelpers)
+set(MOESCOPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moescope)
+
+set(_moescope_install_targets moescope_trace moescope_recorder)
+foreach(t moescope_inject moescope_analysis moescope_balancer moescope_kernels moescope_runtime)
+  if(TARGET ${t})
+    list(APPEND _moescope_install_targets ${t})
+  endif()
+endforeach()
+install(TARGETS ${_moescope_install_targets} EXPORT moescopeTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+foreach(t moescope moescope-view moe_train nvtx_ranges)
+  if(TARGET ${t})
+    install(TARGETS ${t} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endforeach()
+foreach(component profiler runtime kernels viewer)
+  if(EXISTS ${PROJECT_SOURCE_DIR}/${component}/include)
+    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  endif()
+endforeach()
+install(EXPORT moescopeTargets NAMESPACE moescope:: DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/moescopeConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/moescopeConfig.cmake INSTALL_DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/moescopeConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/moescopeConfig.cmake ${CMAKE_BINARY_DIR}/moescopeConfigVersion.cmake
+        DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})

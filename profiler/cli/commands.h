@@ -1,0 +1,14 @@
+// Subcommands of the `moescope` CLI. Each lives in <name>_command.cpp and registers itself on
+// the app; it returns through the callback's exit code (thrown CLI::RuntimeError(code)).
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace moescope::cli {
+
+void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+
+}  // namespace moescope::cli

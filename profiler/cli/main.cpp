@@ -1,0 +1,14 @@
+// moescope: record, inspect, analyse and view MoE training traces.
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moescope: profile and debug Mixture-of-Experts training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moescope 0.1.0");
+  moescope::cli::add_info_command(app);
+  moescope::cli::add_plan_command(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

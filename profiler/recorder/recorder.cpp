@@ -1,0 +1,275 @@
+#include "recorder/recorder.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "moescope/recorder.h"
+#include "recorder/trace_path.h"
+
+namespace moescope::recorder {
+namespace {
+
+constexpr size_t kChunkRawBytes = 1u << 20;  // split drains into ~1 MB chunks
+
+uint32_t env_number(const char* name, uint32_t fallback, uint32_t low, uint32_t high) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  char* end = nullptr;
+  unsigned long parsed = std::strtoul(value, &end, 10);
+  if (!end || *end || parsed < low || parsed > high) {
+    std::fprintf(stderr, "moescope: ignoring %s=%s (expected %u..%u)\n", name, value, low, high);
+    return fallback;
+  }
+  return static_cast<uint32_t>(parsed);
+}
+
+// Marks the thread's buffer finished when the thread exits, so the flush thread can free it.
+struct ThreadExitHook {
+  ThreadBuffer* buffer = nullptr;
+  ~ThreadExitHook() {
+    if (buffer) buffer->mark_finished();
+  }
+};
+thread_local ThreadExitHook t_exit_hook;
+
+}  // namespace
+
+RecorderOptions RecorderOptions::from_environment() {
+  RecorderOptions options;
+  options.flush_interval_ms = env_number("MOESCOPE_FLUSH_MS", options.flush_interval_ms, 1, 200);
+  options.max_buffer_bytes =
+      size_t{env_number("MOESCOPE_BUFFER_MB", 256, 1, 1u << 16)} << 20;
+  return options;
+}
+
+Recorder& Recorder::instance() {
+  // Deliberately leaked: static destructors of the host program may still record.
+  static Recorder* recorder = new Recorder;
+  return *recorder;
+}
+
+Recorder::Recorder() {}
+
+bool Recorder::start(const char* path_pattern, const char* metadata_json) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mutex_);
+  if (active_) return true;
+  options_ = RecorderOptions::from_environment();
+  if (!pool_) pool_ = new BlockPool(options_.max_buffer_bytes / sizeof(Block) + 1);
+  ProcessIdentity identity = current_process_identity();
+  path_ = expand_trace_path(path_pattern ? path_pattern : "moescope.%p.moetrace", identity);
+  clock_ = TickConverter();
+  std::string metadata = build_metadata_json(identity, metadata_json, monotonic_ns());
+  if (!writer_.open(path_, metadata)) {
+    std::fprintf(stderr, "moescope: not recording: %s\n", writer_.error().c_str());
+    return false;
+  }
+  strings_.clear();
+  {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    threads_.clear();  // buffers a thread registered while the last recording stopped: leaked
+    next_stream_ = 1;
+  }
+  external_dropped_.store(0);
+  retired_dropped_ = 0;
+  last_reported_dropped_ = 0;
+  warned_write_failure_ = false;
+  stop_requested_ = false;
+  flush_requested_ = flush_completed_ = 0;
+  generation_.fetch_add(1, std::memory_order_relaxed);
+  active_ = true;
+  flush_thread_ = std::thread([this] { flush_loop(); });
+  moescope_recording = 1;
+  return true;
+}
+
+void Recorder::stop() {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mutex_);
+  if (!active_) return;
+  moescope_recording = 0;
+  {
+    std::lock_guard<std::mutex> lock(flush_mutex_);
+    stop_requested_ = true;
+  }
+  flush_wakeup_.notify_all();
+  if (flush_thread_.joinable()) flush_thread_.join();
+  writer_.close();
+  active_ = false;
+}
+
+void Recorder::flush() {
+  std::unique_lock<std::mutex> lock(flush_mutex_);
+  if (!active_ || stop_requested_) return;
+  uint64_t ticket = ++flush_requested_;
+  flush_wakeup_.notify_all();
+  flush_done_.wait(lock, [&] { return flush_completed_ >= ticket || stop_requested_; });
+}
+
+void Recorder::abandon_after_fork() {
+  // Only this thread exists in the child; the parent's locks may be held by threads that are
+  // gone, so every lock-bearing member is rebuilt instead of used.
+  moescope_recording = 0;
+  new (&lifecycle_mutex_) std::mutex;
+  new (&threads_mutex_) std::mutex;
+  new (&flush_mutex_) std::mutex;
+  new (&flush_wakeup_) std::condition_variable;
+  new (&flush_done_) std::condition_variable;
+  new (&flush_thread_) std::thread;  // the parent's flush thread does not exist here
+  new (&strings_) StringTable;
+  writer_.abandon();  // the file belongs to the parent; never flush its buffered bytes here
+  threads_.clear();   // buffers of parent threads are leaked, not touched
+  t_buffer = nullptr;
+  t_exit_hook.buffer = nullptr;
+  pool_ = nullptr;    // its mutex may be held too; a new recording makes a new pool
+  active_ = false;
+  generation_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Recorder::rename_current_thread(const char* name) {
+  ThreadBuffer* buffer = thread_buffer();
+  if (!buffer || !name) return;
+  uint32_t id = strings_.intern(name);
+  auto* record =
+      begin_record<trace::ThreadInfoRecord>(buffer, trace::RecordKind::kThreadInfo, id);
+  if (!record) return;
+  record->header.time = monotonic_ns();
+  record->os_thread_id = static_cast<uint32_t>(syscall(SYS_gettid));
+  buffer->commit(sizeof(trace::ThreadInfoRecord));
+}
+
+ThreadBuffer* Recorder::register_current_thread() {
+  if (!active() || !pool_) return nullptr;
+  uint64_t generation = generation_.load(std::memory_order_relaxed);
+  ThreadBuffer* buffer;
+  {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    buffer = new (std::nothrow) ThreadBuffer(*pool_, next_stream_++, generation);
+    if (!buffer) return nullptr;
+    threads_.push_back(buffer);
+  }
+  t_buffer = buffer;
+  t_exit_hook.buffer = buffer;
+  char name[64] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) != 0 || !name[0]) {
+    std::snprintf(name, sizeof(name), "thread %ld", static_cast<long>(syscall(SYS_gettid)));
+  }
+  rename_current_thread(name);
+  return buffer;
+}
+
+void Recorder::flush_loop() {
+  pthread_setname_np(pthread_self(), "moescope-flush");
+  std::unique_lock<std::mutex> lock(flush_mutex_);
+  for (;;) {
+    flush_wakeup_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms), [&] {
+      return stop_requested_ || flush_requested_ > flush_completed_;
+    });
+    bool final = stop_requested_;
+    uint64_t serving = flush_requested_;
+    lock.unlock();
+    drain_all(final);
+    lock.lock();
+    flush_completed_ = serving;
+    flush_done_.notify_all();
+    if (final) return;
+  }
+}
+
+void Recorder::convert_ticks(std::vector<uint8_t>& records) const {
+  size_t offset = 0;
+  while (offset + sizeof(trace::RecordHeader) <= records.size()) {
+    auto* header = reinterpret_cast<trace::RecordHeader*>(records.data() + offset);
+    if (header->flags & trace::kRecordRawTicks) {
+      header->time = clock_.to_ns(header->time);
+      header->flags = 0;
+    }
+    offset += header->size;
+  }
+}
+
+void Recorder::write_records(uint32_t stream, std::vector<uint8_t>& records,
+                             trace::ChunkType type) {
+  if (records.empty() && type == trace::ChunkType::kEvents) return;
+  // Split at record boundaries into chunks of about kChunkRawBytes.
+  size_t begin = 0;
+  do {
+    size_t end = begin;
+    while (end < records.size() && end - begin < kChunkRawBytes) {
+      end += reinterpret_cast<const trace::RecordHeader*>(records.data() + end)->size;
+    }
+    bool last = end >= records.size();
+    trace::ChunkType chunk_type = last ? type : trace::ChunkType::kEvents;
+    if (!writer_.write_chunk(stream, records.data() + begin, end - begin, chunk_type)) {
+      warn_write_failure();
+    }
+    begin = end;
+  } while (begin < records.size());
+}
+
+void Recorder::warn_write_failure() {
+  if (warned_write_failure_) return;
+  warned_write_failure_ = true;
+  std::fprintf(stderr,
+               "moescope: cannot write trace '%s' (%s); the program continues, events from now "
+               "on may be lost\n",
+               path_.c_str(), writer_.error().c_str());
+}
+
+void Recorder::append_stats(trace::RecordBuffer& out) {
+  uint64_t dropped = retired_dropped_;
+  {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    for (ThreadBuffer* buffer : threads_) dropped += buffer->dropped();
+  }
+  auto& stats = out.append<trace::StatsRecord>(trace::RecordKind::kStats, monotonic_ns());
+  stats.dropped_events = dropped;
+  stats.dropped_gpu_records = external_dropped_.load(std::memory_order_relaxed);
+  stats.failed_writes = writer_.failed_writes();
+  last_reported_dropped_ = dropped + stats.dropped_gpu_records;
+}
+
+void Recorder::drain_all(bool final) {
+  clock_.add_sync_point();
+  std::vector<ThreadBuffer*> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    snapshot = threads_;
+  }
+  std::vector<ThreadBuffer*> gone;
+  for (ThreadBuffer* buffer : snapshot) {
+    bool finished = buffer->finished();  // read before draining: then nothing is left behind
+    staging_.clear();
+    buffer->drain(staging_);
+    convert_ticks(staging_);
+    write_records(buffer->stream(), staging_, trace::ChunkType::kEvents);
+    if (finished) gone.push_back(buffer);
+  }
+  // Strings after events: a string interned during this drain is still in this flush.
+  trace::RecordBuffer meta;
+  strings_.take_pending(meta);
+  uint64_t dropped_now = external_dropped_.load(std::memory_order_relaxed) + retired_dropped_;
+  for (ThreadBuffer* buffer : snapshot) dropped_now += buffer->dropped();
+  if (final || dropped_now != last_reported_dropped_) append_stats(meta);
+  write_records(0, meta.bytes(), final ? trace::ChunkType::kEnd : trace::ChunkType::kEvents);
+  writer_.flush();
+  if (!gone.empty() || final) {
+    std::lock_guard<std::mutex> lock(threads_mutex_);
+    for (ThreadBuffer* buffer : gone) {
+      retired_dropped_ += buffer->dropped();
+      std::erase(threads_, buffer);
+      buffer->release_blocks();
+      delete buffer;
+    }
+    if (final) {
+      // Threads still alive keep their (stale-generation) buffers; they are never written to
+      // again, and are leaked rather than freed under a thread that might still be in a call.
+      threads_.clear();
+    }
+  }
+}
+
+}  // namespace moescope::recorder

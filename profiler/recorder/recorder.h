@@ -1,0 +1,119 @@
+// The process-wide recorder behind the C API: thread registry, flush thread and trace writer.
+//
+//   recording threads --records--> ThreadBuffer (one per thread, lock-free)
+//                                        | drained every flush interval (100 ms)
+//   flush thread: ticks -> ns, 1 MB chunks, zstd, checksum --> TraceWriter --> file
+//
+// One instance per process, never destroyed (it must outlive static destructors that may
+// still record). A recording has a generation number; buffers of older generations are
+// ignored by the hot path and re-created on demand.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moescope/profiler/trace_writer.h"
+#include "recorder/string_table.h"
+#include "recorder/thread_buffer.h"
+#include "recorder/tick_clock.h"
+
+namespace moescope::recorder {
+
+struct RecorderOptions {
+  uint32_t flush_interval_ms = 100;  // MOESCOPE_FLUSH_MS; a killed run loses at most this much
+  size_t max_buffer_bytes = 256u << 20;  // MOESCOPE_BUFFER_MB; beyond it records are dropped
+  static RecorderOptions from_environment();
+};
+
+class Recorder {
+ public:
+  static Recorder& instance();
+
+  bool start(const char* path_pattern, const char* metadata_json);
+  void stop();
+  // Writes everything recorded so far; returns when it is in the file (fflush'd).
+  void flush();
+  // In a forked child: forget the parent's recording without touching its file.
+  void abandon_after_fork();
+
+  // The calling thread's buffer for the current recording, registering the thread if needed.
+  ThreadBuffer* thread_buffer() {
+    ThreadBuffer* buffer = t_buffer;
+    if (buffer && buffer->generation() == generation_.load(std::memory_order_relaxed)) {
+      return buffer;
+    }
+    return register_current_thread();
+  }
+  StringTable& strings() { return strings_; }
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
+  void count_dropped(uint64_t records) {
+    external_dropped_.fetch_add(records, std::memory_order_relaxed);
+  }
+  const std::string& path() const { return path_; }
+  bool active() const { return active_.load(std::memory_order_acquire); }
+  void rename_current_thread(const char* name);
+
+ private:
+  Recorder();
+  ThreadBuffer* register_current_thread();
+  void flush_loop();
+  void drain_all(bool final);
+  void write_records(uint32_t stream, std::vector<uint8_t>& records, trace::ChunkType type);
+  void convert_ticks(std::vector<uint8_t>& records) const;
+  void warn_write_failure();
+  void append_stats(trace::RecordBuffer& out);
+
+  // A plain pointer with the initial-exec model: one TLS load on the hot path, no wrapper call.
+  __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadBuffer* t_buffer =
+      nullptr;
+
+  RecorderOptions options_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> active_{false};
+  std::string path_;
+  std::mutex lifecycle_mutex_;  // start/stop/flush callers
+
+  std::mutex threads_mutex_;
+  std::vector<ThreadBuffer*> threads_;
+  uint32_t next_stream_ = 1;  // stream 0 carries strings and stats
+  BlockPool* pool_ = nullptr;
+
+  StringTable strings_;
+  TickConverter clock_;
+  trace::TraceWriter writer_;
+  std::vector<uint8_t> staging_;
+  std::atomic<uint64_t> external_dropped_{0};
+  uint64_t retired_dropped_ = 0;
+  uint64_t last_reported_dropped_ = 0;
+  bool warned_write_failure_ = false;
+
+  std::thread flush_thread_;
+  std::mutex flush_mutex_;
+  std::condition_variable flush_wakeup_;
+  std::condition_variable flush_done_;
+  bool stop_requested_ = false;
+  uint64_t flush_requested_ = 0;
+  uint64_t flush_completed_ = 0;
+};
+
+// Writes a fixed-size record of type Record on the calling thread's buffer; returns a pointer
+// to fill, or nullptr when the record is dropped. The caller must call commit_record.
+template <typename Record>
+inline Record* begin_record(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name,
+                            uint32_t bytes = sizeof(Record)) {
+  uint8_t* space = buffer->reserve(bytes);
+  if (!space) return nullptr;
+  std::memset(space, 0, bytes);
+  auto* header = reinterpret_cast<trace::RecordHeader*>(space);
+  header->kind = static_cast<uint8_t>(kind);
+  header->size = static_cast<uint16_t>(bytes);
+  header->name = name;
+  return reinterpret_cast<Record*>(space);
+}
+
+}  // namespace moescope::recorder

@@ -1,0 +1,384 @@
+// The C ABI of moescope/recorder.h, on top of the process-wide Recorder.
+// Every entry point is safe to call at any time: with no recording it returns at once.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "moescope/recorder.h"
+#include "recorder/recorder.h"
+
+using moescope::recorder::begin_record;
+using moescope::recorder::read_ticks;
+using moescope::recorder::Recorder;
+using moescope::recorder::ThreadBuffer;
+namespace trace = moescope::trace;
+
+extern "C" {
+MOESCOPE_API volatile int moescope_recording = 0;
+}
+
+namespace {
+
+std::atomic<uint64_t> g_next_range_id{1};
+
+// Largest variable tail that fits a record (sizes are 16-bit).
+constexpr uint32_t kMaxRecordBytes = 0xFFF8;
+
+ThreadBuffer* active_buffer() {
+  if (!moescope_recording) return nullptr;
+  return Recorder::instance().thread_buffer();
+}
+
+// Fast-path records carry raw CPU ticks; the flush thread converts them to ns.
+template <typename Record>
+Record* begin_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name) {
+  Record* record = begin_record<Record>(buffer, kind, name);
+  if (record) {
+    record->header.flags = trace::kRecordRawTicks;
+    record->header.time = read_ticks();
+  }
+  return record;
+}
+
+template <typename Record>
+void commit(ThreadBuffer* buffer, uint32_t bytes = sizeof(Record)) {
+  buffer->commit(bytes);
+}
+
+}  // namespace
+
+extern "C" {
+
+int moescope_recorder_start(const char* path, const char* metadata_json) {
+  return Recorder::instance().start(path, metadata_json) ? 0 : -1;
+}
+
+void moescope_recorder_stop(void) { Recorder::instance().stop(); }
+
+void moescope_recorder_flush(void) { Recorder::instance().flush(); }
+
+const char* moescope_recorder_path(void) {
+  Recorder& recorder = Recorder::instance();
+  return recorder.active() ? recorder.path().c_str() : nullptr;
+}
+
+moescope_name_t moescope_intern(const char* str) {
+  if (!str) return 0;
+  return moescope_intern_n(str, std::strlen(str));
+}
+
+moescope_name_t moescope_intern_n(const char* str, size_t length) {
+  if (!str) return 0;
+  Recorder& recorder = Recorder::instance();
+  // Through the thread's cache when it has a buffer: repeated NVTX messages skip the lock.
+  if (ThreadBuffer* buffer = active_buffer()) {
+    return buffer->string_cache().intern(recorder.strings(), std::string_view(str, length));
+  }
+  return recorder.strings().intern(std::string_view(str, length));
+}
+
+uint64_t moescope_now_ns(void) { return moescope::recorder::monotonic_ns(); }
+
+void moescope_thread_name(const char* name) {
+  if (moescope_recording) Recorder::instance().rename_current_thread(name);
+}
+
+void moescope_span_begin_impl(moescope_name_t domain, moescope_name_t name) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::SpanBeginRecord>(buffer, trace::RecordKind::kSpanBegin, name);
+  if (!record) return;
+  record->domain = domain;
+  commit<trace::SpanBeginRecord>(buffer);
+}
+
+void moescope_span_end_impl(void) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  if (begin_now<trace::SpanEndRecord>(buffer, trace::RecordKind::kSpanEnd, 0)) {
+    commit<trace::SpanEndRecord>(buffer);
+  }
+}
+
+void moescope_span_complete(moescope_name_t domain, moescope_name_t name, uint64_t begin_ns,
+                            uint64_t end_ns) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record =
+      begin_record<trace::SpanCompleteRecord>(buffer, trace::RecordKind::kSpanComplete, name);
+  if (!record) return;
+  record->header.time = begin_ns;
+  record->end_time = std::max(begin_ns, end_ns);
+  record->domain = domain;
+  commit<trace::SpanCompleteRecord>(buffer);
+}
+
+uint64_t moescope_range_start(moescope_name_t domain, moescope_name_t name) {
+  uint64_t id = g_next_range_id.fetch_add(1, std::memory_order_relaxed);
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return id;
+  auto* record = begin_now<trace::RangeStartRecord>(buffer, trace::RecordKind::kRangeStart, name);
+  if (!record) return id;
+  record->range_id = id;
+  record->domain = domain;
+  commit<trace::RangeStartRecord>(buffer);
+  return id;
+}
+
+void moescope_range_end(uint64_t range_id) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::RangeEndRecord>(buffer, trace::RecordKind::kRangeEnd, 0);
+  if (!record) return;
+  record->range_id = range_id;
+  commit<trace::RangeEndRecord>(buffer);
+}
+
+void moescope_instant(moescope_name_t domain, moescope_name_t name) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::InstantRecord>(buffer, trace::RecordKind::kInstant, name);
+  if (!record) return;
+  record->domain = domain;
+  commit<trace::InstantRecord>(buffer);
+}
+
+void moescope_counter(moescope_name_t name, double value) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::CounterRecord>(buffer, trace::RecordKind::kCounter, name);
+  if (!record) return;
+  record->value = value;
+  commit<trace::CounterRecord>(buffer);
+}
+
+void moescope_flow(uint64_t flow_id, int phase) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::FlowRecord>(buffer, trace::RecordKind::kFlow, 0);
+  if (!record) return;
+  record->flow_id = flow_id;
+  record->phase = phase ? 1 : 0;
+  commit<trace::FlowRecord>(buffer);
+}
+
+void moescope_step(int64_t step) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::StepRecord>(buffer, trace::RecordKind::kStep, 0);
+  if (!record) return;
+  record->step = step;
+  commit<trace::StepRecord>(buffer);
+}
+
+void moescope_clock_sync(uint64_t sync_id) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_record<trace::ClockSyncRecord>(buffer, trace::RecordKind::kClockSync, 0);
+  if (!record) return;
+  record->header.time = moescope::recorder::monotonic_ns();  // precise, not ticks
+  record->sync_id = sync_id;
+  commit<trace::ClockSyncRecord>(buffer);
+}
+
+void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
+                          const int64_t* tokens_per_expert, uint32_t num_experts,
+                          uint64_t dropped_tokens) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || (!tokens_per_expert && num_experts)) return;
+  uint32_t bytes = trace::padded_to_8(sizeof(trace::ExpertLoadRecord) + 4 * num_experts);
+  if (num_experts > (kMaxRecordBytes - sizeof(trace::ExpertLoadRecord)) / 4) {
+    Recorder::instance().count_dropped(1);
+    return;
+  }
+  auto* record = begin_record<trace::ExpertLoadRecord>(buffer, trace::RecordKind::kExpertLoad, 0,
+                                                       bytes);
+  if (!record) return;
+  record->header.flags = trace::kRecordRawTicks;
+  record->header.time = read_ticks();
+  record->step = step;
+  record->layer = layer;
+  record->rank = rank;
+  record->scope = scope;
+  record->num_experts = num_experts;
+  record->dropped_tokens = dropped_tokens;
+  auto* counts = reinterpret_cast<uint8_t*>(record) + sizeof(trace::ExpertLoadRecord);
+  for (uint32_t e = 0; e < num_experts; ++e) {
+    int64_t tokens = tokens_per_expert[e];
+    uint32_t clamped = tokens < 0 ? 0u : static_cast<uint32_t>(std::min<int64_t>(tokens, UINT32_MAX));
+    std::memcpy(counts + 4 * e, &clamped, 4);
+  }
+  buffer->commit(bytes);
+}
+
+void moescope_expert_values(int64_t step, uint32_t layer, int32_t rank, uint32_t quantity,
+                            const float* values, uint32_t num_experts) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || (!values && num_experts)) return;
+  if (num_experts > (kMaxRecordBytes - sizeof(trace::ExpertValuesRecord)) / 4) {
+    Recorder::instance().count_dropped(1);
+    return;
+  }
+  uint32_t bytes = trace::padded_to_8(sizeof(trace::ExpertValuesRecord) + 4 * num_experts);
+  auto* record = begin_record<trace::ExpertValuesRecord>(
+      buffer, trace::RecordKind::kExpertValues, 0, bytes);
+  if (!record) return;
+  record->header.flags = trace::kRecordRawTicks;
+  record->header.time = read_ticks();
+  record->step = step;
+  record->layer = layer;
+  record->rank = rank;
+  record->quantity = quantity;
+  record->num_experts = num_experts;
+  std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::ExpertValuesRecord), values,
+              4 * size_t{num_experts});
+  buffer->commit(bytes);
+}
+
+void moescope_layer_stats_record(const moescope_layer_stats* stats) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !stats) return;
+  auto* record = begin_now<trace::LayerStatsRecord>(buffer, trace::RecordKind::kLayerStats, 0);
+  if (!record) return;
+  record->step = stats->step;
+  record->layer = stats->layer;
+  record->rank = stats->rank;
+  record->aux_loss = stats->aux_loss;
+  record->z_loss = stats->z_loss;
+  record->router_entropy = stats->router_entropy;
+  record->max_over_mean = stats->max_over_mean;
+  record->nonfinite_logits = stats->nonfinite_logits;
+  record->nonfinite_outputs = stats->nonfinite_outputs;
+  commit<trace::LayerStatsRecord>(buffer);
+}
+
+void moescope_rebalance(const moescope_rebalance_info* info) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !info) return;
+  auto* record = begin_now<trace::RebalanceRecord>(buffer, trace::RecordKind::kRebalance, 0);
+  if (!record) return;
+  record->step = info->step;
+  record->layer = info->layer;
+  record->rank = info->rank;
+  record->imbalance_before = info->imbalance_before;
+  record->imbalance_after = info->imbalance_after;
+  record->bytes_moved = info->bytes_moved;
+  record->duration_ns = info->duration_ns;
+  record->applied = info->applied;
+  commit<trace::RebalanceRecord>(buffer);
+}
+
+void moescope_comm_op(const moescope_comm_op_info* op) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !op) return;
+  uint32_t splits = op->split_bytes ? op->num_splits : 0;
+  if (splits > (kMaxRecordBytes - sizeof(trace::CommOpRecord)) / 8) splits = 0;
+  uint32_t bytes = sizeof(trace::CommOpRecord) + 8 * splits;
+  auto* record =
+      begin_record<trace::CommOpRecord>(buffer, trace::RecordKind::kCommOp, op->name, bytes);
+  if (!record) return;
+  record->header.time = op->enqueue_ns;
+  record->end_time = op->end_ns;
+  record->start_time = op->start_ns;
+  record->count = op->count;
+  record->bytes = op->bytes;
+  record->comm_id = op->comm_id;
+  record->group_id = op->group_id;
+  record->kind = op->kind;
+  record->dtype = op->dtype;
+  record->rank = op->rank;
+  record->num_ranks = op->num_ranks;
+  record->peer = op->peer;
+  record->root = op->root;
+  record->device = op->device;
+  record->stream = op->stream;
+  record->sequence = op->sequence;
+  record->num_splits = splits;
+  if (splits) {
+    std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::CommOpRecord),
+                op->split_bytes, 8 * size_t{splits});
+  }
+  buffer->commit(bytes);
+}
+
+void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uint32_t category,
+                           int is_free) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_now<trace::MemoryRecord>(buffer, trace::RecordKind::kMemory, 0);
+  if (!record) return;
+  record->address = address;
+  record->bytes = bytes;
+  record->device = device;
+  record->category = static_cast<uint16_t>(category);
+  record->is_free = is_free ? 1 : 0;
+  commit<trace::MemoryRecord>(buffer);
+}
+
+void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !kernel) return;
+  auto* record =
+      begin_record<trace::GpuKernelRecord>(buffer, trace::RecordKind::kGpuKernel, kernel->name);
+  if (!record) return;
+  record->header.time = kernel->start_ns;
+  record->end_time = kernel->end_ns;
+  record->correlation_id = kernel->correlation_id;
+  record->device = kernel->device;
+  record->context = kernel->context;
+  record->stream = kernel->stream;
+  std::memcpy(record->grid, kernel->grid, sizeof(record->grid));
+  std::memcpy(record->block, kernel->block, sizeof(record->block));
+  record->shared_memory_bytes = kernel->shared_memory_bytes;
+  record->registers_per_thread = kernel->registers_per_thread;
+  commit<trace::GpuKernelRecord>(buffer);
+}
+
+void moescope_gpu_copy(const moescope_gpu_copy_info* copy) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !copy) return;
+  auto* record = begin_record<trace::GpuCopyRecord>(buffer, trace::RecordKind::kGpuCopy, 0);
+  if (!record) return;
+  record->header.time = copy->start_ns;
+  record->end_time = copy->end_ns;
+  record->bytes = copy->bytes;
+  record->correlation_id = copy->correlation_id;
+  record->device = copy->device;
+  record->stream = copy->stream;
+  record->copy_kind = static_cast<uint8_t>(copy->copy_kind);
+  record->is_memset = copy->is_memset ? 1 : 0;
+  record->value = copy->value;
+  commit<trace::GpuCopyRecord>(buffer);
+}
+
+void moescope_api_call(moescope_name_t name, uint64_t start_ns, uint64_t end_ns,
+                       uint32_t correlation_id) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_record<trace::ApiCallRecord>(buffer, trace::RecordKind::kApiCall, name);
+  if (!record) return;
+  record->header.time = start_ns;
+  record->end_time = end_ns;
+  record->correlation_id = correlation_id;
+  commit<trace::ApiCallRecord>(buffer);
+}
+
+void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns, uint32_t device,
+                       uint32_t stream, uint32_t correlation_id) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_record<trace::GpuSyncRecord>(buffer, trace::RecordKind::kGpuSync, 0);
+  if (!record) return;
+  record->header.time = start_ns;
+  record->end_time = end_ns;
+  record->sync_kind = sync_kind;
+  record->correlation_id = correlation_id;
+  record->device = device;
+  record->stream = stream;
+  commit<trace::GpuSyncRecord>(buffer);
+}
+
+void moescope_count_dropped(uint64_t records) { Recorder::instance().count_dropped(records); }
+
+}  // extern "C"
