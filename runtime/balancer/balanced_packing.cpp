@@ -1,0 +1,137 @@
+#include "balanced_packing.h"
+
+#include <algorithm>
+#include <numeric>
+#include <queue>
+
+namespace moescope::runtime::balancer {
+
+namespace {
+
+struct PackState {
+  double weight;
+  int32_t pack;
+};
+
+// Min-heap order for std::priority_queue: lightest pack on top, ties to the lower index.
+struct HeavierPack {
+  bool operator()(const PackState& a, const PackState& b) const {
+    if (a.weight != b.weight) return a.weight > b.weight;
+    return a.pack > b.pack;
+  }
+};
+
+// Greedy: items heaviest first, each into the lightest pack with room. O(n log n + n log p).
+std::vector<std::vector<int32_t>> greedy_packing(std::span<const double> weights, int num_packs,
+                                                 std::vector<double>& pack_weight) {
+  const size_t num_items = weights.size();
+  const size_t items_per_pack = num_items / static_cast<size_t>(num_packs);
+  std::vector<int32_t> order(num_items);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (weights[static_cast<size_t>(a)] != weights[static_cast<size_t>(b)]) {
+      return weights[static_cast<size_t>(a)] > weights[static_cast<size_t>(b)];
+    }
+    return a < b;
+  });
+
+  std::vector<std::vector<int32_t>> items_of_pack(static_cast<size_t>(num_packs));
+  std::vector<PackState> initial;
+  initial.reserve(static_cast<size_t>(num_packs));
+  for (int32_t pack = 0; pack < num_packs; ++pack) {
+    items_of_pack[static_cast<size_t>(pack)].reserve(items_per_pack);
+    initial.push_back({0.0, pack});
+  }
+  std::priority_queue<PackState, std::vector<PackState>, HeavierPack> open_packs(
+      HeavierPack{}, std::move(initial));
+  pack_weight.assign(static_cast<size_t>(num_packs), 0.0);
+
+  for (int32_t item : order) {
+    // A full pack is never pushed back, so the top is the lightest pack that has room.
+    PackState lightest = open_packs.top();
+    open_packs.pop();
+    auto& items = items_of_pack[static_cast<size_t>(lightest.pack)];
+    items.push_back(item);
+    lightest.weight += weights[static_cast<size_t>(item)];
+    pack_weight[static_cast<size_t>(lightest.pack)] = lightest.weight;
+    if (items.size() < items_per_pack) open_packs.push(lightest);
+  }
+  return items_of_pack;
+}
+
+// Local search after the greedy: the greedy can leave the heaviest pack with a large item that a
+// same-count swap with a lighter pack would shave off. Each accepted swap strictly lowers the
+// heaviest pack and leaves its partner below the old maximum, so the sorted vector of pack
+// weights decreases lexicographically and the loop ends; the cap bounds the time anyway.
+void refine_by_swaps(std::span<const double> weights, std::vector<std::vector<int32_t>>& items,
+                     std::vector<double>& pack_weight) {
+  const size_t num_packs = pack_weight.size();
+  if (num_packs < 2) return;
+  const double total = std::accumulate(pack_weight.begin(), pack_weight.end(), 0.0);
+  // Below this an "improvement" is rounding noise.
+  const double min_gain = 1e-12 * std::max(total, 1e-300);
+  const size_t max_swaps = 4 * weights.size() + 16;
+
+  for (size_t swap = 0; swap < max_swaps; ++swap) {
+    const size_t heaviest = static_cast<size_t>(
+        std::max_element(pack_weight.begin(), pack_weight.end()) - pack_weight.begin());
+    const double top = pack_weight[heaviest];
+    double best_pair_max = top - min_gain;
+    size_t best_pack = num_packs, best_from = 0, best_to = 0;
+
+    for (size_t other = 0; other < num_packs; ++other) {
+      if (other == heaviest) continue;
+      const double gap = top - pack_weight[other];
+      if (gap <= min_gain) continue;
+      // Moving weight d from the heaviest pack to `other` gives a pair maximum of
+      // max(top - d, other + d); only 0 < d < gap helps, d = gap / 2 is ideal.
+      const auto& heavy_items = items[heaviest];
+      const auto& light_items = items[other];
+      for (size_t i = 0; i < heavy_items.size(); ++i) {
+        const double heavy_weight = weights[static_cast<size_t>(heavy_items[i])];
+        for (size_t j = 0; j < light_items.size(); ++j) {
+          const double d = heavy_weight - weights[static_cast<size_t>(light_items[j])];
+          if (d <= 0.0 || d >= gap) continue;
+          const double pair_max = std::max(top - d, pack_weight[other] + d);
+          if (pair_max < best_pair_max) {
+            best_pair_max = pair_max;
+            best_pack = other;
+            best_from = i;
+            best_to = j;
+          }
+        }
+      }
+    }
+    if (best_pack == num_packs) return;
+
+    int32_t& heavy_item = items[heaviest][best_from];
+    int32_t& light_item = items[best_pack][best_to];
+    const double d =
+        weights[static_cast<size_t>(heavy_item)] - weights[static_cast<size_t>(light_item)];
+    std::swap(heavy_item, light_item);
+    pack_weight[heaviest] -= d;
+    pack_weight[best_pack] += d;
+  }
+}
+
+}  // namespace
+
+PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine) {
+  std::vector<double> pack_weight;
+  std::vector<std::vector<int32_t>> items_of_pack = greedy_packing(weights, num_packs, pack_weight);
+  if (refine) refine_by_swaps(weights, items_of_pack, pack_weight);
+
+  PackAssignment result;
+  result.pack_of_item.resize(weights.size());
+  result.rank_in_pack.resize(weights.size());
+  for (size_t pack = 0; pack < items_of_pack.size(); ++pack) {
+    const auto& items = items_of_pack[pack];
+    for (size_t rank = 0; rank < items.size(); ++rank) {
+      result.pack_of_item[static_cast<size_t>(items[rank])] = static_cast<int32_t>(pack);
+      result.rank_in_pack[static_cast<size_t>(items[rank])] = static_cast<int32_t>(rank);
+    }
+  }
+  return result;
+}
+
+}  // namespace moescope::runtime::balancer

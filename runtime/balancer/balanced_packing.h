@@ -1,0 +1,24 @@
+// Balanced packing: split weighted items into packs holding the same number of items each,
+// keeping the heaviest pack as light as possible. Used three times by the placement planner
+// (groups onto nodes, replicas onto GPUs, both per layer).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace moescope::runtime::balancer {
+
+struct PackAssignment {
+  std::vector<int32_t> pack_of_item;  // [num_items]
+  std::vector<int32_t> rank_in_pack;  // [num_items], 0 .. items_per_pack - 1
+};
+
+/// Greedy longest-first packing as EPLB describes it: items sorted by weight (heaviest first,
+/// ties by index) each go into the lightest pack that still has room (ties by pack index).
+/// With `refine`, pairs of items are then swapped between the heaviest pack and another pack
+/// while that strictly lowers the heaviest pack's weight.
+/// Requires weights.size() % num_packs == 0 (checked by the caller).
+PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine);
+
+}  // namespace moescope::runtime::balancer

@@ -1,0 +1,85 @@
+// Expert placement planner with the contract of DeepSeek's EPLB: from per-layer expert loads
+// and the number of physical expert slots, decide how many replicas each logical expert gets and
+// which slot (and so which GPU) holds each replica, so that every GPU carries about the same load.
+//
+// Slots are numbered GPU-major: slot p lives on GPU p / slots_per_gpu, and GPU g on node
+// g / gpus_per_node. A logical expert's load is assumed to be split evenly among its replicas
+// (the runtime spreads its tokens that way).
+//
+// Plain C++ (no torch): used by the runtime's rebalancer and by `moescope plan`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "moescope/runtime/expert_loads.h"
+
+namespace moescope::runtime {
+
+enum class PlacementPolicy {
+  kAuto,          // hierarchical when num_nodes > 1 and num_groups % num_nodes == 0, else global
+  kHierarchical,  // groups packed onto nodes, replicas made within a node, then packed on GPUs
+  kGlobal,        // one group, one node: replicate over all experts, pack onto all GPUs
+};
+
+std::string_view placement_policy_name(PlacementPolicy policy);
+
+struct PlacementConfig {
+  int num_physical_experts = 0;  // slots over all GPUs ("num_replicas" in EPLB)
+  int num_groups = 1;            // expert groups of group-limited routing
+  int num_nodes = 1;             // server nodes (GPUs of a node share a fast interconnect)
+  int num_gpus = 1;
+  PlacementPolicy policy = PlacementPolicy::kAuto;
+  /// After the greedy balanced packing, swap items between the heaviest pack and the others
+  /// while that lowers the heaviest pack. Off reproduces the published greedy exactly.
+  bool refine_packing = true;
+};
+
+/// The planner's result; the three tables of EPLB, flattened row-major.
+struct ExpertPlacement {
+  int num_layers = 0;
+  int num_logical_experts = 0;
+  int num_physical_experts = 0;
+  int num_gpus = 0;
+  int max_replicas = 0;  // num_physical - num_logical + 1: the most replicas one expert can get
+  PlacementPolicy policy = PlacementPolicy::kGlobal;  // the policy used (never kAuto)
+
+  std::vector<int32_t> physical_to_logical;    // [num_layers, num_physical_experts]
+  std::vector<int32_t> logical_to_physical;    // [num_layers, num_logical, max_replicas], -1 pad
+  std::vector<int32_t> logical_replica_count;  // [num_layers, num_logical_experts]
+
+  int slots_per_gpu() const { return num_gpus > 0 ? num_physical_experts / num_gpus : 0; }
+  /// Logical expert held by each slot of a layer: [num_physical_experts].
+  std::span<const int32_t> phy2log(int layer) const;
+  /// Slots holding replicas of one logical expert, -1 padded: [max_replicas].
+  std::span<const int32_t> log2phy(int layer, int logical_expert) const;
+  /// Replica count of each logical expert of a layer: [num_logical_experts].
+  std::span<const int32_t> logcnt(int layer) const;
+};
+
+/// Plans the placement for every layer. Throws std::invalid_argument naming the bad parameter
+/// when the configuration is impossible (slots not a multiple of GPUs, GPUs not a multiple of
+/// nodes, experts not a multiple of groups, fewer slots than experts, hierarchical requested with
+/// groups not a multiple of nodes) or a load is negative or not finite, or the loads are empty.
+ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config);
+
+/// Per-GPU load of one layer under a placement: [num_gpus]. `loads`: [num_logical_experts].
+std::vector<double> gpu_loads_of_placement(std::span<const double> loads,
+                                           const ExpertPlacement& placement, int layer);
+
+/// Per-GPU load without replicas, logical experts split contiguously over the GPUs (expert e on
+/// GPU e * num_gpus / num_experts): the placement a model starts with. Returns [num_gpus].
+std::vector<double> gpu_loads_without_replicas(std::span<const double> loads, int num_gpus);
+
+struct GpuLoadBalance {
+  double max_gpu_load = 0.0;
+  double mean_gpu_load = 0.0;
+  /// max/mean; 1 when nothing is loaded (an idle layer is perfectly balanced).
+  double max_over_mean() const { return mean_gpu_load > 0.0 ? max_gpu_load / mean_gpu_load : 1.0; }
+};
+
+GpuLoadBalance summarize_gpu_loads(std::span<const double> gpu_loads);
+
+}  // namespace moescope::runtime
