@@ -3,8 +3,8 @@
 include(CMakePackageConfigHelpers)
 set(MOESCOPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moescope)
 
-set(_moescope_install_targets moescope_trace moescope_recorder)
-foreach(t moescope_inject moescope_analysis moescope_balancer moescope_kernels moescope_runtime)
+set(_moescope_install_targets moescope_warnings moescope_trace moescope_recorder)
+foreach(t moescope_torch moescope_inject moescope_analysis moescope_balancer moescope_kernels moescope_runtime)
   if(TARGET ${t})
     list(APPEND _moescope_install_targets ${t})
   endif()

@@ -120,8 +120,9 @@ void print_text(const TraceInfo& info) {
     std::printf("  dropped   %llu events (buffers full)\n",
                 static_cast<unsigned long long>(info.dropped_events));
   }
-  std::printf("  status    %s\n", info.complete ? "complete" : "incomplete (no closing chunk: the "
-                                                             "process was killed or is running)");
+  std::printf("  status    %s\n", info.complete ? "complete"
+                                                : "incomplete (no closing chunk: the "
+                                                  "process was killed or is running)");
   for (const auto& error : info.errors) std::printf("  damage    %s\n", error.to_string().c_str());
 }
 

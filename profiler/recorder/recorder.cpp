@@ -42,8 +42,7 @@ thread_local ThreadExitHook t_exit_hook;
 RecorderOptions RecorderOptions::from_environment() {
   RecorderOptions options;
   options.flush_interval_ms = env_number("MOESCOPE_FLUSH_MS", options.flush_interval_ms, 1, 200);
-  options.max_buffer_bytes =
-      size_t{env_number("MOESCOPE_BUFFER_MB", 256, 1, 1u << 16)} << 20;
+  options.max_buffer_bytes = size_t{env_number("MOESCOPE_BUFFER_MB", 256, 1, 1u << 16)} << 20;
   return options;
 }
 
@@ -124,7 +123,7 @@ void Recorder::abandon_after_fork() {
   threads_.clear();   // buffers of parent threads are leaked, not touched
   t_buffer = nullptr;
   t_exit_hook.buffer = nullptr;
-  pool_ = nullptr;    // its mutex may be held too; a new recording makes a new pool
+  pool_ = nullptr;  // its mutex may be held too; a new recording makes a new pool
   active_ = false;
   generation_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -133,8 +132,7 @@ void Recorder::rename_current_thread(const char* name) {
   ThreadBuffer* buffer = thread_buffer();
   if (!buffer || !name) return;
   uint32_t id = strings_.intern(name);
-  auto* record =
-      begin_record<trace::ThreadInfoRecord>(buffer, trace::RecordKind::kThreadInfo, id);
+  auto* record = begin_record<trace::ThreadInfoRecord>(buffer, trace::RecordKind::kThreadInfo, id);
   if (!record) return;
   record->header.time = monotonic_ns();
   record->os_thread_id = static_cast<uint32_t>(syscall(SYS_gettid));
@@ -165,9 +163,8 @@ void Recorder::flush_loop() {
   pthread_setname_np(pthread_self(), "moescope-flush");
   std::unique_lock<std::mutex> lock(flush_mutex_);
   for (;;) {
-    flush_wakeup_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms), [&] {
-      return stop_requested_ || flush_requested_ > flush_completed_;
-    });
+    flush_wakeup_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
+                           [&] { return stop_requested_ || flush_requested_ > flush_completed_; });
     bool final = stop_requested_;
     uint64_t serving = flush_requested_;
     lock.unlock();

@@ -25,7 +25,7 @@
 namespace moescope::recorder {
 
 struct RecorderOptions {
-  uint32_t flush_interval_ms = 100;  // MOESCOPE_FLUSH_MS; a killed run loses at most this much
+  uint32_t flush_interval_ms = 100;      // MOESCOPE_FLUSH_MS; a killed run loses at most this much
   size_t max_buffer_bytes = 256u << 20;  // MOESCOPE_BUFFER_MB; beyond it records are dropped
   static RecorderOptions from_environment();
 };

@@ -54,9 +54,13 @@ int moescope_recorder_start(const char* path, const char* metadata_json) {
   return Recorder::instance().start(path, metadata_json) ? 0 : -1;
 }
 
-void moescope_recorder_stop(void) { Recorder::instance().stop(); }
+void moescope_recorder_stop(void) {
+  Recorder::instance().stop();
+}
 
-void moescope_recorder_flush(void) { Recorder::instance().flush(); }
+void moescope_recorder_flush(void) {
+  Recorder::instance().flush();
+}
 
 const char* moescope_recorder_path(void) {
   Recorder& recorder = Recorder::instance();
@@ -78,7 +82,9 @@ moescope_name_t moescope_intern_n(const char* str, size_t length) {
   return recorder.strings().intern(std::string_view(str, length));
 }
 
-uint64_t moescope_now_ns(void) { return moescope::recorder::monotonic_ns(); }
+uint64_t moescope_now_ns(void) {
+  return moescope::recorder::monotonic_ns();
+}
 
 void moescope_thread_name(const char* name) {
   if (moescope_recording) Recorder::instance().rename_current_thread(name);
@@ -192,8 +198,8 @@ void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t s
     Recorder::instance().count_dropped(1);
     return;
   }
-  auto* record = begin_record<trace::ExpertLoadRecord>(buffer, trace::RecordKind::kExpertLoad, 0,
-                                                       bytes);
+  auto* record =
+      begin_record<trace::ExpertLoadRecord>(buffer, trace::RecordKind::kExpertLoad, 0, bytes);
   if (!record) return;
   record->header.flags = trace::kRecordRawTicks;
   record->header.time = read_ticks();
@@ -206,7 +212,8 @@ void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t s
   auto* counts = reinterpret_cast<uint8_t*>(record) + sizeof(trace::ExpertLoadRecord);
   for (uint32_t e = 0; e < num_experts; ++e) {
     int64_t tokens = tokens_per_expert[e];
-    uint32_t clamped = tokens < 0 ? 0u : static_cast<uint32_t>(std::min<int64_t>(tokens, UINT32_MAX));
+    uint32_t clamped =
+        tokens < 0 ? 0u : static_cast<uint32_t>(std::min<int64_t>(tokens, UINT32_MAX));
     std::memcpy(counts + 4 * e, &clamped, 4);
   }
   buffer->commit(bytes);
@@ -221,8 +228,8 @@ void moescope_expert_values(int64_t step, uint32_t layer, int32_t rank, uint32_t
     return;
   }
   uint32_t bytes = trace::padded_to_8(sizeof(trace::ExpertValuesRecord) + 4 * num_experts);
-  auto* record = begin_record<trace::ExpertValuesRecord>(
-      buffer, trace::RecordKind::kExpertValues, 0, bytes);
+  auto* record =
+      begin_record<trace::ExpertValuesRecord>(buffer, trace::RecordKind::kExpertValues, 0, bytes);
   if (!record) return;
   record->header.flags = trace::kRecordRawTicks;
   record->header.time = read_ticks();
@@ -296,8 +303,8 @@ void moescope_comm_op(const moescope_comm_op_info* op) {
   record->sequence = op->sequence;
   record->num_splits = splits;
   if (splits) {
-    std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::CommOpRecord),
-                op->split_bytes, 8 * size_t{splits});
+    std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::CommOpRecord), op->split_bytes,
+                8 * size_t{splits});
   }
   buffer->commit(bytes);
 }
@@ -379,6 +386,8 @@ void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns, u
   commit<trace::GpuSyncRecord>(buffer);
 }
 
-void moescope_count_dropped(uint64_t records) { Recorder::instance().count_dropped(records); }
+void moescope_count_dropped(uint64_t records) {
+  Recorder::instance().count_dropped(records);
+}
 
 }  // extern "C"

@@ -51,10 +51,18 @@ std::string expand_trace_path(const std::string& pattern, const ProcessIdentity&
     }
     char placeholder = pattern[++i];
     switch (placeholder) {
-      case 'r': path += std::to_string(identity.rank < 0 ? 0 : identity.rank); break;
-      case 'p': path += std::to_string(identity.pid); break;
-      case 'h': path += identity.host.empty() ? "localhost" : identity.host; break;
-      case '%': path += '%'; break;
+      case 'r':
+        path += std::to_string(identity.rank < 0 ? 0 : identity.rank);
+        break;
+      case 'p':
+        path += std::to_string(identity.pid);
+        break;
+      case 'h':
+        path += identity.host.empty() ? "localhost" : identity.host;
+        break;
+      case '%':
+        path += '%';
+        break;
       default:
         path += '%';
         path += placeholder;

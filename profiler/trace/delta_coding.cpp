@@ -17,7 +17,9 @@ uint64_t load_u64(const uint8_t* at) {
   std::memcpy(&value, at, sizeof(value));
   return value;
 }
-void store_u64(uint8_t* at, uint64_t value) { std::memcpy(at, &value, sizeof(value)); }
+void store_u64(uint8_t* at, uint64_t value) {
+  std::memcpy(at, &value, sizeof(value));
+}
 
 constexpr size_t kTimeOffset = offsetof(RecordHeader, time);
 constexpr size_t kEndOffset = sizeof(RecordHeader);
@@ -45,7 +47,11 @@ void transform(uint8_t* records, size_t bytes) {
 
 }  // namespace
 
-void delta_encode_times(uint8_t* records, size_t bytes) { transform<true>(records, bytes); }
-void delta_decode_times(uint8_t* records, size_t bytes) { transform<false>(records, bytes); }
+void delta_encode_times(uint8_t* records, size_t bytes) {
+  transform<true>(records, bytes);
+}
+void delta_decode_times(uint8_t* records, size_t bytes) {
+  transform<false>(records, bytes);
+}
 
 }  // namespace moescope::trace

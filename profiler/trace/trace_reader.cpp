@@ -180,7 +180,8 @@ bool TraceReader::decode_chunk_at(uint64_t offset, Chunk& chunk, uint64_t& next_
                           problem + "; chunk skipped");
     return false;
   }
-  if (header.flags & kChunkDeltaTime) delta_decode_times(chunk.records.data(), chunk.records.size());
+  if (header.flags & kChunkDeltaTime)
+    delta_decode_times(chunk.records.data(), chunk.records.size());
   chunk.type = static_cast<ChunkType>(header.type);
   chunk.stream = header.stream;
   chunk.file_offset = offset;
@@ -229,7 +230,8 @@ std::string validate_records(const uint8_t* records, size_t bytes, size_t& error
         tail_needed = uint64_t{record.num_splits} * sizeof(uint64_t);
         break;
       }
-      default: break;
+      default:
+        break;
     }
     if (tail_needed > header.size - fixed) {
       return std::string(record_kind_name(header.kind)) + " declares " +

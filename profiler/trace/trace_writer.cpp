@@ -3,6 +3,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,8 +25,8 @@ bool TraceWriter::open(const std::string& path, std::string_view metadata_json,
     error_ = "metadata larger than " + std::to_string(kMaxMetadataBytes) + " bytes";
     return false;
   }
-  file_ = std::fopen(path.c_str(), "wb");
-  if (!file_) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
     error_ = "cannot create '" + path + "': " + std::strerror(errno);
     return false;
   }
@@ -32,11 +34,7 @@ bool TraceWriter::open(const std::string& path, std::string_view metadata_json,
   std::memcpy(header.magic, kFileMagic, sizeof(header.magic));
   header.version = kFormatVersion;
   header.metadata_bytes = static_cast<uint32_t>(metadata_json.size());
-  bool ok = std::fwrite(&header, sizeof(header), 1, file_) == 1 &&
-            std::fwrite(metadata_json.data(), 1, metadata_json.size(), file_) ==
-                metadata_json.size() &&
-            std::fflush(file_) == 0;
-  if (!ok) {
+  if (!write_all(&header, sizeof(header), metadata_json.data(), metadata_json.size())) {
     error_ = "cannot write the header of '" + path + "': " + std::strerror(errno);
     close();
     return false;
@@ -51,7 +49,7 @@ bool TraceWriter::write_chunk(uint32_t stream, std::vector<uint8_t>& records, Ch
 }
 
 bool TraceWriter::write_chunk(uint32_t stream, uint8_t* records, size_t bytes, ChunkType type) {
-  if (!file_) return false;
+  if (fd_ < 0) return false;
   if (bytes > kMaxChunkBytes) {
     error_ = "chunk of " + std::to_string(bytes) + " bytes exceeds the format's limit";
     ++failed_writes_;
@@ -82,42 +80,56 @@ bool TraceWriter::write_chunk(uint32_t stream, uint8_t* records, size_t bytes, C
   uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(&header), offsetof(ChunkHeader, crc32));
   crc = crc32(crc, payload, static_cast<uInt>(payload_bytes));
   header.crc32 = static_cast<uint32_t>(crc);
-  // One buffered write per part; a short write (disk full) leaves a truncated chunk that the
-  // reader skips, and every earlier chunk stays readable.
-  bool ok = std::fwrite(&header, sizeof(header), 1, file_) == 1 &&
-            std::fwrite(payload, 1, payload_bytes, file_) == payload_bytes;
-  if (!ok) {
+  // A short write (disk full) leaves a truncated chunk that the reader skips; every earlier
+  // chunk stays readable.
+  if (!write_all(&header, sizeof(header), payload, payload_bytes)) {
     error_ = std::string("write failed: ") + std::strerror(errno);
     ++failed_writes_;
-    std::clearerr(file_);
     return false;
   }
   bytes_written_ += sizeof(header) + payload_bytes;
   return true;
 }
 
-void TraceWriter::flush() {
-  if (file_ && std::fflush(file_) != 0) {
-    error_ = std::string("flush failed: ") + std::strerror(errno);
-    ++failed_writes_;
-    std::clearerr(file_);
+bool TraceWriter::write_all(const void* first, size_t first_bytes, const void* second,
+                            size_t second_bytes) {
+  iovec parts[2] = {{const_cast<void*>(first), first_bytes},
+                    {const_cast<void*>(second), second_bytes}};
+  int index = 0;
+  while (index < 2) {
+    ssize_t written = ::writev(fd_, parts + index, 2 - index);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (written == 0) {
+      errno = ENOSPC;
+      return false;
+    }
+    auto remaining = static_cast<size_t>(written);
+    while (index < 2 && remaining >= parts[index].iov_len) remaining -= parts[index++].iov_len;
+    if (index < 2) {
+      parts[index].iov_base = static_cast<uint8_t*>(parts[index].iov_base) + remaining;
+      parts[index].iov_len -= remaining;
+    }
   }
+  return true;
 }
 
 void TraceWriter::close() {
-  if (!file_) return;
-  std::fclose(file_);
-  file_ = nullptr;
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
 }
 
 void TraceWriter::abandon() {
-  if (file_) ::close(fileno(file_));
-  file_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 void RecordBuffer::define_string(uint32_t id, std::string_view text) {
-  auto& record = append_sized<StringRecord>(RecordKind::kString, 0, id,
-                                            static_cast<uint32_t>(text.size()));
+  auto& record =
+      append_sized<StringRecord>(RecordKind::kString, 0, id, static_cast<uint32_t>(text.size()));
   record.length = static_cast<uint32_t>(text.size());
   std::memcpy(tail<StringRecord>(), text.data(), text.size());
 }

@@ -80,8 +80,17 @@ TEST(RecorderApi, EveryEventKindRoundTrips) {
   moescope_comm_op(&op);
   moescope_memory_event(0x1000, 4096, 0, MOESCOPE_MEM_DISPATCH_BUFFERS, 0);
   moescope_memory_event(0x1000, 4096, 0, MOESCOPE_MEM_DISPATCH_BUFFERS, 1);
-  moescope_gpu_kernel_info kernel{moescope_intern("gemm"), before + 100, before + 900, 42,
-                                  0, 1, 7, {2, 1, 1}, {128, 1, 1}, 0, 64};
+  moescope_gpu_kernel_info kernel{moescope_intern("gemm"),
+                                  before + 100,
+                                  before + 900,
+                                  42,
+                                  0,
+                                  1,
+                                  7,
+                                  {2, 1, 1},
+                                  {128, 1, 1},
+                                  0,
+                                  64};
   moescope_gpu_kernel(&kernel);
   moescope_gpu_copy_info copy{before + 5, before + 6, 1024, 43, 0, 7, MOESCOPE_COPY_DTOH, 0, 0};
   moescope_gpu_copy(&copy);
@@ -183,10 +192,10 @@ TEST(RecorderApi, EveryEventKindRoundTrips) {
   ASSERT_GE(thread_infos.size(), 2u);  // the default name, then the rename
   EXPECT_EQ(trace.strings.at(thread_infos.back().header().name), "main thread");
 
-  auto stats = trace.of_kind(RecordKind::kStats);
-  ASSERT_FALSE(stats.empty());
-  EXPECT_EQ(stats.back().as<trace::StatsRecord>().dropped_gpu_records, 2u);
-  EXPECT_EQ(stats.back().as<trace::StatsRecord>().dropped_events, 0u);
+  auto totals = trace.of_kind(RecordKind::kStats);
+  ASSERT_FALSE(totals.empty());
+  EXPECT_EQ(totals.back().as<trace::StatsRecord>().dropped_gpu_records, 2u);
+  EXPECT_EQ(totals.back().as<trace::StatsRecord>().dropped_events, 0u);
   std::remove(expanded.c_str());
 }
 

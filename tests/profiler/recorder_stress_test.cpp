@@ -56,13 +56,18 @@ TEST(RecorderStress, ThreadsTimesEventsNothingLostOrderKept) {
       last_time[record.stream] = time;
     }
     switch (record.kind()) {
-      case RecordKind::kSpanBegin: ASSERT_EQ(depth[record.stream]++, 0); break;
-      case RecordKind::kSpanEnd: ASSERT_EQ(--depth[record.stream], 0); break;
+      case RecordKind::kSpanBegin:
+        ASSERT_EQ(depth[record.stream]++, 0);
+        break;
+      case RecordKind::kSpanEnd:
+        ASSERT_EQ(--depth[record.stream], 0);
+        break;
       case RecordKind::kCounter:
         ASSERT_EQ(depth[record.stream], 1);
         counters_per_stream[record.stream].push_back(record.as<trace::CounterRecord>().value);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   ASSERT_EQ(counters_per_stream.size(), size_t{kThreads});
@@ -90,7 +95,8 @@ TEST(RecorderStress, BoundedBuffersDropAndCountInsteadOfGrowing) {
   unsetenv("MOESCOPE_FLUSH_MS");
   auto trace = testing::load_trace(path);
   size_t kept = trace.of_kind(RecordKind::kCounter).size();
-  uint64_t dropped = trace.of_kind(RecordKind::kStats).back().as<trace::StatsRecord>().dropped_events;
+  uint64_t dropped =
+      trace.of_kind(RecordKind::kStats).back().as<trace::StatsRecord>().dropped_events;
   EXPECT_GT(dropped, 0u);
   EXPECT_EQ(kept + dropped, size_t{kEvents});
   std::remove(path.c_str());

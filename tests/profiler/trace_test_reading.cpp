@@ -19,8 +19,8 @@ LoadedTrace drain(trace::TraceReader& reader, bool opened) {
               reinterpret_cast<const char*>(record.tail<trace::StringRecord>()), string.length);
           continue;
         }
-        loaded.records.push_back(
-            OwnedRecord{chunk.stream, std::vector<uint8_t>(record.data(), record.data() + record.size())});
+        loaded.records.push_back(OwnedRecord{
+            chunk.stream, std::vector<uint8_t>(record.data(), record.data() + record.size())});
       }
     }
     loaded.complete = reader.saw_end();

@@ -91,9 +91,9 @@ MOESCOPE_API void moescope_clock_sync(uint64_t sync_id);
 /* ---- MoE events --------------------------------------------------------------------------- */
 
 enum moescope_expert_scope {
-  MOESCOPE_EXPERTS_LOCAL = 0,     /* tokens this rank's router sent to each expert */
-  MOESCOPE_EXPERTS_GLOBAL = 1,    /* summed over the expert-parallel group */
-  MOESCOPE_EXPERTS_RECEIVED = 2,  /* tokens each of this rank's local experts received */
+  MOESCOPE_EXPERTS_LOCAL = 0,    /* tokens this rank's router sent to each expert */
+  MOESCOPE_EXPERTS_GLOBAL = 1,   /* summed over the expert-parallel group */
+  MOESCOPE_EXPERTS_RECEIVED = 2, /* tokens each of this rank's local experts received */
 };
 
 /* Tokens per expert for one layer and step. tokens_per_expert: [num_experts]. */
@@ -118,10 +118,10 @@ typedef struct moescope_layer_stats {
   int64_t step;
   uint32_t layer;
   int32_t rank;
-  float aux_loss;        /* NaN when not computed */
-  float z_loss;          /* NaN when not computed */
-  float router_entropy;  /* mean entropy of the routing distribution, nats */
-  float max_over_mean;   /* max/mean tokens per expert (global scope) */
+  float aux_loss;       /* NaN when not computed */
+  float z_loss;         /* NaN when not computed */
+  float router_entropy; /* mean entropy of the routing distribution, nats */
+  float max_over_mean;  /* max/mean tokens per expert (global scope) */
   uint32_t nonfinite_logits;
   uint32_t nonfinite_outputs;
 } moescope_layer_stats;
@@ -159,22 +159,22 @@ enum moescope_comm_kind {
 };
 
 typedef struct moescope_comm_op_info {
-  uint32_t kind;        /* moescope_comm_kind */
-  uint32_t dtype;       /* ncclDataType_t value, or a torch ScalarType + 100 */
-  uint64_t count;       /* elements */
-  uint64_t bytes;       /* bytes this rank sends (for all-to-all: the sum of split_bytes) */
-  uint64_t comm_id;     /* communicator identity (hash of the unique id or pointer) */
-  uint64_t group_id;    /* ops issued inside one group start/end share it; 0 = none */
-  int32_t rank;         /* this rank inside the communicator */
+  uint32_t kind;     /* moescope_comm_kind */
+  uint32_t dtype;    /* ncclDataType_t value, or a torch ScalarType + 100 */
+  uint64_t count;    /* elements */
+  uint64_t bytes;    /* bytes this rank sends (for all-to-all: the sum of split_bytes) */
+  uint64_t comm_id;  /* communicator identity (hash of the unique id or pointer) */
+  uint64_t group_id; /* ops issued inside one group start/end share it; 0 = none */
+  int32_t rank;      /* this rank inside the communicator */
   int32_t num_ranks;
-  int32_t peer;         /* send/recv peer, -1 otherwise */
-  int32_t root;         /* broadcast/reduce root, -1 otherwise */
-  int32_t device;       /* CUDA device, -1 for CPU (Gloo) */
-  uint32_t stream;      /* CUDA stream id, 0 for CPU */
-  uint32_t sequence;    /* per-communicator sequence number */
-  uint64_t enqueue_ns;  /* when the call was issued on the host */
-  uint64_t start_ns;    /* when the transfer started (GPU time when known, else enqueue) */
-  uint64_t end_ns;      /* when it completed (GPU time when known); 0 = unknown */
+  int32_t peer;                /* send/recv peer, -1 otherwise */
+  int32_t root;                /* broadcast/reduce root, -1 otherwise */
+  int32_t device;              /* CUDA device, -1 for CPU (Gloo) */
+  uint32_t stream;             /* CUDA stream id, 0 for CPU */
+  uint32_t sequence;           /* per-communicator sequence number */
+  uint64_t enqueue_ns;         /* when the call was issued on the host */
+  uint64_t start_ns;           /* when the transfer started (GPU time when known, else enqueue) */
+  uint64_t end_ns;             /* when it completed (GPU time when known); 0 = unknown */
   const uint64_t* split_bytes; /* all-to-all: bytes sent to each rank, [num_splits]; may be NULL */
   uint32_t num_splits;
   moescope_name_t name; /* e.g. "ncclAllReduce", "a2a.dispatch" */
@@ -223,8 +223,8 @@ typedef struct moescope_gpu_copy_info {
   uint64_t bytes;
   uint32_t correlation_id;
   uint32_t device, stream;
-  uint32_t copy_kind;   /* moescope_copy_kind; ignored for memset */
-  uint32_t value;       /* memset value; ignored for memcpy */
+  uint32_t copy_kind; /* moescope_copy_kind; ignored for memset */
+  uint32_t value;     /* memset value; ignored for memcpy */
   int is_memset;
 } moescope_gpu_copy_info;
 MOESCOPE_API void moescope_gpu_copy(const moescope_gpu_copy_info* copy);

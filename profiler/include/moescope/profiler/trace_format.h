@@ -36,8 +36,8 @@ enum class ChunkType : uint16_t {
 };
 
 enum ChunkFlags : uint16_t {
-  kChunkZstd = 1u << 0,        // payload is one zstd frame (else stored raw)
-  kChunkDeltaTime = 1u << 1,   // record timestamps are delta-coded (see trace-format.md)
+  kChunkZstd = 1u << 0,       // payload is one zstd frame (else stored raw)
+  kChunkDeltaTime = 1u << 1,  // record timestamps are delta-coded (see trace-format.md)
 };
 
 struct ChunkHeader {
@@ -189,7 +189,7 @@ struct GpuCopyRecord {
   uint32_t value;  // memset value
   uint32_t reserved2;
 };
-static_assert(sizeof(GpuCopyRecord) == 48);
+static_assert(sizeof(GpuCopyRecord) == 56);
 
 struct MemoryRecord {
   RecordHeader header;
@@ -326,29 +326,52 @@ static_assert(sizeof(StatsRecord) == 40);
 // Fixed size of each kind (0 = unknown kind). Variable-length kinds return their fixed part.
 constexpr uint32_t fixed_record_size(uint8_t kind) {
   switch (static_cast<RecordKind>(kind)) {
-    case RecordKind::kSpanBegin: return sizeof(SpanBeginRecord);
-    case RecordKind::kSpanEnd: return sizeof(SpanEndRecord);
-    case RecordKind::kSpanComplete: return sizeof(SpanCompleteRecord);
-    case RecordKind::kRangeStart: return sizeof(RangeStartRecord);
-    case RecordKind::kRangeEnd: return sizeof(RangeEndRecord);
-    case RecordKind::kInstant: return sizeof(InstantRecord);
-    case RecordKind::kCounter: return sizeof(CounterRecord);
-    case RecordKind::kFlow: return sizeof(FlowRecord);
-    case RecordKind::kApiCall: return sizeof(ApiCallRecord);
-    case RecordKind::kGpuKernel: return sizeof(GpuKernelRecord);
-    case RecordKind::kGpuCopy: return sizeof(GpuCopyRecord);
-    case RecordKind::kMemory: return sizeof(MemoryRecord);
-    case RecordKind::kGpuSync: return sizeof(GpuSyncRecord);
-    case RecordKind::kCommOp: return sizeof(CommOpRecord);
-    case RecordKind::kExpertLoad: return sizeof(ExpertLoadRecord);
-    case RecordKind::kExpertValues: return sizeof(ExpertValuesRecord);
-    case RecordKind::kLayerStats: return sizeof(LayerStatsRecord);
-    case RecordKind::kStep: return sizeof(StepRecord);
-    case RecordKind::kRebalance: return sizeof(RebalanceRecord);
-    case RecordKind::kThreadInfo: return sizeof(ThreadInfoRecord);
-    case RecordKind::kString: return sizeof(StringRecord);
-    case RecordKind::kClockSync: return sizeof(ClockSyncRecord);
-    case RecordKind::kStats: return sizeof(StatsRecord);
+    case RecordKind::kSpanBegin:
+      return sizeof(SpanBeginRecord);
+    case RecordKind::kSpanEnd:
+      return sizeof(SpanEndRecord);
+    case RecordKind::kSpanComplete:
+      return sizeof(SpanCompleteRecord);
+    case RecordKind::kRangeStart:
+      return sizeof(RangeStartRecord);
+    case RecordKind::kRangeEnd:
+      return sizeof(RangeEndRecord);
+    case RecordKind::kInstant:
+      return sizeof(InstantRecord);
+    case RecordKind::kCounter:
+      return sizeof(CounterRecord);
+    case RecordKind::kFlow:
+      return sizeof(FlowRecord);
+    case RecordKind::kApiCall:
+      return sizeof(ApiCallRecord);
+    case RecordKind::kGpuKernel:
+      return sizeof(GpuKernelRecord);
+    case RecordKind::kGpuCopy:
+      return sizeof(GpuCopyRecord);
+    case RecordKind::kMemory:
+      return sizeof(MemoryRecord);
+    case RecordKind::kGpuSync:
+      return sizeof(GpuSyncRecord);
+    case RecordKind::kCommOp:
+      return sizeof(CommOpRecord);
+    case RecordKind::kExpertLoad:
+      return sizeof(ExpertLoadRecord);
+    case RecordKind::kExpertValues:
+      return sizeof(ExpertValuesRecord);
+    case RecordKind::kLayerStats:
+      return sizeof(LayerStatsRecord);
+    case RecordKind::kStep:
+      return sizeof(StepRecord);
+    case RecordKind::kRebalance:
+      return sizeof(RebalanceRecord);
+    case RecordKind::kThreadInfo:
+      return sizeof(ThreadInfoRecord);
+    case RecordKind::kString:
+      return sizeof(StringRecord);
+    case RecordKind::kClockSync:
+      return sizeof(ClockSyncRecord);
+    case RecordKind::kStats:
+      return sizeof(StatsRecord);
   }
   return 0;
 }
@@ -361,12 +384,16 @@ constexpr bool has_end_time(uint8_t kind) {
     case RecordKind::kGpuKernel:
     case RecordKind::kGpuCopy:
     case RecordKind::kGpuSync:
-    case RecordKind::kCommOp: return true;
-    default: return false;
+    case RecordKind::kCommOp:
+      return true;
+    default:
+      return false;
   }
 }
 
-constexpr uint32_t padded_to_8(uint32_t bytes) { return (bytes + 7u) & ~7u; }
+constexpr uint32_t padded_to_8(uint32_t bytes) {
+  return (bytes + 7u) & ~7u;
+}
 
 const char* record_kind_name(uint8_t kind);
 

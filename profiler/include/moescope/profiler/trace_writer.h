@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,8 +12,8 @@
 namespace moescope::trace {
 
 struct WriterOptions {
-  int zstd_level = 1;          // fast; delta-coded records compress well even at level 1
-  bool delta_time = true;      // delta-code timestamps before compressing
+  int zstd_level = 1;      // fast; delta-coded records compress well even at level 1
+  bool delta_time = true;  // delta-code timestamps before compressing
   bool compress = true;
 };
 
@@ -34,20 +33,22 @@ class TraceWriter {
                    ChunkType type = ChunkType::kEvents);
   bool write_chunk(uint32_t stream, uint8_t* records, size_t bytes,
                    ChunkType type = ChunkType::kEvents);
-  // Makes written chunks durable against a process kill (fflush; not fsync).
-  void flush();
+  // Chunks go to the kernel with one unbuffered write each, so a killed process loses nothing
+  // already written; flush() is kept for callers that want an explicit point (it is cheap).
+  void flush() {}
   void close();
-  // Forgets the file without flushing or closing the stream (in a forked child, whose
-  // stdio buffer holds bytes the parent also holds).
+  // Forgets the file (in a forked child, where the descriptor is the parent's too).
   void abandon();
 
-  bool is_open() const { return file_ != nullptr; }
+  bool is_open() const { return fd_ >= 0; }
   const std::string& error() const { return error_; }
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t failed_writes() const { return failed_writes_; }
 
  private:
-  std::FILE* file_ = nullptr;
+  bool write_all(const void* first, size_t first_bytes, const void* second, size_t second_bytes);
+
+  int fd_ = -1;
   WriterOptions options_;
   std::string error_;
   std::vector<uint8_t> compressed_;
