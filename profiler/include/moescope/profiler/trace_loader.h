@@ -1,0 +1,41 @@
+// Loads trace files into a TraceModel: .moetrace files (one per rank) in parallel, and PyTorch
+// profiler (Kineto) Chrome JSON (.json, .json.gz). Damage never throws: what was readable is
+// loaded and every problem is listed in TraceModel::errors with the file and byte offset.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moescope/profiler/trace_model.h"
+
+namespace moescope::analysis {
+
+struct LoadProgress {
+  size_t files_done = 0;
+  size_t files_total = 0;
+  uint64_t bytes_done = 0;  // file bytes read so far, all files together
+  uint64_t bytes_total = 0;
+};
+
+struct LoadOptions {
+  // Threads reading files; 0 = hardware concurrency. One file is read by one thread.
+  unsigned max_threads = 0;
+  // Called from loader threads (serialised by the loader) every few MB and per finished file.
+  std::function<void(const LoadProgress&)> progress;
+  // Set to true from another thread to stop early; the model then holds what was read.
+  const std::atomic<bool>* cancel = nullptr;
+  bool align_clocks = true;  // see clock_alignment.h
+  bool detect_steps = true;  // see step_detection.h
+};
+
+// Loads every file of `paths` (any mix of .moetrace and Kineto JSON) into one model.
+// Processes are ordered by rank (from the metadata, else the file's position in `paths`).
+TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions& options = {});
+
+// True when `path` looks like Chrome/Kineto JSON (by name: .json or .json.gz).
+bool is_chrome_json_path(const std::string& path);
+
+}  // namespace moescope::analysis
