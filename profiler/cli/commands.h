@@ -9,5 +9,6 @@ class App;
 namespace moescope::cli {
 
 void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace moescope::cli

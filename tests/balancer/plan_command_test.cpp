@@ -1,0 +1,219 @@
+// `moescope plan` end to end: the built binary on small JSON and CSV loads files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+class PlanCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* build_dir = std::getenv("MOESCOPE_BUILD_DIR");
+    ASSERT_NE(build_dir, nullptr) << "MOESCOPE_BUILD_DIR is not set (run through ctest)";
+    binary_ = std::filesystem::path(build_dir) / "bin" / "moescope";
+    ASSERT_TRUE(std::filesystem::exists(binary_)) << binary_ << " was not built";
+    dir_ = std::filesystem::temp_directory_path() /
+           ("moescope_plan_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const auto path = dir_ / name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+
+  CommandResult run(const std::string& arguments) {
+    const auto out_path = dir_ / "stdout.txt";
+    const auto err_path = dir_ / "stderr.txt";
+    const std::string command = binary_.string() + " plan " + arguments + " >" + out_path.string() +
+                                " 2>" + err_path.string();
+    const int status = std::system(command.c_str());
+    CommandResult result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = read_text(out_path);
+    result.err = read_text(err_path);
+    return result;
+  }
+
+  std::filesystem::path binary_;
+  std::filesystem::path dir_;
+};
+
+// Layer 0: loads 8 4 2 2 on 2 GPUs. Without replicas GPU 0 holds experts 0-1 (12) and GPU 1
+// experts 2-3 (4): max/mean 12/8. With 6 slots expert 0 gets 3 replicas of 8/3 and the refined
+// packing reaches 8 and 8; the plain greedy stops at 26/3 (max/mean 1.0833).
+// Layer 1: 1 1 1 1 is balanced before (2, 2) and after.
+constexpr const char* kLoadsJson = "[[8, 4, 2, 2], [1, 1, 1, 1]]";
+
+TEST_F(PlanCommand, PrintsPlacementAndBalanceFromJson) {
+  const CommandResult result = run("--gpus 2 --slots 6 --loads " + write("loads.json", kLoadsJson));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("plan: 2 layers x 4 experts -> 6 slots on 2 GPUs (3 per GPU), 1 node, "
+                            "1 group, policy global, refined packing"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(
+      result.out.find("layer 0: max/mean per-GPU load 1.5000 -> 1.0000 (max 12 -> 8, mean 8)"),
+      std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("  gpu 0 load 8:"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("  gpu 1 load 8:"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("  replicated: 0x3\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("layer 1: max/mean per-GPU load 1.0000 -> 1.0000 (max 2 -> 2, mean 2)"),
+            std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("all layers: max/mean per-GPU load mean 1.2500 -> 1.0000, worst "
+                            "1.5000 -> 1.0000"),
+            std::string::npos)
+      << result.out;
+
+  const CommandResult greedy =
+      run("--gpus 2 --slots 6 --greedy --loads " + write("loads.json", kLoadsJson));
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_NE(greedy.out.find("layer 0: max/mean per-GPU load 1.5000 -> 1.0833"), std::string::npos)
+      << greedy.out;
+}
+
+TEST_F(PlanCommand, HierarchicalPolicyKeepsGroupsOnTheirNode) {
+  // 8 experts in 4 groups of 2 on 2 nodes of 2 GPUs, 12 slots (6 per node, 3 per GPU).
+  // Group loads 20, 10, 6, 4: balanced packing puts groups 0 + 3 (24) on one node and
+  // 1 + 2 (16) on the other.
+  const std::string loads = write("h.json", "[[16, 4, 5, 5, 3, 3, 2, 2]]");
+  const std::string json_path = (dir_ / "h_plan.json").string();
+  const CommandResult result =
+      run("--gpus 4 --slots 12 --nodes 2 --groups 4 --json " + json_path + " --loads " + loads);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("2 nodes, 4 groups, policy hierarchical"), std::string::npos)
+      << result.out;
+  const nlohmann::json plan = nlohmann::json::parse(read_text(json_path));
+  const auto phy2log = plan["layers"][0]["phy2log"].get<std::vector<int>>();
+  ASSERT_EQ(phy2log.size(), 12u);
+  std::vector<int> node_of_group(4, -1);
+  for (size_t slot = 0; slot < phy2log.size(); ++slot) {
+    const int group = phy2log[slot] / 2;
+    const int node = static_cast<int>(slot / 6);
+    if (node_of_group[static_cast<size_t>(group)] < 0)
+      node_of_group[static_cast<size_t>(group)] = node;
+    EXPECT_EQ(node_of_group[static_cast<size_t>(group)], node) << "group " << group;
+  }
+  EXPECT_EQ(node_of_group[0], node_of_group[3]);
+  EXPECT_EQ(node_of_group[1], node_of_group[2]);
+  EXPECT_NE(node_of_group[0], node_of_group[1]);
+}
+
+TEST_F(PlanCommand, WritesConsistentJsonFromCsv) {
+  const std::string csv = write("loads.csv", "e0,e1,e2,e3\n8,4,2,2\n1,1,1,1\n");
+  const std::string json_path = (dir_ / "plan.json").string();
+  const CommandResult result = run("--gpus 2 --slots 6 --json " + json_path + " --loads " + csv);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("placement written to " + json_path), std::string::npos);
+  EXPECT_EQ(result.out.find("  gpu 0 load"), std::string::npos) << "JSON mode prints no slots";
+
+  const nlohmann::json plan = nlohmann::json::parse(read_text(json_path));
+  EXPECT_EQ(plan["num_layers"], 2);
+  EXPECT_EQ(plan["num_physical_experts"], 6);
+  EXPECT_EQ(plan["max_replicas"], 3);
+  const auto& layer0 = plan["layers"][0];
+  EXPECT_EQ(layer0["logcnt"], nlohmann::json({3, 1, 1, 1}));
+  EXPECT_EQ(layer0["gpu_loads_before"], nlohmann::json({12.0, 4.0}));
+  EXPECT_DOUBLE_EQ(layer0["gpu_loads_after"][0].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(layer0["gpu_loads_after"][1].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(layer0["max_over_mean_before"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(layer0["max_over_mean_after"].get<double>(), 1.0);
+  // phy2log and log2phy agree.
+  const auto phy2log = layer0["phy2log"].get<std::vector<int>>();
+  ASSERT_EQ(phy2log.size(), 6u);
+  const auto log2phy = layer0["log2phy"].get<std::vector<std::vector<int>>>();
+  ASSERT_EQ(log2phy.size(), 4u);
+  for (int expert = 0; expert < 4; ++expert) {
+    int replicas = 0;
+    for (int slot : log2phy[static_cast<size_t>(expert)]) {
+      if (slot < 0) continue;
+      EXPECT_EQ(phy2log[static_cast<size_t>(slot)], expert);
+      ++replicas;
+    }
+    EXPECT_EQ(replicas, layer0["logcnt"][static_cast<size_t>(expert)].get<int>());
+  }
+  EXPECT_DOUBLE_EQ(plan["summary"]["worst_max_over_mean_after"].get<double>(), 1.0);
+
+  const CommandResult to_stdout = run("--gpus 2 --slots 6 --json - --loads " + csv);
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+  EXPECT_EQ(nlohmann::json::parse(to_stdout.out)["layers"][1]["logcnt"],
+            nlohmann::json({2, 2, 1, 1}));
+}
+
+TEST_F(PlanCommand, ReportsBadInputClearly) {
+  const std::string loads = write("loads.json", kLoadsJson);
+  CommandResult result = run("--gpus 2 --slots 5 --loads " + loads);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("moescope plan: error: expert placement: num_physical_experts (slots) "
+                            "= 5 must be a multiple of num_gpus = 2"),
+            std::string::npos)
+      << result.err;
+
+  result = run("--gpus 2 --slots 2 --loads " + loads);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("less than the number of logical experts (4)"), std::string::npos)
+      << result.err;
+
+  const std::string missing = (dir_ / "missing.csv").string();
+  result = run("--gpus 2 --slots 4 --loads " + missing);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find(missing + ": cannot open the loads file"), std::string::npos)
+      << result.err;
+
+  result = run("--gpus 2 --slots 4 --loads " + write("bad.csv", "1,2,x,4\n"));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("line 1 column 3: 'x' is not a number"), std::string::npos)
+      << result.err;
+
+  result = run("--gpus 2 --slots 4 " + (dir_ / "run.0.moetrace").string());
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("reading loads from traces needs the analysis library"),
+            std::string::npos)
+      << result.err;
+
+  result = run("--gpus 2 --slots 4");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("either with --loads FILE or as TRACE files"), std::string::npos)
+      << result.err;
+
+  result = run("--gpus 2 --slots 4 --policy fastest --loads " + loads);
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("--policy"), std::string::npos) << result.err;
+
+  result = run("--gpus 4 --slots 8 --nodes 2 --groups 3 --policy hierarchical --loads " + loads);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("must be a multiple of num_groups = 3"), std::string::npos)
+      << result.err;
+
+  result = run("--slots 4 --loads " + loads);
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("--gpus"), std::string::npos) << result.err;
+}
+
+}  // namespace
