@@ -93,7 +93,8 @@ std::unique_ptr<LoadPredictor> make_load_predictor(const LoadPredictorConfig& co
 struct PredictionAccuracy {
   /// mean over experts with A_i > 0 of |P_i - A_i| / A_i (experts that got nothing are left out)
   double mean_absolute_percentage_error = 0.0;
-  /// sum |P_i - A_i| / sum A_i: the share of tokens the forecast put on the wrong experts, x2
+  /// sum |P_i - A_i| / sum A_i; when P and A have the same total, twice the share of tokens
+  /// the forecast put on the wrong experts
   double weighted_absolute_percentage_error = 0.0;
   /// max_i |P_i - A_i| / mean(A): the worst single-expert miss relative to an average expert
   double max_error_over_mean_load = 0.0;
