@@ -26,7 +26,18 @@ __global__ void permute_rows_kernel(const Item* __restrict__ tokens, long long r
       continue;
     }
     const Item* in = tokens + static_cast<long long>(source / top_k) * row_items;
-    for (long long i = threadIdx.x; i < row_items; i += blockDim.x) out[i] = in[i];
+    // Four loads in flight per thread before the stores: a row copy is latency-bound otherwise.
+    const long long stride = blockDim.x;
+    long long i = threadIdx.x;
+    for (; i + 3 * stride < row_items; i += 4 * stride) {
+      const Item first = in[i], second = in[i + stride], third = in[i + 2 * stride],
+                 fourth = in[i + 3 * stride];
+      out[i] = first;
+      out[i + stride] = second;
+      out[i + 2 * stride] = third;
+      out[i + 3 * stride] = fourth;
+    }
+    for (; i < row_items; i += stride) out[i] = in[i];
   }
 }
 

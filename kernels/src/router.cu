@@ -135,7 +135,9 @@ __global__ void router_forward_kernel(const float* __restrict__ logits,
     }
     for (int e = lane; e < num_experts; e += 32) {
       scores_row[e] = scores[e];
-      selection[e] = scores[e] + (expert_bias != nullptr ? expert_bias[e] : 0.0f);
+      // NaN ranks lowest (as in router_cpu.cpp): NaN is reserved for "already taken".
+      const float value = scores[e] + (expert_bias != nullptr ? expert_bias[e] : 0.0f);
+      selection[e] = isnan(value) ? -INFINITY : value;
     }
     __syncwarp();
 

@@ -93,7 +93,10 @@ void router_forward(const float* logits, const float* expert_bias, std::int64_t 
     float* scores_row = scores + t * num_experts;
     compute_scores(logits_row, config, scores_row);
     for (int e = 0; e < num_experts; ++e) {
-      selection[e] = scores_row[e] + (expert_bias != nullptr ? expert_bias[e] : 0.0f);
+      // NaN (from NaN logits) ranks lowest, like -inf: NaN is reserved for "already taken", so
+      // k valid, distinct experts are always chosen and the NaN shows up in the weights.
+      const float value = scores_row[e] + (expert_bias != nullptr ? expert_bias[e] : 0.0f);
+      selection[e] = std::isnan(value) ? -std::numeric_limits<float>::infinity() : value;
     }
     if (config.num_groups > 1) apply_group_limit(config, selection);
     float selected_sum = 0.0f;

@@ -229,6 +229,25 @@ TEST(KernelsRouter, InvariantsHoldWithBiasGroupsAndSigmoid) {
   }
 }
 
+TEST(KernelsRouter, NaNLogitsStillChooseKDistinctExpertsAndPoisonTheWeights) {
+  mk::RouterConfig config;
+  config.num_experts = 6;
+  config.top_k = 3;
+  std::vector<float> logits = {0.5f, NAN, 1.0f, -2.0f, NAN, 0.0f};
+  std::vector<float> scores(6), weights(3);
+  std::vector<std::int32_t> ids(3);
+  ref::router_forward(logits.data(), nullptr, 1, config, scores.data(), ids.data(), weights.data(),
+                      nullptr);
+  EXPECT_EQ(std::set<std::int32_t>(ids.begin(), ids.end()).size(), 3u);
+  for (std::int32_t id : ids) EXPECT_TRUE(id >= 0 && id < 6);
+  // Softmax of a row with NaN is NaN everywhere: the bad input must be visible, not hidden.
+  EXPECT_TRUE(std::isnan(weights[0]));
+  config.score_function = mk::ScoreFunction::kSigmoid;
+  ref::router_forward(logits.data(), nullptr, 1, config, scores.data(), ids.data(), weights.data(),
+                      nullptr);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{2, 0, 5}));  // NaN experts rank below every number
+}
+
 TEST(KernelsRouter, BackwardMatchesFiniteDifferences) {
   const unsigned seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
