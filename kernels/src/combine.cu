@@ -113,13 +113,15 @@ __global__ void combine_backward_rows_vectorized_kernel(
 }
 
 /// grad_topk_weights [N]: one warp per assignment, dot(grad_output[t], expert_output[row]);
-/// lane-strided partial sums then a fixed xor-shuffle tree (deterministic).
-template <typename Elements>
+/// lane-strided partial sums then a fixed xor-shuffle tree (deterministic). kVectorized reads
+/// 16-byte vectors (rows must be vectorizable), else single elements.
+template <typename Elements, bool kVectorized>
 __global__ void combine_backward_weights_kernel(
     const typename Elements::Storage* __restrict__ grad_output,
     const typename Elements::Storage* __restrict__ expert_output,
     const std::int32_t* __restrict__ destination_rows, long long num_assignments, long long hidden,
     int top_k, float* __restrict__ grad_topk_weights) {
+  constexpr int kPer = Elements::kPerVector;
   const int lane = threadIdx.x % 32;
   const long long warps_per_grid = static_cast<long long>(gridDim.x) * (blockDim.x / 32);
   for (long long n = static_cast<long long>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -129,8 +131,20 @@ __global__ void combine_backward_weights_kernel(
     if (row >= 0) {
       const auto* g = grad_output + (n / top_k) * hidden;
       const auto* y = expert_output + static_cast<long long>(row) * hidden;
-      for (long long h = lane; h < hidden; h += 32) {
-        partial += Elements::to_float(g[h]) * Elements::to_float(y[h]);
+      if constexpr (kVectorized) {
+        const auto* g_vectors = reinterpret_cast<const uint4*>(g);
+        const auto* y_vectors = reinterpret_cast<const uint4*>(y);
+        for (long long v = lane; v < hidden / kPer; v += 32) {
+          float g_values[kPer], y_values[kPer];
+          Elements::unpack(g_vectors[v], g_values);
+          Elements::unpack(y_vectors[v], y_values);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) partial += g_values[i] * y_values[i];
+        }
+      } else {
+        for (long long h = lane; h < hidden; h += 32) {
+          partial += Elements::to_float(g[h]) * Elements::to_float(y[h]);
+        }
       }
     }
 #pragma unroll
@@ -194,9 +208,15 @@ void launch_combine_backward(const void* grad_output, const void* expert_output,
     constexpr int kThreads = 256;
     const unsigned int blocks =
         detail::grid_stride_blocks((num_assignments + 7) / 8, 2048 / kThreads, op);
-    combine_backward_weights_kernel<Elements><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const Storage*>(grad_output), static_cast<const Storage*>(expert_output),
-        destination_rows, num_assignments, hidden, top_k, grad_topk_weights);
+    const auto* g = static_cast<const Storage*>(grad_output);
+    const auto* y = static_cast<const Storage*>(expert_output);
+    if (detail::rows_are_vectorizable(hidden, sizeof(Storage), grad_output, expert_output)) {
+      combine_backward_weights_kernel<Elements, true><<<blocks, kThreads, 0, stream>>>(
+          g, y, destination_rows, num_assignments, hidden, top_k, grad_topk_weights);
+    } else {
+      combine_backward_weights_kernel<Elements, false><<<blocks, kThreads, 0, stream>>>(
+          g, y, destination_rows, num_assignments, hidden, top_k, grad_topk_weights);
+    }
     detail::check_launch(op);
   }
 }

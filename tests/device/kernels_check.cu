@@ -91,6 +91,15 @@ void report(bool ok, const std::string& name, const std::string& detail) {
   if (!ok) ++g_failures;
 }
 
+/// Runs one check or measurement; an exception (a launcher's error) is a failure, not an abort.
+void run_section(const std::string& name, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& error) {
+    report(false, name, std::string("threw: ") + error.what());
+  }
+}
+
 std::vector<float> to_floats(const std::vector<std::uint16_t>& bits, mk::DType dtype) {
   std::vector<float> out(dtype == mk::DType::kFloat32 ? bits.size() / 2 : bits.size());
   if (dtype == mk::DType::kFloat32) {
@@ -357,6 +366,16 @@ void check_permute_and_combine(std::mt19937& rng, mk::DType dtype, std::int64_t 
   mk::launch_unpermute_combine(d_grad_permuted.get(), dtype, d_weights.get<float>(),
                                d_destination.get<std::int32_t>(), tokens, hidden, k, d_output.get(),
                                nullptr);
+  {
+    // Determinism: a second run must give the same bits (no float atomics anywhere).
+    DeviceBuffer d_again(tokens * hidden * element);
+    mk::launch_unpermute_combine(d_grad_permuted.get(), dtype, d_weights.get<float>(),
+                                 d_destination.get<std::int32_t>(), tokens, hidden, k,
+                                 d_again.get(), nullptr);
+    const auto first = d_output.download<std::uint16_t>(halfwords(tokens * hidden, dtype));
+    const auto second = d_again.download<std::uint16_t>(halfwords(tokens * hidden, dtype));
+    report(first == second, "unpermute_combine bitwise repeatable " + label, "");
+  }
   compare_floats("unpermute_combine " + label,
                  to_floats(d_output.download<std::uint16_t>(cpu_output.size()), dtype),
                  to_floats(cpu_output, dtype), rtol, 1e-5);
@@ -603,48 +622,61 @@ int main(int argc, char** argv) {
   check_cublas(cublasCreate(&handle), "cublasCreate", __LINE__);
 
   std::printf("correctness (GPU vs CPU reference):\n");
-  {
-    mk::RouterConfig mixtral;
-    mixtral.num_experts = 8;
-    mixtral.top_k = 2;
-    mixtral.normalize_top_k = false;
-    check_router(rng, 4099, mixtral, false);
-    mk::RouterConfig odd;
-    odd.num_experts = 13;
-    odd.top_k = 3;
-    check_router(rng, 1001, odd, true);
-    mk::RouterConfig deepseek;
-    deepseek.num_experts = 256;
-    deepseek.top_k = 8;
-    deepseek.score_function = mk::ScoreFunction::kSigmoid;
-    deepseek.num_groups = 8;
-    deepseek.group_top_k = 4;
-    deepseek.scaling_factor = 2.5f;
-    check_router(rng, 16384, deepseek, true);
-    mk::RouterConfig wide;
-    wide.num_experts = 1024;
-    wide.top_k = 64;
-    wide.num_groups = 1024;
-    wide.group_top_k = 100;
-    check_router(rng, 257, wide, true);
-  }
-  check_routing_map(random_ids(rng, 16384 * 8, 256, 0.0), 256, 8, "routing_map 16k x 8 of 256");
-  check_routing_map(random_ids(rng, 12345, 10, 0.2), 13, 1,
-                    "routing_map odd, 3 empty experts, 20% dropped");
-  check_routing_map(std::vector<std::int32_t>(5000, 6), 7, 16, "routing_map one expert takes all");
-  check_routing_map({}, 5, 8, "routing_map no assignments");
+  mk::RouterConfig mixtral;
+  mixtral.num_experts = 8;
+  mixtral.top_k = 2;
+  mixtral.normalize_top_k = false;
+  mk::RouterConfig odd;
+  odd.num_experts = 13;
+  odd.top_k = 3;
+  mk::RouterConfig deepseek;
+  deepseek.num_experts = 256;
+  deepseek.top_k = 8;
+  deepseek.score_function = mk::ScoreFunction::kSigmoid;
+  deepseek.num_groups = 8;
+  deepseek.group_top_k = 4;
+  deepseek.scaling_factor = 2.5f;
+  mk::RouterConfig wide;  // > 48 KiB of shared memory: the opt-in path
+  wide.num_experts = 1024;
+  wide.top_k = 64;
+  wide.num_groups = 1024;
+  wide.group_top_k = 100;
+  run_section("router mixtral", [&] { check_router(rng, 4099, mixtral, false); });
+  run_section("router odd", [&] { check_router(rng, 1001, odd, true); });
+  run_section("router deepseek", [&] { check_router(rng, 16384, deepseek, true); });
+  run_section("router wide", [&] { check_router(rng, 257, wide, true); });
+  run_section("routing_map 16k x 8 of 256", [&] {
+    check_routing_map(random_ids(rng, 16384 * 8, 256, 0.0), 256, 8, "routing_map 16k x 8 of 256");
+  });
+  run_section("routing_map odd", [&] {
+    check_routing_map(random_ids(rng, 12345, 10, 0.2), 13, 1,
+                      "routing_map odd, 3 empty experts, 20% dropped");
+  });
+  run_section("routing_map one expert", [&] {
+    check_routing_map(std::vector<std::int32_t>(5000, 6), 7, 16,
+                      "routing_map one expert takes all");
+  });
+  run_section("routing_map empty",
+              [&] { check_routing_map({}, 5, 8, "routing_map no assignments"); });
   for (mk::DType dtype : {mk::DType::kFloat32, mk::DType::kBFloat16}) {
-    check_permute_and_combine(rng, dtype, 2048, 7168, 8, 64);  // vectorized rows
-    check_permute_and_combine(rng, dtype, 333, 37, 3, 11);     // odd hidden: element-wise path
-    check_permute_and_combine(rng, dtype, 1, 64, 1, 1);
-    for (bool b_is_n_by_k : {false, true}) check_grouped_gemm(rng, handle, dtype, b_is_n_by_k);
+    const std::string name = mk::dtype_name(dtype);
+    run_section("permute/combine vectorized " + name,
+                [&] { check_permute_and_combine(rng, dtype, 2048, 7168, 8, 64); });
+    run_section("permute/combine element-wise " + name,
+                [&] { check_permute_and_combine(rng, dtype, 333, 37, 3, 11); });
+    run_section("permute/combine one token " + name,
+                [&] { check_permute_and_combine(rng, dtype, 1, 64, 1, 1); });
+    for (bool b_is_n_by_k : {false, true}) {
+      run_section("grouped_gemm " + name,
+                  [&] { check_grouped_gemm(rng, handle, dtype, b_is_n_by_k); });
+    }
   }
   std::printf("%d correctness failure(s)\n", g_failures);
 
   if (!skip_performance) {
-    measure_bandwidth(rng);
-    measure_router(rng);
-    measure_grouped_gemm(rng, handle);
+    run_section("bandwidth", [&] { measure_bandwidth(rng); });
+    run_section("router timing", [&] { measure_router(rng); });
+    run_section("grouped GEMM timing", [&] { measure_grouped_gemm(rng, handle); });
     std::printf(
         "\n| kernels on %s | achieved | baseline | ratio | target |\n|---|---|---|---|---|\n",
         properties.name);
