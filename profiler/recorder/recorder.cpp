@@ -70,7 +70,7 @@ bool Recorder::start(const char* path_pattern, const char* metadata_json) {
   strings_.clear();
   {
     std::lock_guard<std::mutex> lock(threads_mutex_);
-    threads_.clear();  // buffers a thread registered while the last recording stopped: leaked
+    retire_threads();  // a thread may have registered while the last recording stopped
     next_stream_ = 1;
   }
   external_dropped_.store(0);
@@ -121,6 +121,7 @@ void Recorder::abandon_after_fork() {
   new (&strings_) StringTable;
   writer_.abandon();  // the file belongs to the parent; never flush its buffered bytes here
   threads_.clear();   // buffers of parent threads are leaked, not touched
+  retired_.clear();
   t_buffer = nullptr;
   t_exit_hook.buffer = nullptr;
   pool_ = nullptr;  // its mutex may be held too; a new recording makes a new pool
@@ -142,6 +143,7 @@ void Recorder::rename_current_thread(const char* name) {
 ThreadBuffer* Recorder::register_current_thread() {
   if (!active() || !pool_) return nullptr;
   uint64_t generation = generation_.load(std::memory_order_relaxed);
+  if (t_buffer) t_buffer->mark_finished();  // the thread has left its old buffer for good
   ThreadBuffer* buffer;
   {
     std::lock_guard<std::mutex> lock(threads_mutex_);
@@ -229,6 +231,19 @@ void Recorder::append_stats(trace::RecordBuffer& out) {
   last_reported_dropped_ = dropped + stats.dropped_gpu_records;
 }
 
+void Recorder::retire_threads() {
+  // Threads still alive keep their stale-generation buffers: never written to again, and not
+  // freed under a thread that might still be inside a call. Freed once their thread exits.
+  retired_.insert(retired_.end(), threads_.begin(), threads_.end());
+  threads_.clear();
+  std::erase_if(retired_, [](ThreadBuffer* buffer) {
+    if (!buffer->finished()) return false;
+    buffer->release_blocks();
+    delete buffer;
+    return true;
+  });
+}
+
 void Recorder::drain_all(bool final) {
   clock_.add_sync_point();
   std::vector<ThreadBuffer*> snapshot;
@@ -261,11 +276,7 @@ void Recorder::drain_all(bool final) {
       buffer->release_blocks();
       delete buffer;
     }
-    if (final) {
-      // Threads still alive keep their (stale-generation) buffers; they are never written to
-      // again, and are leaked rather than freed under a thread that might still be in a call.
-      threads_.clear();
-    }
+    if (final) retire_threads();
   }
 }
 

@@ -67,6 +67,7 @@ class Recorder {
   void convert_ticks(std::vector<uint8_t>& records) const;
   void warn_write_failure();
   void append_stats(trace::RecordBuffer& out);
+  void retire_threads();  // needs threads_mutex_
 
   // A plain pointer with the initial-exec model: one TLS load on the hot path, no wrapper call.
   __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadBuffer* t_buffer =
@@ -80,6 +81,9 @@ class Recorder {
 
   std::mutex threads_mutex_;
   std::vector<ThreadBuffer*> threads_;
+  // Buffers of earlier recordings whose threads may still be inside a call: kept (not freed)
+  // until their thread exits.
+  std::vector<ThreadBuffer*> retired_;
   uint32_t next_stream_ = 1;  // stream 0 carries strings and stats
   BlockPool* pool_ = nullptr;
 
