@@ -219,6 +219,30 @@ ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementC
   return placement;
 }
 
+ExpertPlacement make_identity_placement(int num_layers, int num_experts, int num_gpus) {
+  if (num_layers <= 0 || num_experts <= 0 || num_gpus <= 0 || num_experts % num_gpus != 0) {
+    throw std::invalid_argument("identity placement: num_experts (" + std::to_string(num_experts) +
+                                ") must be a positive multiple of num_gpus (" +
+                                std::to_string(num_gpus) + ") and num_layers (" +
+                                std::to_string(num_layers) + ") positive");
+  }
+  ExpertPlacement placement;
+  placement.num_layers = num_layers;
+  placement.num_logical_experts = num_experts;
+  placement.num_physical_experts = num_experts;
+  placement.num_gpus = num_gpus;
+  placement.max_replicas = 1;
+  placement.policy = PlacementPolicy::kGlobal;
+  for (int layer = 0; layer < num_layers; ++layer) {
+    for (int expert = 0; expert < num_experts; ++expert) {
+      placement.physical_to_logical.push_back(expert);
+      placement.logical_to_physical.push_back(expert);
+      placement.logical_replica_count.push_back(1);
+    }
+  }
+  return placement;
+}
+
 std::vector<double> gpu_loads_of_placement(std::span<const double> loads,
                                            const ExpertPlacement& placement, int layer) {
   if (loads.size() != static_cast<size_t>(placement.num_logical_experts)) {

@@ -248,6 +248,18 @@ TEST(ExpertPlacement, IdentityPlacementSplitsExpertsContiguously) {
   EXPECT_DOUBLE_EQ(balance.max_over_mean(), 15.0 / 9.0);
 }
 
+TEST(ExpertPlacement, IdentityPlacementMatchesTheLoadsWithoutReplicas) {
+  const ExpertLoads loads = zipf_loads(2, 32, 1.0, 9);
+  const ExpertPlacement identity = make_identity_placement(2, 32, 8);
+  const PlacementConfig config = make_config(32, 8);
+  expect_consistent_placement(identity, config, 2, 32);
+  for (int layer = 0; layer < 2; ++layer) {
+    EXPECT_EQ(gpu_loads_of_placement(loads.layer(layer), identity, layer),
+              gpu_loads_without_replicas(loads.layer(layer), 8));
+  }
+  EXPECT_THROW(make_identity_placement(2, 30, 8), std::invalid_argument);
+}
+
 void expect_invalid(const ExpertLoads& loads, const PlacementConfig& config,
                     const std::string& expected_text) {
   try {

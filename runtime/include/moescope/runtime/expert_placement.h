@@ -65,6 +65,11 @@ struct ExpertPlacement {
 /// groups not a multiple of nodes) or a load is negative or not finite, or the loads are empty.
 ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config);
 
+/// The placement a model starts with: one replica per expert, experts split contiguously over
+/// the GPUs (slot e holds expert e). Throws std::invalid_argument unless num_experts is a
+/// positive multiple of num_gpus.
+ExpertPlacement make_identity_placement(int num_layers, int num_experts, int num_gpus);
+
 /// Per-GPU load of one layer under a placement: [num_gpus]. `loads`: [num_logical_experts].
 std::vector<double> gpu_loads_of_placement(std::span<const double> loads,
                                            const ExpertPlacement& placement, int layer);
