@@ -503,8 +503,8 @@ void measure_bandwidth(std::mt19937& rng) {
                                   d_sources.get<std::int32_t>(), rows, d_permuted.get(), nullptr);
       },
       20);
-  const double permute_bytes =
-      2.0 * rows * hidden * 2;  // each permuted row read once, written once
+  // n token rows read (one per assignment), every permuted row written (padding rows too).
+  const double permute_bytes = (double(n) + rows) * hidden * 2;
   const double permute_gbs = permute_bytes / (permute_ms * 1e-3) / 1e9;
   g_table.push_back({"permute bf16 16k x 7168 top-8", format("%.0f GB/s", permute_gbs),
                      format("%.0f GB/s", copy_gbs),
