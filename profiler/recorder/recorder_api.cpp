@@ -323,6 +323,21 @@ void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uin
   commit<trace::MemoryRecord>(buffer);
 }
 
+void moescope_memory_event_at(uint64_t time_ns, uint64_t address, uint64_t bytes, int32_t device,
+                              uint32_t category, int is_free) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record = begin_record<trace::MemoryRecord>(buffer, trace::RecordKind::kMemory, 0);
+  if (!record) return;
+  record->header.time = time_ns;
+  record->address = address;
+  record->bytes = bytes;
+  record->device = device;
+  record->category = static_cast<uint16_t>(category);
+  record->is_free = is_free ? 1 : 0;
+  commit<trace::MemoryRecord>(buffer);
+}
+
 void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || !kernel) return;

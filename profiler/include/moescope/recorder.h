@@ -195,6 +195,9 @@ enum moescope_memory_category {
 /* An allocation (is_free = 0) or release (is_free = 1). device -1 = host memory. */
 MOESCOPE_API void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device,
                                         uint32_t category, int is_free);
+/* The same, at a time the caller measured (e.g. a CUPTI record delivered later). */
+MOESCOPE_API void moescope_memory_event_at(uint64_t time_ns, uint64_t address, uint64_t bytes,
+                                           int32_t device, uint32_t category, int is_free);
 
 /* ---- GPU activity (written by the shim's CUPTI translation; usable by anyone) ----------- */
 

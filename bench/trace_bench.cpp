@@ -1,0 +1,264 @@
+// Foundation benchmarks: recorder hot path, writer and reader throughput, compressed size.
+// Prints one table; every figure is the median of several repetitions, and each is shown next
+// to a baseline measured in the same run (these machines are shared and noisy).
+//
+//   build/bin/trace_bench [--quick]
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moescope/profiler/trace_reader.h"
+#include "moescope/profiler/trace_writer.h"
+#include "moescope/recorder.h"
+
+namespace {
+
+using namespace moescope::trace;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string temp_file(const char* name) {
+  return std::string("/tmp/moescope_bench_") + std::to_string(getpid()) + "_" + name;
+}
+
+uint64_t file_size(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
+}
+
+// ns per span (begin + end) on `threads` threads at once, recording into a real file.
+double span_cost_ns(int threads, int spans_per_thread, bool recording) {
+  std::string path = temp_file("spans.moetrace");
+  if (recording && moescope_recorder_start(path.c_str(), nullptr) != 0) return -1;
+  moescope_name_t name = moescope_intern("bench span");
+  std::vector<double> per_thread(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      moescope_span_begin(0, name);  // registers the thread outside the timed loop
+      moescope_span_end();
+      auto start = Clock::now();
+      for (int i = 0; i < spans_per_thread; ++i) {
+        moescope_span_begin(0, name);
+        moescope_span_end();
+      }
+      per_thread[t] = seconds_since(start) * 1e9 / spans_per_thread;
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  if (recording) moescope_recorder_stop();
+  std::remove(path.c_str());
+  return *std::max_element(per_thread.begin(), per_thread.end());
+}
+
+double clock_pair_ns(int iterations) {
+  auto start = Clock::now();
+  uint64_t sink = 0;
+  for (int i = 0; i < iterations; ++i) sink += moescope_now_ns() + moescope_now_ns();
+  double ns = seconds_since(start) * 1e9 / iterations;
+  return sink == 1 ? 0 : ns;
+}
+
+// A realistic GPU-side mix: kernels of a training step (a few dozen distinct names, repeating
+// launch configurations, jittered durations, increasing correlation ids) with their launches.
+RecordBuffer kernel_mix(int kernels, std::mt19937_64& rng) {
+  RecordBuffer buffer;
+  uint64_t time = 1'700'000'000'000'000'000ull;
+  uint32_t correlation = 1000;
+  const uint32_t grids[4] = {132, 264, 1024, 8};
+  for (int i = 0; i < kernels; ++i) {
+    int op = i % 24;
+    uint64_t duration = 4000 + op * 900 + rng() % 300;
+    auto& kernel = buffer.append<GpuKernelRecord>(RecordKind::kGpuKernel, time, 10 + op);
+    kernel.end_time = time + duration;
+    kernel.correlation_id = correlation;
+    kernel.device = 0;
+    kernel.context = 1;
+    kernel.stream = 7;
+    kernel.grid[0] = grids[op % 4], kernel.grid[1] = 1, kernel.grid[2] = 1;
+    kernel.block[0] = 256, kernel.block[1] = 1, kernel.block[2] = 1;
+    kernel.shared_memory_bytes = op % 3 ? 0 : 49152;
+    kernel.registers_per_thread = 64 + 8 * (op % 5);
+    time += duration + 1500 + rng() % 200;
+    correlation += 2 + (op == 0);
+  }
+  return buffer;
+}
+
+RecordBuffer api_mix(int launches, std::mt19937_64& rng) {
+  RecordBuffer buffer;
+  uint64_t time = 1'700'000'000'000'000'000ull;
+  uint32_t correlation = 1000;
+  for (int i = 0; i < launches; ++i) {
+    auto& call = buffer.append<ApiCallRecord>(RecordKind::kApiCall, time, 3);
+    call.end_time = time + 2500 + rng() % 400;
+    call.correlation_id = correlation;
+    time += 5000 + rng() % 2000;
+    correlation += 2 + (i % 24 == 0);
+  }
+  return buffer;
+}
+
+RecordBuffer span_mix(int pairs, std::mt19937_64& rng) {
+  RecordBuffer buffer;
+  uint64_t time = 1'700'000'000'000'000'000ull;
+  for (int i = 0; i < pairs; ++i) {
+    buffer.append<SpanBeginRecord>(RecordKind::kSpanBegin, time, 20 + i % 12).domain = 1;
+    time += 200 + rng() % 100;
+    buffer.append<SpanEndRecord>(RecordKind::kSpanEnd, time);
+    time += 50 + rng() % 20;
+  }
+  return buffer;
+}
+
+size_t count_records(const RecordBuffer& buffer) {
+  size_t count = 0;
+  for (size_t at = 0; at < buffer.size(); ++count) {
+    at += reinterpret_cast<const RecordHeader*>(buffer.bytes().data() + at)->size;
+  }
+  return count;
+}
+
+struct WriteResult {
+  double events_per_second;
+  double bytes_per_event;
+  uint64_t events;
+  std::string path;
+};
+
+// Writes `source` again and again in 1 MB chunks (as the recorder does) to a real file.
+WriteResult write_file(const RecordBuffer& source, int repeats) {
+  WriteResult result;
+  result.path = temp_file("write.moetrace");
+  size_t events_per_copy = count_records(source);
+  TraceWriter writer;
+  writer.open(result.path, R"({"bench":true})");
+  std::vector<uint8_t> chunk;
+  auto start = Clock::now();
+  for (int r = 0; r < repeats; ++r) {
+    size_t at = 0;
+    while (at < source.size()) {
+      size_t end = at;
+      while (end < source.size() && end - at < (1u << 20)) {
+        end += reinterpret_cast<const RecordHeader*>(source.bytes().data() + end)->size;
+      }
+      chunk.assign(source.bytes().begin() + at, source.bytes().begin() + end);
+      writer.write_chunk(1, chunk);
+      at = end;
+    }
+  }
+  writer.close();
+  double elapsed = seconds_since(start);
+  result.events = events_per_copy * repeats;
+  result.events_per_second = result.events / elapsed;
+  result.bytes_per_event = double(file_size(result.path)) / result.events;
+  return result;
+}
+
+double read_events_per_second(const std::string& path, uint64_t expected_events) {
+  auto start = Clock::now();
+  TraceReader reader;
+  if (!reader.open(path)) return -1;
+  Chunk chunk;
+  uint64_t events = 0, checksum = 0;
+  while (reader.next_chunk(chunk)) {
+    for (RecordView record : chunk) {
+      ++events;
+      checksum += record.header().time;
+    }
+  }
+  double elapsed = seconds_since(start);
+  if (events != expected_events) {
+    std::fprintf(stderr, "reader saw %llu events, expected %llu\n", (unsigned long long)events,
+                 (unsigned long long)expected_events);
+    return -1;
+  }
+  return checksum == 1 ? 0 : events / elapsed;
+}
+
+void row(const char* what, double value, const char* unit, const char* target,
+         const std::string& baseline) {
+  std::printf("| %-44s | %10.2f %-8s | %-12s | %s |\n", what, value, unit, target,
+              baseline.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  int repetitions = quick ? 3 : 7;
+  int spans = quick ? 1'000'000 : 5'000'000;
+  std::mt19937_64 rng(42);
+
+  std::vector<double> one, two, off, clocks;
+  for (int r = 0; r < repetitions; ++r) {
+    one.push_back(span_cost_ns(1, spans, true));
+    two.push_back(span_cost_ns(2, spans, true));
+    off.push_back(span_cost_ns(1, spans, false));
+    clocks.push_back(clock_pair_ns(spans));
+  }
+  char baseline[160];
+  std::printf("| measure | value | target | baseline in the same run |\n|---|---|---|---|\n");
+  std::snprintf(baseline, sizeof(baseline), "not recording: %.2f ns; two clock_gettime: %.2f ns",
+                median(off), median(clocks));
+  row("span begin+end, 1 thread (median)", median(one), "ns", "<= 15 ns", baseline);
+  row("span begin+end, 2 threads, per thread", median(two), "ns", "<= 25 ns",
+      "1 thread: " + std::to_string(median(one)).substr(0, 5) + " ns");
+
+  int kernels = quick ? 200'000 : 1'000'000;
+  RecordBuffer kernels_buffer = kernel_mix(kernels, rng);
+  RecordBuffer api_buffer = api_mix(kernels, rng);
+  RecordBuffer spans_buffer = span_mix(kernels, rng);
+  RecordBuffer mixed;  // interleaved in the proportions of a traced training step
+  mixed.bytes() = spans_buffer.bytes();
+  mixed.bytes().insert(mixed.bytes().end(), api_buffer.bytes().begin(), api_buffer.bytes().end());
+  mixed.bytes().insert(mixed.bytes().end(), kernels_buffer.bytes().begin(),
+                       kernels_buffer.bytes().end());
+
+  WriteResult kernel_write = write_file(kernels_buffer, 1);
+  std::remove(kernel_write.path.c_str());
+  WriteResult api_write = write_file(api_buffer, 1);
+  std::remove(api_write.path.c_str());
+  row("compressed size, kernel event", kernel_write.bytes_per_event, "B/event", "<= 8 B",
+      "raw record: " + std::to_string(sizeof(GpuKernelRecord)) + " B");
+  row("compressed size, launch (API call) event", api_write.bytes_per_event, "B/event", "-",
+      "raw record: " + std::to_string(sizeof(ApiCallRecord)) + " B");
+
+  std::vector<double> write_rates, read_rates, raw_copy_rates;
+  double mixed_bytes_per_event = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    WriteResult write = write_file(mixed, quick ? 2 : 5);
+    write_rates.push_back(write.events_per_second);
+    mixed_bytes_per_event = write.bytes_per_event;
+    read_rates.push_back(read_events_per_second(write.path, write.events));
+    std::remove(write.path.c_str());
+    auto start = Clock::now();  // baseline: a plain memcpy of the same raw bytes
+    std::vector<uint8_t> copy(mixed.size());
+    for (int i = 0; i < (quick ? 2 : 5); ++i) std::memcpy(copy.data(), mixed.bytes().data(), copy.size());
+    raw_copy_rates.push_back(write.events / seconds_since(start));
+  }
+  std::snprintf(baseline, sizeof(baseline), "memcpy of the raw records: %.0f M events/s",
+                median(raw_copy_rates) / 1e6);
+  row("writer to disk, mixed events", median(write_rates) / 1e6, "M ev/s", ">= 30 M/s", baseline);
+  row("reader from disk, mixed events", median(read_rates) / 1e6, "M ev/s", ">= 30 M/s", baseline);
+  row("compressed size, mixed events", mixed_bytes_per_event, "B/event", "-",
+      "raw mean: " + std::to_string(double(mixed.size()) / count_records(mixed)).substr(0, 5) +
+          " B");
+  return 0;
+}
