@@ -13,7 +13,7 @@
 //   │   ├── memory_events          allocations/frees, + usage per category over time
 //   │   └── steps[]                step intervals of this rank
 //   ├── expert_loads, expert_values, layer_stats, rebalances   (all ranks, load order)
-//   ├── flows[]                    arrows between tracks (launch -> GPU work, explicit flows)
+//   ├── flows[]                    explicit flow arrows (launch -> GPU work: GpuOp::launch_*)
 //   └── errors[]                   what could not be read (file, offset, message)
 //
 // Times are int64 nanoseconds on one global clock (the first process's clock after alignment,
@@ -231,6 +231,17 @@ struct StepInterval {
 };
 
 enum class StepSource : uint8_t { kNone = 0, kMarkers = 1, kRepeatingRange = 2 };
+const char* step_source_name(StepSource source);
+
+struct StepMarker {  // moescope_step(step) was called at `time`
+  int64_t step = 0;
+  TimeNs time = 0;
+};
+
+struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
+  uint64_t sync_id = 0;
+  TimeNs time = 0;
+};
 
 struct ProcessTrack {
   int32_t rank = 0;  // from metadata, else the file's position
@@ -251,8 +262,10 @@ struct ProcessTrack {
   std::vector<CounterTrack> counters;
   std::vector<MemoryEvent> memory_events;  // sorted by time
   MemoryUsage memory_usage;
-  std::vector<StepInterval> steps;  // sorted by start
-  TimeNs begin = 0, end = 0;        // this process's time range
+  std::vector<StepInterval> steps;  // sorted by start (step_detection.h)
+  std::vector<StepMarker> step_markers;
+  std::vector<ClockSyncPoint> clock_sync_points;
+  TimeNs begin = 0, end = 0;  // this process's time range
 
   // Counts of what the loader repaired: span ends with no open span, spans never closed,
   // range ends with no start.
@@ -315,7 +328,8 @@ struct TrackRef {
   uint32_t track = 0;  // index in the process's threads / gpu_streams / communicators
 };
 
-// An arrow between two points: a launch (API call) to its GPU work, or an explicit flow.
+// An arrow between two points recorded with moescope_flow (start -> end with the same id).
+// Launch -> GPU work arrows are not listed here: GpuOp::launch_thread/launch_call hold them.
 struct FlowArrow {
   TrackRef from;
   TimeNs from_time = 0;

@@ -1,0 +1,152 @@
+// Clock alignment across hosts (see clock_alignment.h for the order of methods).
+#include "moescope/profiler/clock_alignment.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "file_load.h"
+
+namespace moescope::analysis {
+namespace {
+
+TimeNs median(std::vector<TimeNs> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+bool is_collective(uint32_t kind) {
+  switch (kind) {
+    case 1:  // all-reduce
+    case 2:  // all-gather
+    case 3:  // reduce-scatter
+    case 6:  // all-to-all
+    case 9:  // barrier
+      return true;
+    default:
+      return false;
+  }
+}
+
+// For keyed events seen on several hosts: per host, the median difference to the reference
+// host over the keys both have. Returns false when some host shares no key with the reference.
+bool offsets_from_keys(const std::vector<std::map<uint64_t, std::vector<TimeNs>>>& by_host,
+                       std::vector<TimeNs>& host_offsets) {
+  host_offsets.assign(by_host.size(), 0);
+  const auto& reference = by_host[0];
+  for (size_t h = 1; h < by_host.size(); ++h) {
+    std::vector<TimeNs> differences;
+    for (const auto& [key, times] : by_host[h]) {
+      auto found = reference.find(key);
+      if (found == reference.end()) continue;
+      differences.push_back(median(found->second) - median(times));
+    }
+    if (differences.empty()) return false;
+    host_offsets[h] = median(differences);
+  }
+  return true;
+}
+
+}  // namespace
+
+ClockAlignment compute_clock_alignment(const TraceModel& model) {
+  ClockAlignment result;
+  const size_t n = model.processes.size();
+  result.offsets.assign(n, 0);
+  if (n == 0) return result;
+  // Host of each process; processes with no host name are taken to share the first's.
+  std::vector<std::string> hosts;
+  std::vector<size_t> host_of(n);
+  for (size_t p = 0; p < n; ++p) {
+    std::string host =
+        model.processes[p].host.empty() ? model.processes[0].host : model.processes[p].host;
+    auto found = std::find(hosts.begin(), hosts.end(), host);
+    host_of[p] = static_cast<size_t>(found - hosts.begin());
+    if (found == hosts.end()) hosts.push_back(host);
+  }
+  if (hosts.size() == 1) return result;
+
+  std::vector<TimeNs> host_offsets;
+  std::vector<std::map<uint64_t, std::vector<TimeNs>>> syncs(hosts.size());
+  for (size_t p = 0; p < n; ++p) {
+    for (const auto& point : model.processes[p].clock_sync_points) {
+      syncs[host_of[p]][point.sync_id].push_back(point.time);
+    }
+  }
+  if (offsets_from_keys(syncs, host_offsets)) {
+    result.method = ClockAlignmentMethod::kClockSync;
+  } else {
+    std::vector<std::map<uint64_t, std::vector<TimeNs>>> collectives(hosts.size());
+    for (size_t p = 0; p < n; ++p) {
+      for (const auto& comm : model.processes[p].communicators) {
+        for (const CommOp& op : comm.ops) {
+          if (!is_collective(op.kind) || (op.flags & kCommEndUnknown)) continue;
+          uint64_t key = comm.comm_id * 0x9E3779B97F4A7C15ull ^ op.sequence;
+          collectives[host_of[p]][key].push_back(op.end);
+        }
+      }
+    }
+    if (offsets_from_keys(collectives, host_offsets)) {
+      result.method = ClockAlignmentMethod::kCollectiveEnds;
+    } else {
+      // Wall clock: unix = trace time + (start_unix_ns - start_ns) per process.
+      std::vector<TimeNs> to_unix(n, 0);
+      bool known = true;
+      for (size_t p = 0; p < n; ++p) {
+        auto meta = nlohmann::json::parse(model.processes[p].metadata_json, nullptr, false);
+        if (!meta.is_object() || !meta.contains("start_unix_ns") || !meta.contains("start_ns") ||
+            !meta["start_unix_ns"].is_number() || !meta["start_ns"].is_number()) {
+          known = false;
+          break;
+        }
+        to_unix[p] = meta["start_unix_ns"].get<int64_t>() - meta["start_ns"].get<int64_t>();
+      }
+      if (!known) {
+        result.method = ClockAlignmentMethod::kNone;
+        return result;
+      }
+      for (size_t p = 0; p < n; ++p) result.offsets[p] = to_unix[p] - to_unix[0];
+      result.method = ClockAlignmentMethod::kWallClock;
+      return result;
+    }
+  }
+  for (size_t p = 0; p < n; ++p) result.offsets[p] = host_offsets[host_of[p]];
+  return result;
+}
+
+// shift_process_times: process_finalize.cpp
+
+void align_clocks(TraceModel& model) {
+  ClockAlignment alignment = compute_clock_alignment(model);
+  model.clock_alignment = alignment.method;
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    TimeNs offset = alignment.offsets[p];
+    if (offset == 0) continue;
+    shift_process_times(model.processes[p], offset);
+    auto shift = [&](auto& samples) {
+      for (auto& sample : samples) {
+        if (sample.process == p) sample.time += offset;
+      }
+    };
+    shift(model.expert_loads);
+    shift(model.expert_values);
+    shift(model.layer_stats);
+    shift(model.rebalances);
+    for (auto& flow : model.flows) {
+      if (flow.from.process == p) flow.from_time += offset;
+      if (flow.to.process == p) flow.to_time += offset;
+    }
+  }
+  if (!model.processes.empty()) {
+    model.begin = INT64_MAX;
+    model.end = INT64_MIN;
+    for (const auto& process : model.processes) {
+      model.begin = std::min(model.begin, process.begin);
+      model.end = std::max(model.end, process.end);
+    }
+  }
+}
+
+}  // namespace moescope::analysis

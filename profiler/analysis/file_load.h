@@ -1,0 +1,58 @@
+// What one input file becomes before the files are merged into a TraceModel: a process with
+// names still in the file's own string ids, plus the model-wide sample arrays of that file.
+// Internal to the analysis library.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "moescope/profiler/trace_model.h"
+
+namespace moescope::analysis {
+
+// Ids with this bit set name strings the loader made up (kLocalExtraBit | index into extras).
+inline constexpr uint32_t kLocalExtraBit = 0x80000000u;
+
+struct FileLoad {
+  bool opened = false;  // false: nothing of the file could be read
+  ProcessTrack process;
+  int32_t metadata_rank = -1;  // -1 when the metadata has none
+  int64_t start_ns = 0;        // metadata: the trace clock at start
+  int64_t start_unix_ns = 0;   // metadata: wall clock at start (0 = unknown)
+
+  // Names: the file's ids (moetrace string records) and made-up names (kLocalExtraBit).
+  std::unordered_map<uint32_t, std::string> file_strings;
+  std::vector<std::string> extra_strings;
+  std::unordered_map<std::string, uint32_t> extra_index;
+  uint32_t intern_extra(std::string_view text);
+
+  std::vector<ExpertLoadSample> expert_loads;  // offsets into expert_tokens below
+  std::vector<uint32_t> expert_tokens;
+  std::vector<ExpertValuesSample> expert_values;
+  std::vector<float> expert_value_data;
+  std::vector<LayerStatsSample> layer_stats;
+  std::vector<RebalanceDecision> rebalances;
+  std::vector<FlowArrow> flows;  // process fields are filled in at merge
+  std::vector<LoadError> errors;
+};
+
+// Called with the bytes of the current file read so far.
+using BytesProgress = std::function<void(uint64_t bytes_read, uint64_t file_bytes)>;
+
+FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
+                            const std::atomic<bool>* cancel);
+FileLoad load_kineto_file(const std::string& path);
+
+// Sorts and indexes the tracks of a freshly read process: span nesting (parent, depth, the
+// per-depth index), running max ends, launch links by correlation id, memory usage, the
+// process time range. Names of copies are made up through `file`.
+void finalize_process(FileLoad& file);
+
+// Adds `offset` to every time of the process (clock alignment).
+void shift_process_times(ProcessTrack& process, TimeNs offset);
+
+}  // namespace moescope::analysis

@@ -1,0 +1,138 @@
+// Step detection (see step_detection.h).
+#include "moescope/profiler/step_detection.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string>
+
+namespace moescope::analysis {
+namespace {
+
+// Latest end of any activity on the process that starts in [from, until).
+TimeNs last_activity_end(const ProcessTrack& process, TimeNs from, TimeNs until) {
+  TimeNs last = from;
+  for (const auto& thread : process.threads) {
+    if (!thread.spans_by_depth.empty()) {
+      for (uint32_t index : thread.spans_by_depth[0]) {
+        const Span& span = thread.spans[index];
+        if (span.start >= from && span.start < until) last = std::max(last, span.end);
+      }
+    }
+    for (const auto& call : thread.api_calls) {
+      if (call.start >= from && call.start < until) last = std::max(last, call.end);
+    }
+  }
+  for (const auto& stream : process.gpu_streams) {
+    for (const auto& op : stream.ops) {
+      if (op.start >= from && op.start < until) last = std::max(last, op.end);
+    }
+  }
+  for (const auto& comm : process.communicators) {
+    for (const auto& op : comm.ops) {
+      if (op.start >= from && op.start < until) last = std::max(last, op.end);
+    }
+  }
+  return last;
+}
+
+// "ProfilerStep#12" -> ("ProfilerStep#", 12); names without trailing digits -> (name, -1).
+std::pair<std::string, int64_t> split_trailing_number(const std::string& name) {
+  size_t digits = name.size();
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
+  if (digits == name.size() || name.size() - digits > 15) return {name, -1};
+  return {name.substr(0, digits), std::stoll(name.substr(digits))};
+}
+
+bool steps_from_markers(TraceModel& model) {
+  bool any = false;
+  for (const auto& process : model.processes) any |= !process.step_markers.empty();
+  if (!any) return false;
+  for (auto& process : model.processes) {
+    process.steps.clear();
+    const auto& markers = process.step_markers;
+    for (size_t i = 0; i < markers.size(); ++i) {
+      StepInterval step;
+      step.step = markers[i].step;
+      step.start = markers[i].time;
+      step.end = i + 1 < markers.size() ? markers[i + 1].time
+                                        : last_activity_end(process, markers[i].time, INT64_MAX);
+      process.steps.push_back(step);
+    }
+  }
+  return true;
+}
+
+bool steps_from_repeating_range(TraceModel& model) {
+  // Coverage per normalised top-level name, summed over ranks; and the minimum count per rank.
+  std::map<std::string, TimeNs> coverage;
+  std::map<std::string, size_t> min_count;
+  for (const auto& process : model.processes) {
+    std::map<std::string, size_t> counts;
+    for (const auto& thread : process.threads) {
+      if (thread.spans_by_depth.empty()) continue;
+      for (uint32_t index : thread.spans_by_depth[0]) {
+        const Span& span = thread.spans[index];
+        std::string base = split_trailing_number(model.name(span.name)).first;
+        if (base.empty()) continue;
+        coverage[base] += span.duration();
+        ++counts[base];
+      }
+    }
+    for (const auto& [name, count] : counts) {
+      auto found = min_count.find(name);
+      min_count[name] = found == min_count.end() ? count : std::min(found->second, count);
+    }
+  }
+  std::string best;
+  TimeNs best_coverage = 0;
+  for (const auto& [name, total] : coverage) {
+    auto found = min_count.find(name);
+    if (found == min_count.end() || found->second < 2) continue;
+    if (total > best_coverage) best_coverage = total, best = name;
+  }
+  if (best.empty()) return false;
+  for (auto& process : model.processes) {
+    process.steps.clear();
+    for (const auto& thread : process.threads) {
+      if (thread.spans_by_depth.empty()) continue;
+      for (uint32_t index : thread.spans_by_depth[0]) {
+        const Span& span = thread.spans[index];
+        auto [base, number] = split_trailing_number(model.name(span.name));
+        if (base != best) continue;
+        process.steps.push_back({number, span.start, span.end});
+      }
+    }
+    std::sort(process.steps.begin(), process.steps.end(),
+              [](const StepInterval& a, const StepInterval& b) { return a.start < b.start; });
+    bool numbered = std::all_of(process.steps.begin(), process.steps.end(),
+                                [](const StepInterval& s) { return s.step >= 0; });
+    if (!numbered) {
+      for (size_t i = 0; i < process.steps.size(); ++i) process.steps[i].step = int64_t(i);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void detect_steps(TraceModel& model) {
+  if (steps_from_markers(model)) {
+    model.step_source = StepSource::kMarkers;
+  } else if (steps_from_repeating_range(model)) {
+    model.step_source = StepSource::kRepeatingRange;
+  } else {
+    model.step_source = StepSource::kNone;
+  }
+}
+
+int step_at(const ProcessTrack& process, TimeNs time) {
+  auto after = std::upper_bound(process.steps.begin(), process.steps.end(), time,
+                                [](TimeNs t, const StepInterval& s) { return t < s.start; });
+  if (after == process.steps.begin()) return -1;
+  --after;
+  if (time >= after->end) return -1;
+  return static_cast<int>(after - process.steps.begin());
+}
+
+}  // namespace moescope::analysis

@@ -1,0 +1,210 @@
+// Per rank and step time breakdown (definitions in time_breakdown.h).
+#include "moescope/profiler/time_breakdown.h"
+
+#include <algorithm>
+#include <map>
+
+#include "moescope/profiler/intervals.h"
+
+namespace moescope::analysis {
+namespace {
+
+constexpr double kMsPerNs = 1e-6;
+
+bool is_communication_kernel(const std::string& name) {
+  return name.rfind("nccl", 0) == 0 || name.find("ncclKernel") != std::string::npos;
+}
+
+void clip_into(std::vector<Interval>& out, TimeNs start, TimeNs end, TimeNs t0, TimeNs t1) {
+  start = std::max(start, t0);
+  end = std::min(end, t1);
+  if (start < end) out.push_back({start, end});
+}
+
+}  // namespace
+
+StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& process, TimeNs t0,
+                                 TimeNs t1) {
+  StepBreakdown result;
+  result.rank = process.rank;
+  result.start = t0;
+  result.end = t1;
+  result.step_ms = double(t1 - t0) * kMsPerNs;
+  std::vector<Interval> compute, communication, memcpy, syncs;
+  bool has_kernels = false;
+  for (const auto& stream : process.gpu_streams) {
+    IndexRange range = visible_range(stream, t0, t1);
+    const GpuOp* previous = nullptr;
+    for (size_t i = range.begin; i < range.end; ++i) {
+      const GpuOp& op = stream.ops[i];
+      if (op.end <= t0 && op.start < t0) continue;
+      switch (op.kind) {
+        case GpuOpKind::kKernel:
+          has_kernels = true;
+          clip_into(is_communication_kernel(model.name(op.name)) ? communication : compute,
+                    op.start, op.end, t0, t1);
+          break;
+        case GpuOpKind::kMemcpy:
+        case GpuOpKind::kMemset:
+          clip_into(memcpy, op.start, op.end, t0, t1);
+          break;
+        case GpuOpKind::kSync:
+          clip_into(syncs, op.start, op.end, t0, t1);
+          ++result.host_syncs;
+          break;
+      }
+      if (op.kind == GpuOpKind::kSync || stream.stream == kAllStreams) continue;
+      // The GPU went idle and the next op's launch call ended after that: launch-bound gap.
+      if (previous && op.start > previous->end && op.launch_thread != kNoIndex && op.start >= t0) {
+        const ApiCall& call = process.threads[op.launch_thread].api_calls[op.launch_call];
+        if (call.end > previous->end) {
+          result.launch_gap_ms += double(std::min(op.start, call.end) - previous->end) * kMsPerNs;
+        }
+      }
+      previous = &op;
+    }
+  }
+  for (const auto& comm : process.communicators) {
+    IndexRange range = visible_range(comm, t0, t1);
+    for (size_t i = range.begin; i < range.end; ++i) {
+      clip_into(communication, comm.ops[i].start, comm.ops[i].end, t0, t1);
+    }
+  }
+  IntervalSet communication_set = IntervalSet::union_of(std::move(communication));
+  IntervalSet compute_set;
+  if (has_kernels) {
+    compute_set = IntervalSet::union_of(std::move(compute));
+  } else {
+    // CPU run: the CPU spans are the work, except ranges that contain the whole step.
+    for (const auto& thread : process.threads) {
+      for (size_t depth = 0; depth < thread.spans_by_depth.size(); ++depth) {
+        IndexRange range = visible_spans(thread, depth, t0, t1);
+        for (size_t k = range.begin; k < range.end; ++k) {
+          const Span& span = thread.spans[thread.spans_by_depth[depth][k]];
+          if (span.start <= t0 && span.end >= t1) continue;
+          clip_into(compute, span.start, span.end, t0, t1);
+        }
+      }
+    }
+    compute_set = IntervalSet::union_of(std::move(compute)).subtract(communication_set);
+  }
+  IntervalSet memcpy_set = IntervalSet::union_of(std::move(memcpy));
+  IntervalSet sync_set = IntervalSet::union_of(std::move(syncs));
+  const IntervalSet busy = compute_set.unite(communication_set);
+  const TimeNs overlapped = communication_set.intersect(compute_set).covered();
+  result.compute_ms = double(compute_set.covered()) * kMsPerNs;
+  result.communication_ms = double(communication_set.covered()) * kMsPerNs;
+  result.overlapped_communication_ms = double(overlapped) * kMsPerNs;
+  result.exposed_communication_ms = result.communication_ms - result.overlapped_communication_ms;
+  result.memcpy_ms = double(memcpy_set.subtract(busy).covered()) * kMsPerNs;
+  result.idle_ms = double((t1 - t0) - busy.unite(memcpy_set).covered()) * kMsPerNs;
+  result.host_sync_ms = double(sync_set.covered()) * kMsPerNs;
+  // Device-to-host copies the host was waiting for: the blocking copies before all-to-alls.
+  if (!sync_set.intervals().empty()) {
+    for (const auto& stream : process.gpu_streams) {
+      IndexRange range = visible_range(stream, t0, t1);
+      for (size_t i = range.begin; i < range.end; ++i) {
+        const GpuOp& op = stream.ops[i];
+        if (op.kind != GpuOpKind::kMemcpy || op.copy_kind != 2 /*DtoH*/) continue;
+        IntervalSet copy = IntervalSet::union_of({{op.start, op.end}});
+        if (copy.intersect(sync_set).covered() > 0) ++result.blocking_d2h_copies;
+      }
+    }
+  }
+  const auto& events = process.memory_events;
+  auto first = std::lower_bound(events.begin(), events.end(), t0,
+                                [](const MemoryEvent& e, TimeNs t) { return e.time < t; });
+  for (auto it = first; it != events.end() && it->time < t1; ++it) {
+    if (it->is_free) continue;
+    ++result.allocations;
+    result.allocated_bytes += static_cast<uint64_t>(it->bytes);
+  }
+  return result;
+}
+
+StepBreakdown RankBreakdown::mean() const {
+  StepBreakdown mean = total;
+  double n = steps.empty() ? 1.0 : double(steps.size());
+  mean.step_ms /= n;
+  mean.compute_ms /= n;
+  mean.communication_ms /= n;
+  mean.exposed_communication_ms /= n;
+  mean.overlapped_communication_ms /= n;
+  mean.memcpy_ms /= n;
+  mean.idle_ms /= n;
+  mean.host_sync_ms /= n;
+  mean.launch_gap_ms /= n;
+  mean.host_syncs = static_cast<uint32_t>(total.host_syncs / n + 0.5);
+  mean.blocking_d2h_copies = static_cast<uint32_t>(total.blocking_d2h_copies / n + 0.5);
+  mean.allocations = static_cast<uint32_t>(total.allocations / n + 0.5);
+  mean.allocated_bytes = static_cast<uint64_t>(double(total.allocated_bytes) / n);
+  return mean;
+}
+
+TimeBreakdown compute_time_breakdown(const TraceModel& model) {
+  TimeBreakdown result;
+  std::map<int64_t, std::vector<std::pair<int32_t, StepBreakdown>>> by_step;
+  for (const auto& process : model.processes) {
+    RankBreakdown rank;
+    rank.rank = process.rank;
+    if (process.steps.empty()) {
+      rank.steps.push_back(breakdown_interval(model, process, process.begin, process.end));
+    } else {
+      for (const StepInterval& step : process.steps) {
+        StepBreakdown breakdown = breakdown_interval(model, process, step.start, step.end);
+        breakdown.step = step.step;
+        rank.steps.push_back(breakdown);
+        by_step[step.step].push_back({process.rank, breakdown});
+      }
+    }
+    StepBreakdown& total = rank.total;
+    total.rank = process.rank;
+    total.step = -1;
+    for (const StepBreakdown& step : rank.steps) {
+      total.step_ms += step.step_ms;
+      total.compute_ms += step.compute_ms;
+      total.communication_ms += step.communication_ms;
+      total.exposed_communication_ms += step.exposed_communication_ms;
+      total.overlapped_communication_ms += step.overlapped_communication_ms;
+      total.memcpy_ms += step.memcpy_ms;
+      total.idle_ms += step.idle_ms;
+      total.host_sync_ms += step.host_sync_ms;
+      total.host_syncs += step.host_syncs;
+      total.blocking_d2h_copies += step.blocking_d2h_copies;
+      total.launch_gap_ms += step.launch_gap_ms;
+      total.allocations += step.allocations;
+      total.allocated_bytes += step.allocated_bytes;
+    }
+    if (!rank.steps.empty()) {
+      total.start = rank.steps.front().start;
+      total.end = rank.steps.back().end;
+    }
+    result.ranks.push_back(std::move(rank));
+  }
+  for (auto& [step, entries] : by_step) {
+    if (entries.size() != model.processes.size()) continue;
+    StepSpread spread;
+    spread.step = step;
+    spread.min_ms = 1e300;
+    std::vector<double> busy;
+    for (const auto& [rank, breakdown] : entries) {
+      spread.min_ms = std::min(spread.min_ms, breakdown.step_ms);
+      spread.max_ms = std::max(spread.max_ms, breakdown.step_ms);
+      spread.mean_ms += breakdown.step_ms / double(entries.size());
+      busy.push_back(breakdown.busy_ms());
+      if (breakdown.busy_ms() > spread.max_busy_ms) {
+        spread.max_busy_ms = breakdown.busy_ms();
+        spread.slowest_rank = rank;
+      }
+    }
+    std::sort(busy.begin(), busy.end());
+    spread.median_busy_ms = busy[busy.size() / 2];
+    if (busy.size() % 2 == 0) {
+      spread.median_busy_ms = 0.5 * (busy[busy.size() / 2 - 1] + busy[busy.size() / 2]);
+    }
+    result.spread.push_back(spread);
+  }
+  return result;
+}
+
+}  // namespace moescope::analysis

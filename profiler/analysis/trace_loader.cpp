@@ -1,0 +1,212 @@
+// Loads files in parallel (one thread per file, bounded by the hardware), then merges them into
+// one model: ranks, one string table, model-wide samples, clock alignment, step detection.
+#include "moescope/profiler/trace_loader.h"
+
+#include <sys/stat.h>
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "file_load.h"
+#include "moescope/profiler/clock_alignment.h"
+#include "moescope/profiler/step_detection.h"
+
+namespace moescope::analysis {
+namespace {
+
+uint64_t file_bytes(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Maps one file's string ids to the model's table.
+class StringRemap {
+ public:
+  StringRemap(FileLoad& file, StringTable& table) : file_(file), table_(table) {
+    extras_.reserve(file.extra_strings.size());
+    for (const auto& text : file.extra_strings) extras_.push_back(table.intern(text));
+  }
+  StringId operator()(uint32_t local) {
+    if (local == 0) return 0;
+    if (local & kLocalExtraBit) {
+      uint32_t index = local & ~kLocalExtraBit;
+      return index < extras_.size() ? extras_[index] : 0;
+    }
+    if (local == last_local_) return last_global_;
+    auto [found, inserted] = cache_.try_emplace(local, 0);
+    if (inserted) {
+      auto text = file_.file_strings.find(local);
+      found->second =
+          table_.intern(text != file_.file_strings.end()
+                            ? std::string_view(text->second)
+                            : std::string_view("<unnamed " + std::to_string(local) + ">"));
+    }
+    last_local_ = local;
+    last_global_ = found->second;
+    return found->second;
+  }
+
+ private:
+  FileLoad& file_;
+  StringTable& table_;
+  std::vector<StringId> extras_;
+  std::unordered_map<uint32_t, StringId> cache_;
+  uint32_t last_local_ = 0;
+  StringId last_global_ = 0;
+};
+
+void remap_process_names(ProcessTrack& process, StringRemap& remap) {
+  for (auto& thread : process.threads) {
+    thread.name = remap(thread.name);
+    for (auto& span : thread.spans) span.name = remap(span.name), span.domain = remap(span.domain);
+    for (auto& instant : thread.instants) {
+      instant.name = remap(instant.name), instant.domain = remap(instant.domain);
+    }
+    for (auto& call : thread.api_calls) call.name = remap(call.name);
+  }
+  for (auto& stream : process.gpu_streams) {
+    for (auto& op : stream.ops) op.name = remap(op.name);
+  }
+  for (auto& comm : process.communicators) {
+    for (auto& op : comm.ops) op.name = remap(op.name);
+  }
+  for (auto& counter : process.counters) counter.name = remap(counter.name);
+}
+
+// Ranks from the metadata when every file has a distinct one, else the files' positions.
+std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
+  std::vector<int32_t> ranks(files.size());
+  std::set<int32_t> seen;
+  bool usable = true;
+  for (size_t i = 0; i < files.size(); ++i) {
+    int32_t rank = files[i].metadata_rank;
+    if (rank < 0 || !seen.insert(rank).second) usable = false;
+    ranks[i] = rank;
+  }
+  if (!usable) {
+    for (size_t i = 0; i < files.size(); ++i) ranks[i] = static_cast<int32_t>(i);
+  }
+  return ranks;
+}
+
+void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
+  std::vector<int32_t> ranks = choose_ranks(files);
+  std::vector<size_t> order(files.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ranks[a] < ranks[b]; });
+  for (size_t i : order) {
+    FileLoad& file = files[i];
+    for (auto& error : file.errors) model.errors.push_back(std::move(error));
+    if (!file.opened) continue;
+    const uint32_t process_index = static_cast<uint32_t>(model.processes.size());
+    StringRemap remap(file, model.strings);
+    remap_process_names(file.process, remap);
+    file.process.rank = ranks[i];
+    const uint32_t token_base = static_cast<uint32_t>(model.expert_tokens.size());
+    model.expert_tokens.insert(model.expert_tokens.end(), file.expert_tokens.begin(),
+                               file.expert_tokens.end());
+    for (auto sample : file.expert_loads) {
+      sample.offset += token_base;
+      sample.process = process_index;
+      model.expert_loads.push_back(sample);
+    }
+    const uint32_t value_base = static_cast<uint32_t>(model.expert_value_data.size());
+    model.expert_value_data.insert(model.expert_value_data.end(), file.expert_value_data.begin(),
+                                   file.expert_value_data.end());
+    for (auto sample : file.expert_values) {
+      sample.offset += value_base;
+      sample.process = process_index;
+      model.expert_values.push_back(sample);
+    }
+    for (auto sample : file.layer_stats) {
+      sample.process = process_index;
+      model.layer_stats.push_back(sample);
+    }
+    for (auto decision : file.rebalances) {
+      decision.process = process_index;
+      model.rebalances.push_back(decision);
+    }
+    for (auto flow : file.flows) {
+      flow.from.process = process_index;
+      flow.to.process = process_index;
+      model.flows.push_back(flow);
+    }
+    model.total_events += file.process.events;
+    model.processes.push_back(std::move(file.process));
+    file = FileLoad();  // free the file's memory as soon as it is merged
+  }
+  model.begin = 0;
+  model.end = 0;
+  if (!model.processes.empty()) {
+    model.begin = INT64_MAX;
+    model.end = INT64_MIN;
+    for (const auto& process : model.processes) {
+      model.begin = std::min(model.begin, process.begin);
+      model.end = std::max(model.end, process.end);
+    }
+  }
+}
+
+}  // namespace
+
+bool is_chrome_json_path(const std::string& path) {
+  return ends_with(path, ".json") || ends_with(path, ".json.gz");
+}
+
+TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions& options) {
+  TraceModel model;
+  std::vector<FileLoad> files(paths.size());
+  LoadProgress progress;
+  progress.files_total = paths.size();
+  std::vector<uint64_t> bytes_read(paths.size(), 0);
+  for (const auto& path : paths) progress.bytes_total += file_bytes(path);
+  std::mutex progress_mutex;
+  auto report = [&](size_t file, uint64_t bytes, bool done) {
+    if (!options.progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    progress.bytes_done += bytes - std::min(bytes, bytes_read[file]);
+    bytes_read[file] = std::max(bytes_read[file], bytes);
+    if (done) ++progress.files_done;
+    options.progress(progress);
+  };
+
+  std::atomic<size_t> next_file{0};
+  auto worker = [&] {
+    for (size_t i = next_file.fetch_add(1); i < paths.size(); i = next_file.fetch_add(1)) {
+      if (options.cancel && options.cancel->load()) break;
+      const std::string& path = paths[i];
+      if (is_chrome_json_path(path)) {
+        files[i] = load_kineto_file(path);
+      } else {
+        files[i] = load_moetrace_file(
+            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, options.cancel);
+      }
+      report(i, file_bytes(path), true);
+    }
+  };
+  unsigned threads =
+      options.max_threads ? options.max_threads : std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>(threads, paths.size()));
+  if (threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+    for (auto& thread : pool) thread.join();
+  }
+
+  merge_into(model, files);
+  if (options.align_clocks) align_clocks(model);
+  if (options.detect_steps) detect_steps(model);
+  return model;
+}
+
+}  // namespace moescope::analysis
