@@ -145,6 +145,9 @@ void launch_unpermute_combine_backward(const void* grad_output, const void* expe
 // runtime's default bf16 path on sm90 is at::_grouped_mm, which reads offsets on the device.
 // Groups span their padded rows [host_group_offsets[g], host_group_offsets[g + 1]), so every
 // row below host_group_offsets[G] of the output is written (padding rows are zero inputs).
+// Both launchers set the handle's stream to `stream` (cublasSetStream) and copy the pointer
+// arrays from pageable host memory, so they cannot be captured into a CUDA graph; every other
+// launcher here is capture-safe (kernels and cudaMemsetAsync only).
 
 /// Both the cuBLAS path and at::_grouped_mm need: float32 or bf16, k and n multiples of
 /// 16 / dtype_size (16-byte row strides), 16-byte aligned base pointers, group starts
