@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "moescope/runtime/expert_migration.h"
 #include "moescope/runtime/expert_placement.h"
 
 namespace {
@@ -34,9 +35,12 @@ struct BenchSettings {
 };
 
 // Token counts per expert sampled from Zipf(exponent) over a random ranking of the experts.
+// The ranking (which experts are hot) comes from ranking_seed, the sampling noise from
+// sampling_seed, so two calls with one ranking_seed model the same router on two steps.
 ExpertLoads sampled_zipf_loads(int num_layers, int num_experts, double exponent, int tokens,
-                               uint32_t seed) {
-  std::mt19937_64 random(seed);
+                               uint32_t ranking_seed, uint32_t sampling_seed) {
+  std::mt19937_64 ranking_random(ranking_seed);
+  std::mt19937_64 sampling_random(sampling_seed);
   ExpertLoads loads;
   loads.num_layers = num_layers;
   loads.num_experts = num_experts;
@@ -44,14 +48,14 @@ ExpertLoads sampled_zipf_loads(int num_layers, int num_experts, double exponent,
   for (int layer = 0; layer < num_layers; ++layer) {
     std::vector<int> rank(static_cast<size_t>(num_experts));
     std::iota(rank.begin(), rank.end(), 1);
-    std::shuffle(rank.begin(), rank.end(), random);
+    std::shuffle(rank.begin(), rank.end(), ranking_random);
     std::vector<double> weight(static_cast<size_t>(num_experts));
     for (int e = 0; e < num_experts; ++e) {
       weight[static_cast<size_t>(e)] = 1.0 / std::pow(rank[static_cast<size_t>(e)], exponent);
     }
     std::discrete_distribution<int> pick(weight.begin(), weight.end());
     double* row = loads.values.data() + static_cast<size_t>(layer) * num_experts;
-    for (int t = 0; t < tokens; ++t) row[pick(random)] += 1.0;
+    for (int t = 0; t < tokens; ++t) row[pick(sampling_random)] += 1.0;
   }
   return loads;
 }
@@ -112,6 +116,77 @@ PlacementConfig config_for(int slots, int gpus, int nodes, int groups, bool refi
   return config;
 }
 
+// Expert copies per layer needed to go from `current` to `target` taking the planner's GPU
+// numbering as it is: each distinct expert of a target GPU that the same GPU lacks now.
+double naive_moves_per_layer(const ExpertPlacement& current, const ExpertPlacement& target) {
+  int64_t moves = 0;
+  const int old_slots = current.slots_per_gpu(), new_slots = target.slots_per_gpu();
+  for (int layer = 0; layer < target.num_layers; ++layer) {
+    const auto old_phy2log = current.phy2log(layer);
+    const auto new_phy2log = target.phy2log(layer);
+    for (int gpu = 0; gpu < target.num_gpus; ++gpu) {
+      std::vector<int32_t> wanted(new_phy2log.begin() + gpu * new_slots,
+                                  new_phy2log.begin() + (gpu + 1) * new_slots);
+      std::sort(wanted.begin(), wanted.end());
+      wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+      for (int32_t expert : wanted) {
+        const auto first = old_phy2log.begin() + gpu * old_slots;
+        moves += std::find(first, first + old_slots, expert) == first + old_slots ? 1 : 0;
+      }
+    }
+  }
+  return static_cast<double>(moves) / target.num_layers;
+}
+
+// Re-planning costs weight copies. For Zipf 1.0 loads: the same router on another step (only
+// sampling noise changes) and a router whose hot experts changed; expert copies per layer with
+// plan_expert_migration's renumbering against the planner's numbering as it is.
+void print_migration_table(const BenchSettings& settings) {
+  std::printf(
+      "\nMigration after re-planning (Zipf 1.0, refined planner): expert copies per layer\n\n");
+  std::printf(
+      "| experts | GPUs | slots | same hot experts: renumbered | naive | new hot experts: "
+      "renumbered | naive | migration planning us/layer |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  struct Shape {
+    int experts, gpus, slots;
+  };
+  for (const Shape& shape : {Shape{64, 8, 80}, Shape{256, 8, 320}, Shape{256, 64, 320}}) {
+    const PlacementConfig config = config_for(shape.slots, shape.gpus, 1, 1, true);
+    auto plan = [&](uint32_t ranking_seed, uint32_t sampling_seed) {
+      return moescope::runtime::plan_expert_placement(
+          sampled_zipf_loads(settings.num_layers, shape.experts, 1.0, settings.tokens_per_layer,
+                             ranking_seed, sampling_seed),
+          config);
+    };
+    const ExpertPlacement current = plan(7, 100);
+    const ExpertPlacement same_router = plan(7, 101);
+    const ExpertPlacement new_router = plan(8, 102);
+    const auto same = moescope::runtime::plan_expert_migration(current, same_router);
+    const auto changed = moescope::runtime::plan_expert_migration(current, new_router);
+
+    using clock = std::chrono::steady_clock;
+    double best_us = 1e300;
+    for (int trial = 0; trial < 3; ++trial) {
+      int64_t runs = 0;
+      const auto start = clock::now();
+      double elapsed = 0.0;
+      do {
+        if (moescope::runtime::plan_expert_migration(current, new_router).placement.num_layers == 0)
+          std::abort();
+        ++runs;
+        elapsed = std::chrono::duration<double>(clock::now() - start).count();
+      } while (elapsed < settings.min_seconds);
+      best_us = std::min(best_us, elapsed * 1e6 / static_cast<double>(runs * settings.num_layers));
+    }
+    std::printf("| %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n", shape.experts, shape.gpus,
+                shape.slots, static_cast<double>(same.moves.size()) / settings.num_layers,
+                naive_moves_per_layer(current, same_router),
+                static_cast<double>(changed.moves.size()) / settings.num_layers,
+                naive_moves_per_layer(current, new_router), best_us);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +229,7 @@ int main(int argc, char** argv) {
         const int slots = slots_per_gpu * gpus;
         const ExpertLoads loads =
             sampled_zipf_loads(settings.num_layers, experts, exponent, settings.tokens_per_layer,
+                               static_cast<uint32_t>(experts * 1000 + gpus * 10 + exponent * 10),
                                static_cast<uint32_t>(experts * 1000 + gpus * 10 + exponent * 10));
         const Balance identity = balance_over_layers(loads, [&](int layer) {
           return moescope::runtime::gpu_loads_without_replicas(loads.layer(layer), gpus);
@@ -204,5 +280,6 @@ int main(int argc, char** argv) {
       "target: < 1000 us per layer for 256 experts on 64 GPUs (refined, slowest Zipf): "
       "%.1f us -> %s\n",
       time_256_on_64, time_256_on_64 < 1000.0 ? "met" : "NOT met");
+  print_migration_table(settings);
   return 0;
 }
