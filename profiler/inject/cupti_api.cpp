@@ -1,0 +1,137 @@
+#include "cupti_api.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace moescope::inject {
+namespace {
+
+template <typename Function>
+bool resolve_symbol(void* handle, const char* name, Function& out, std::string* missing) {
+  out = reinterpret_cast<Function>(dlsym(handle, name));
+  if (!out && missing->empty()) *missing = name;
+  return out != nullptr;
+}
+
+// Candidates in order of preference. An already-loaded copy comes first: two CUPTI instances
+// in one process (ours and torch's) would fight over the driver's callbacks.
+std::vector<std::string> cupti_candidates() {
+  std::vector<std::string> candidates;
+  if (const char* path = std::getenv("MOESCOPE_CUPTI_PATH"); path && *path) {
+    candidates.emplace_back(path);
+  }
+  for (const char* name : {"libcupti.so.13", "libcupti.so"}) candidates.emplace_back(name);
+  for (const char* dir :
+       {"/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
+    candidates.emplace_back(std::string(dir) + "/libcupti.so.13");
+  }
+  return candidates;
+}
+
+}  // namespace
+
+std::unique_ptr<DlopenCuptiApi> DlopenCuptiApi::load(std::string* error) {
+  std::unique_ptr<DlopenCuptiApi> api(new DlopenCuptiApi());
+  std::vector<std::string> candidates = cupti_candidates();
+  for (const std::string& candidate : candidates) {
+    api->handle_ = dlopen(candidate.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (api->handle_) {
+      api->library_path_ = candidate;
+      break;
+    }
+  }
+  std::string tried;
+  for (size_t i = 0; !api->handle_ && i < candidates.size(); ++i) {
+    api->handle_ = dlopen(candidates[i].c_str(), RTLD_LAZY | RTLD_LOCAL);
+    if (api->handle_) {
+      api->library_path_ = candidates[i];
+    } else {
+      tried += (tried.empty() ? "" : ", ") + candidates[i];
+    }
+  }
+  if (!api->handle_) {
+    if (error) *error = "libcupti not found (tried " + tried + "; set MOESCOPE_CUPTI_PATH)";
+    return nullptr;
+  }
+  if (!api->resolve(error)) return nullptr;
+  return api;
+}
+
+bool DlopenCuptiApi::resolve(std::string* error) {
+  std::string missing;
+  resolve_symbol(handle_, "cuptiActivityRegisterCallbacks", register_callbacks_, &missing);
+  resolve_symbol(handle_, "cuptiActivityRegisterTimestampCallback", register_timestamp_callback_,
+                 &missing);
+  resolve_symbol(handle_, "cuptiActivityEnable", enable_, &missing);
+  resolve_symbol(handle_, "cuptiActivityDisable", disable_, &missing);
+  resolve_symbol(handle_, "cuptiActivityFlushAll", flush_all_, &missing);
+  resolve_symbol(handle_, "cuptiActivityGetNextRecord", next_record_, &missing);
+  resolve_symbol(handle_, "cuptiActivityGetNumDroppedRecords", dropped_records_, &missing);
+  resolve_symbol(handle_, "cuptiGetCallbackName", callback_name_, &missing);
+  resolve_symbol(handle_, "cuptiFinalize", finalize_, &missing);
+  resolve_symbol(handle_, "cuptiGetResultString", result_string_, &missing);
+  if (missing.empty()) return true;
+  if (error) *error = library_path_ + " lacks " + missing + " (CUPTI too old?)";
+  return false;
+}
+
+DlopenCuptiApi::~DlopenCuptiApi() {
+  // Never dlclose: CUPTI may still own threads and callbacks pointing into it.
+}
+
+CUptiResult DlopenCuptiApi::register_callbacks(CUpti_BuffersCallbackRequestFunc requested,
+                                               CUpti_BuffersCallbackCompleteFunc completed) {
+  return register_callbacks_(requested, completed);
+}
+
+CUptiResult DlopenCuptiApi::register_timestamp_callback(CUpti_TimestampCallbackFunc clock) {
+  return register_timestamp_callback_(clock);
+}
+
+CUptiResult DlopenCuptiApi::enable(CUpti_ActivityKind kind) {
+  return enable_(kind);
+}
+
+CUptiResult DlopenCuptiApi::disable(CUpti_ActivityKind kind) {
+  return disable_(kind);
+}
+
+CUptiResult DlopenCuptiApi::flush_all(uint32_t flag) {
+  return flush_all_(flag);
+}
+
+CUptiResult DlopenCuptiApi::next_record(uint8_t* buffer, size_t valid_bytes,
+                                        CUpti_Activity** record) {
+  return next_record_(buffer, valid_bytes, record);
+}
+
+CUptiResult DlopenCuptiApi::dropped_records(size_t* dropped) {
+  return dropped_records_(nullptr, 0, dropped);
+}
+
+const char* DlopenCuptiApi::callback_name(CUpti_CallbackDomain domain, uint32_t cbid) {
+  const char* name = nullptr;
+  if (callback_name_(domain, cbid, &name) != CUPTI_SUCCESS) return nullptr;
+  return name;
+}
+
+CUptiResult DlopenCuptiApi::finalize() {
+  return finalize_();
+}
+
+std::string DlopenCuptiApi::error_text(CUptiResult result) {
+  const char* text = nullptr;
+  if (result_string_(result, &text) == CUPTI_SUCCESS && text) return text;
+  return "CUPTI error " + std::to_string(static_cast<int>(result));
+}
+
+bool cuda_driver_loadable(const char* library) {
+  if (!library || !*library) return false;
+  if (dlopen(library, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)) return true;
+  // Kept loaded on success: CUPTI loads the driver right after anyway.
+  return dlopen(library, RTLD_LAZY | RTLD_LOCAL) != nullptr;
+}
+
+}  // namespace moescope::inject

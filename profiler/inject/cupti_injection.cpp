@@ -1,0 +1,177 @@
+#include "cupti_injection.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "cupti_capture.h"
+#include "moescope/recorder.h"
+#include "nccl_interpose.h"
+
+namespace moescope::inject {
+namespace {
+
+enum class CaptureState { kOff, kNoDriver, kWaitingForCuInit, kOn, kFailed };
+
+struct ProcessCapture {
+  std::mutex mutex;
+  CaptureState state = CaptureState::kOff;
+  std::string detail;  // library path or error
+  // Heap objects never freed: CUPTI threads may call back into them until the process ends.
+  DlopenCuptiApi* api = nullptr;
+  CuptiCapture* capture = nullptr;
+};
+
+ProcessCapture& process_capture() {
+  static auto* capture = new ProcessCapture();
+  return *capture;
+}
+
+const char* state_name(CaptureState state) {
+  switch (state) {
+    case CaptureState::kOff:
+      return "off";
+    case CaptureState::kNoDriver:
+      return "no CUDA driver";
+    case CaptureState::kWaitingForCuInit:
+      return "waiting for cuInit";
+    case CaptureState::kOn:
+      return "on";
+    case CaptureState::kFailed:
+      return "failed";
+  }
+  return "off";
+}
+
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void record_note(const char* text) {
+  moescope_instant(moescope_intern("moescope"), moescope_intern(text));
+}
+
+// Loads CUPTI and starts the activity capture. Caller holds the mutex.
+void enable_cupti_locked(ProcessCapture& process) {
+  if (process.state == CaptureState::kOn) return;
+  if (!moescope_recording) return;  // the core did not start a recording: nothing to write to
+  std::string error;
+  if (!process.api) {
+    process.api = DlopenCuptiApi::load(&error).release();
+    if (!process.api) {
+      process.state = CaptureState::kFailed;
+      process.detail = error;
+      std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
+      record_note("gpu capture off: libcupti not found");
+      return;
+    }
+  }
+  if (!process.capture) {
+    process.capture = new CuptiCapture(*process.api, CuptiCaptureOptions::from_environment());
+  }
+  if (!process.capture->start(&error)) {
+    process.state = CaptureState::kFailed;
+    process.detail = error;
+    std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
+    record_note("gpu capture off: CUPTI could not be enabled");
+    return;
+  }
+  process.state = CaptureState::kOn;
+  process.detail = process.api->library_path();
+}
+
+}  // namespace
+
+void gpu_capture_start() {
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  if (process.state == CaptureState::kOn) return;
+  const char* mode = std::getenv("MOESCOPE_CUPTI");
+  std::string mode_text = mode && *mode ? mode : "auto";
+  if (mode_text == "off" || mode_text == "0") {
+    process.state = CaptureState::kOff;
+    process.detail = "MOESCOPE_CUPTI=off";
+    return;
+  }
+  const char* driver = std::getenv("MOESCOPE_CUDA_DRIVER_LIBRARY");  // tests point it elsewhere
+  if (!cuda_driver_loadable(driver && *driver ? driver : "libcuda.so.1")) {
+    process.state = CaptureState::kNoDriver;
+    process.detail = "libcuda.so.1 not loadable";
+    record_note("gpu capture off: no CUDA driver (libcuda.so.1 not found)");
+    return;
+  }
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  bool lazy = mode_text == "lazy" || (mode_text == "auto" && injection && *injection);
+  if (lazy) {
+    process.state = CaptureState::kWaitingForCuInit;
+    return;
+  }
+  enable_cupti_locked(process);
+}
+
+void gpu_capture_stop() {
+  ProcessCapture& process = process_capture();
+  {
+    std::lock_guard<std::mutex> lock(process.mutex);
+    if (process.capture && process.state == CaptureState::kOn) {
+      process.capture->stop();
+      process.state = CaptureState::kOff;
+      process.detail = "stopped";
+    } else if (process.state == CaptureState::kWaitingForCuInit) {
+      process.state = CaptureState::kOff;
+    }
+  }
+  nccl_capture_shutdown();
+}
+
+void gpu_capture_after_fork_in_child() {
+  ProcessCapture& process = process_capture();
+  // The parent may have held the mutex while forking: start over with a fresh one.
+  new (&process.mutex) std::mutex();
+  if (process.capture) process.capture->abandon_after_fork();
+  process.state = CaptureState::kOff;
+  process.detail = "forked child";
+  nccl_capture_after_fork_in_child();
+}
+
+std::string gpu_capture_metadata_json() {
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  return std::string("{\"cupti\":\"") + state_name(process.state) + "\",\"cupti_detail\":\"" +
+         json_escaped(process.detail) + "\"}";
+}
+
+std::string gpu_capture_state() {
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  return state_name(process.state);
+}
+
+}  // namespace moescope::inject
+
+extern "C" int InitializeInjection(void) {
+  using namespace moescope::inject;
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  // Also when the core never called gpu_capture_start (state still off, nothing decided).
+  bool undecided = process.state == CaptureState::kOff && process.detail.empty();
+  const char* mode = std::getenv("MOESCOPE_CUPTI");
+  bool disabled = mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0);
+  if (process.state == CaptureState::kWaitingForCuInit || (undecided && !disabled)) {
+    enable_cupti_locked(process);
+  }
+  return 1;  // keep the library loaded; returning 0 would only make the driver complain
+}

@@ -1,0 +1,33 @@
+// Process-level control of the GPU capture (CUPTI + NCCL timing), called by the shim core.
+//
+// The shim core calls gpu_capture_start() after it started the recorder and gpu_capture_stop()
+// before it stops it (normal exit, exit() from any thread, SIGINT/SIGTERM). In between:
+//
+//   MOESCOPE_CUPTI=auto (default): if CUDA_INJECTION64_PATH is set (moescope record points it at
+//       the shim) CUPTI starts when the CUDA driver initializes and calls InitializeInjection,
+//       so processes that never use CUDA (launchers, shells) pay nothing; otherwise it starts
+//       now.
+//   MOESCOPE_CUPTI=eager | lazy | off: force one behaviour.
+//
+// Without libcuda.so.1 nothing is enabled: the trace gets an instant "gpu capture off: no CUDA
+// driver" in the "moescope" domain and gpu_capture_metadata_json() says so.
+#pragma once
+
+#include <string>
+
+namespace moescope::inject {
+
+void gpu_capture_start();
+// Idempotent: delivers CUPTI's last records, finalizes CUPTI and drains pending NCCL timings.
+void gpu_capture_stop();
+// In a forked child: forget the parent's CUPTI session (the child records no CUDA activity).
+void gpu_capture_after_fork_in_child();
+// A JSON object for the trace metadata, e.g. {"cupti":"on","cupti_library":"libcupti.so.13"}.
+std::string gpu_capture_metadata_json();
+// What the capture is doing now: "off", "no CUDA driver", "waiting for cuInit", "on", "failed".
+std::string gpu_capture_state();
+
+}  // namespace moescope::inject
+
+// Called by the CUDA driver at cuInit when CUDA_INJECTION64_PATH names the shim. Returns 1.
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void);

@@ -1,0 +1,263 @@
+#include "cupti_record_translator.h"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace moescope::inject {
+namespace {
+
+// Bounds the kernel-name cache: a program generating kernels forever (JIT) must not grow it.
+constexpr size_t kMaxCachedKernelNames = 1u << 16;
+
+uint32_t copy_kind_of(uint8_t cupti_kind) {
+  switch (cupti_kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return MOESCOPE_COPY_HTOD;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return MOESCOPE_COPY_DTOH;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return MOESCOPE_COPY_DTOD;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return MOESCOPE_COPY_HTOH;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return MOESCOPE_COPY_PTOP;
+    default:
+      return MOESCOPE_COPY_UNKNOWN;
+  }
+}
+
+uint32_t sync_kind_of(CUpti_ActivitySynchronizationType type) {
+  switch (type) {
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+      return MOESCOPE_SYNC_EVENT;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+      return MOESCOPE_SYNC_STREAM_WAIT_EVENT;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+      return MOESCOPE_SYNC_STREAM;
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+    default:
+      return MOESCOPE_SYNC_DEVICE;
+  }
+}
+
+bool is_device_memory(CUpti_ActivityMemoryKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY:
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC:
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+CuptiRecordTranslator::CuptiRecordTranslator(CuptiApi& api, bool keep_all_api_calls)
+    : api_(api), keep_all_api_calls_(keep_all_api_calls) {}
+
+void CuptiRecordTranslator::translate(const CUpti_Activity& record) {
+  switch (record.kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+      translate_kernel(reinterpret_cast<const CUpti_ActivityKernel10&>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      translate_memcpy(reinterpret_cast<const CUpti_ActivityMemcpy6&>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      translate_memset(reinterpret_cast<const CUpti_ActivityMemset4&>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_MEMORY2:
+      translate_memory(reinterpret_cast<const CUpti_ActivityMemory4&>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      translate_sync(reinterpret_cast<const CUpti_ActivitySynchronization2&>(record));
+      break;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+      translate_api(reinterpret_cast<const CUpti_ActivityAPI&>(record),
+                    CUPTI_CB_DOMAIN_RUNTIME_API);
+      break;
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      translate_api(reinterpret_cast<const CUpti_ActivityAPI&>(record), CUPTI_CB_DOMAIN_DRIVER_API);
+      break;
+    case CUPTI_ACTIVITY_KIND_CONTEXT: {
+      const auto& context = reinterpret_cast<const CUpti_ActivityContext3&>(record);
+      learn_context(context.contextId, context.deviceId);
+      break;
+    }
+    default:
+      ++counts_.other;
+      break;
+  }
+}
+
+void CuptiRecordTranslator::translate_kernel(const CUpti_ActivityKernel10& kernel) {
+  learn_context(kernel.contextId, kernel.deviceId);
+  moescope_gpu_kernel_info info{};
+  info.name = kernel_name(kernel.name);
+  info.start_ns = kernel.start;
+  // CUPTI reports 0 timestamps when it lacked device memory to time the kernel.
+  info.end_ns = kernel.end >= kernel.start ? kernel.end : kernel.start;
+  info.correlation_id = kernel.correlationId;
+  info.device = kernel.deviceId;
+  info.context = kernel.contextId;
+  info.stream = kernel.streamId;
+  info.grid[0] = static_cast<uint32_t>(kernel.gridX);
+  info.grid[1] = static_cast<uint32_t>(kernel.gridY);
+  info.grid[2] = static_cast<uint32_t>(kernel.gridZ);
+  info.block[0] = static_cast<uint32_t>(kernel.blockX);
+  info.block[1] = static_cast<uint32_t>(kernel.blockY);
+  info.block[2] = static_cast<uint32_t>(kernel.blockZ);
+  info.shared_memory_bytes =
+      static_cast<uint32_t>(kernel.staticSharedMemory + kernel.dynamicSharedMemory);
+  info.registers_per_thread = kernel.registersPerThread;
+  moescope_gpu_kernel(&info);
+  ++counts_.kernels;
+}
+
+void CuptiRecordTranslator::translate_memcpy(const CUpti_ActivityMemcpy6& copy) {
+  learn_context(copy.contextId, copy.deviceId);
+  moescope_gpu_copy_info info{};
+  info.start_ns = copy.start;
+  info.end_ns = copy.end >= copy.start ? copy.end : copy.start;
+  info.bytes = copy.bytes;
+  info.correlation_id = copy.correlationId;
+  info.device = copy.deviceId;
+  info.stream = copy.streamId;
+  info.copy_kind = copy_kind_of(copy.copyKind);
+  info.is_memset = 0;
+  moescope_gpu_copy(&info);
+  ++counts_.copies;
+}
+
+void CuptiRecordTranslator::translate_memset(const CUpti_ActivityMemset4& memset) {
+  learn_context(memset.contextId, memset.deviceId);
+  moescope_gpu_copy_info info{};
+  info.start_ns = memset.start;
+  info.end_ns = memset.end >= memset.start ? memset.end : memset.start;
+  info.bytes = memset.bytes;
+  info.correlation_id = memset.correlationId;
+  info.device = memset.deviceId;
+  info.stream = memset.streamId;
+  info.value = memset.value;
+  info.is_memset = 1;
+  moescope_gpu_copy(&info);
+  ++counts_.memsets;
+}
+
+void CuptiRecordTranslator::translate_memory(const CUpti_ActivityMemory4& memory) {
+  bool is_free;
+  switch (memory.memoryOperationType) {
+    case CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION:
+      is_free = false;
+      break;
+    case CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE:
+      is_free = true;
+      break;
+    default:
+      ++counts_.other;
+      return;
+  }
+  learn_context(memory.contextId, memory.deviceId);
+  int32_t device = is_device_memory(memory.memoryKind) ? static_cast<int32_t>(memory.deviceId) : -1;
+  moescope_memory_event_at(memory.timestamp, memory.address, memory.bytes, device,
+                           MOESCOPE_MEM_CUDA_DRIVER, is_free ? 1 : 0);
+  ++counts_.memory;
+}
+
+void CuptiRecordTranslator::translate_sync(const CUpti_ActivitySynchronization2& sync) {
+  uint64_t end = sync.end >= sync.start ? sync.end : sync.start;
+  moescope_gpu_sync(sync_kind_of(sync.type), sync.start, end, device_of_context(sync.contextId),
+                    sync.streamId, sync.correlationId);
+  ++counts_.syncs;
+}
+
+void CuptiRecordTranslator::translate_api(const CUpti_ActivityAPI& call,
+                                          CUpti_CallbackDomain domain) {
+  const ApiName& name = api_name(domain, call.cbid);
+  if (!name.keep) {
+    ++counts_.api_calls_skipped;
+    return;
+  }
+  uint64_t end = call.end >= call.start ? call.end : call.start;
+  moescope_api_call(name.name, call.start, end, call.correlationId);
+  ++counts_.api_calls;
+}
+
+moescope_name_t CuptiRecordTranslator::kernel_name(const char* mangled) {
+  if (!mangled) return moescope_intern("<unnamed kernel>");
+  auto found = kernel_names_.find(mangled);
+  if (found != kernel_names_.end()) return found->second;
+  if (kernel_names_.size() >= kMaxCachedKernelNames) kernel_names_.clear();
+  moescope_name_t id = moescope_intern(demangle(mangled).c_str());
+  kernel_names_.emplace(mangled, id);
+  return id;
+}
+
+const CuptiRecordTranslator::ApiName& CuptiRecordTranslator::api_name(CUpti_CallbackDomain domain,
+                                                                      uint32_t cbid) {
+  uint64_t key = (static_cast<uint64_t>(domain) << 32) | cbid;
+  auto found = api_names_.find(key);
+  if (found != api_names_.end()) return found->second;
+  ApiName entry;
+  const char* raw = api_.callback_name(domain, cbid);
+  std::string name =
+      raw ? strip_version_suffix(raw)
+          : std::string(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "cudaApi#" : "cuApi#") +
+                std::to_string(cbid);
+  entry.keep = keep_all_api_calls_ || is_gpu_work_call(name);
+  if (entry.keep) entry.name = moescope_intern(name.c_str());
+  return api_names_.emplace(key, entry).first->second;
+}
+
+uint32_t CuptiRecordTranslator::device_of_context(uint32_t context_id) const {
+  auto found = context_devices_.find(context_id);
+  return found == context_devices_.end() ? kUnknownDevice : found->second;
+}
+
+void CuptiRecordTranslator::learn_context(uint32_t context_id, uint32_t device_id) {
+  context_devices_[context_id] = device_id;
+}
+
+std::string CuptiRecordTranslator::strip_version_suffix(const char* callback_name) {
+  std::string name(callback_name ? callback_name : "");
+  size_t suffix = name.rfind("_v");
+  if (suffix == std::string::npos || suffix == 0 || suffix + 2 == name.size()) return name;
+  for (size_t i = suffix + 2; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return name;
+  }
+  return name.substr(0, suffix);
+}
+
+bool CuptiRecordTranslator::is_gpu_work_call(const std::string& name) {
+  static constexpr const char* kMarkers[] = {
+      "Launch",      "Memcpy",          "Memset",      "Malloc",   "MemAlloc", "Free",
+      "Synchronize", "StreamWaitEvent", "EventRecord", "cuMemMap", "MemPool"};
+  for (const char* marker : kMarkers) {
+    if (name.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string CuptiRecordTranslator::demangle(const char* name) {
+  if (!name) return {};
+  if (std::strncmp(name, "_Z", 2) != 0) return name;
+  int status = 0;
+  char* readable = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status != 0 || !readable) return name;
+  std::string result(readable);
+  std::free(readable);
+  return result;
+}
+
+}  // namespace moescope::inject

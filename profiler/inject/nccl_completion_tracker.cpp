@@ -1,0 +1,232 @@
+#include "nccl_completion_tracker.h"
+
+#include <chrono>
+
+namespace moescope::inject {
+
+NcclCompletionTracker::Reference::~Reference() {
+  if (events && event) events->destroy_event(device, event);
+}
+
+NcclCompletionTracker::NcclCompletionTracker(GpuEventApi& events, Clock host_clock, Emit emit,
+                                             Options options)
+    : events_(events),
+      host_clock_(std::move(host_clock)),
+      emit_(std::move(emit)),
+      options_(options) {}
+
+NcclCompletionTracker::~NcclCompletionTracker() {
+  stop_poller();
+  drain();
+}
+
+bool NcclCompletionTracker::usable() {
+  return events_.usable();
+}
+
+std::shared_ptr<NcclCompletionTracker::Reference> NcclCompletionTracker::reference_for(int device) {
+  if (device < 0) return nullptr;
+  if (references_.size() <= static_cast<size_t>(device)) references_.resize(device + 1);
+  std::shared_ptr<Reference>& current = references_[device];
+  uint64_t now = host_clock_();
+  if (current && now - current->created_ns < options_.reference_lifetime_ns) return current;
+
+  auto reference = std::make_shared<Reference>();
+  reference->events = &events_;
+  reference->device = device;
+  reference->event = events_.create_event(device);
+  GpuEventApi::Stream idle = events_.idle_stream(device);
+  if (!reference->event || !idle) return nullptr;
+  uint64_t before = host_clock_();
+  if (!events_.record(reference->event, idle) || !events_.synchronize(reference->event)) {
+    return nullptr;
+  }
+  uint64_t after = host_clock_();
+  reference->host_ns = before + (after - before) / 2;
+  reference->created_ns = after;
+  current = reference;
+  return current;
+}
+
+GpuEventApi::Event NcclCompletionTracker::take_event(int device) {
+  if (free_events_.size() > static_cast<size_t>(device)) {
+    auto& free_list = free_events_[device];
+    if (!free_list.empty()) {
+      GpuEventApi::Event event = free_list.back();
+      free_list.pop_back();
+      return event;
+    }
+  }
+  return events_.create_event(device);
+}
+
+void NcclCompletionTracker::give_back(Mark& mark) {
+  if (!mark.event) return;
+  if (free_events_.size() <= static_cast<size_t>(mark.device)) {
+    free_events_.resize(mark.device + 1);
+  }
+  free_events_[mark.device].push_back(mark.event);
+  mark.event = nullptr;
+  mark.reference.reset();
+}
+
+NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi::Stream stream) {
+  Mark mark;
+  if (device < 0 || !events_.usable() || events_.stream_capturing(stream)) return mark;
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<Reference> reference = reference_for(device);
+  if (!reference) return mark;
+  GpuEventApi::Event event = take_event(device);
+  if (!event) return mark;
+  mark.device = device;
+  mark.event = event;
+  if (!events_.record(event, stream)) {
+    give_back(mark);
+    return Mark();
+  }
+  mark.reference = std::move(reference);
+  return mark;
+}
+
+void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Mark end) {
+  PendingOp pending{std::move(ops), std::move(start), std::move(end)};
+  bool emit_now = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending.end.valid() || pending_.size() >= options_.max_pending) {
+      give_back(pending.start);
+      give_back(pending.end);
+      emit_now = true;
+    } else {
+      pending_.push_back(std::move(pending));
+    }
+  }
+  if (emit_now) emit_resolved(pending, false);
+}
+
+uint64_t NcclCompletionTracker::host_time_of(const Mark& mark) {
+  if (!mark.valid() || !mark.reference) return 0;
+  float milliseconds = 0;
+  if (!events_.elapsed_ms(mark.reference->event, mark.event, &milliseconds)) return 0;
+  double offset_ns = static_cast<double>(milliseconds) * 1e6;
+  double host_ns = static_cast<double>(mark.reference->host_ns) + offset_ns;
+  return host_ns > 0 ? static_cast<uint64_t>(host_ns) : 0;
+}
+
+void NcclCompletionTracker::emit_resolved(PendingOp& pending, bool completed) {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  if (completed) {
+    end = host_time_of(pending.end);
+    start = end ? host_time_of(pending.start) : 0;
+    if (!start || start > end) start = end;
+  }
+  for (NcclOpRecord& op : pending.ops) {
+    moescope_comm_op_info& info = op.info;
+    info.start_ns = end ? start : info.enqueue_ns;
+    info.end_ns = end;
+    info.split_bytes = op.split_bytes.empty() ? nullptr : op.split_bytes.data();
+    info.num_splits = static_cast<uint32_t>(op.split_bytes.size());
+    if (emit_) emit_(op);
+  }
+}
+
+size_t NcclCompletionTracker::poll() {
+  std::vector<std::pair<PendingOp, bool>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      GpuEventState state = events_.query(pending_[i].end.event);
+      if (state == GpuEventState::kPending) {
+        if (kept != i) pending_[kept] = std::move(pending_[i]);
+        ++kept;
+        continue;
+      }
+      ready.emplace_back(std::move(pending_[i]), state == GpuEventState::kDone);
+    }
+    pending_.resize(kept);
+  }
+  for (auto& [op, completed] : ready) emit_resolved(op, completed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [op, completed] : ready) {
+    give_back(op.start);
+    give_back(op.end);
+  }
+  return ready.size();
+}
+
+void NcclCompletionTracker::drain() {
+  poll();
+  std::vector<PendingOp> remaining;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    remaining.swap(pending_);
+  }
+  for (PendingOp& op : remaining) {
+    emit_resolved(op, false);
+    // Still in flight on the GPU: destroyed, not reused (CUDA frees it once it completes).
+    events_.destroy_event(op.start.device, op.start.event);
+    events_.destroy_event(op.end.device, op.end.event);
+  }
+}
+
+size_t NcclCompletionTracker::pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pending_.size();
+}
+
+void NcclCompletionTracker::start_poller() {
+  std::lock_guard<std::mutex> lock(poller_mutex_);
+  if (poller_.joinable()) return;
+  stop_poller_ = false;
+  poller_ = std::thread([this] { poller_loop(); });
+}
+
+void NcclCompletionTracker::stop_poller() {
+  std::thread poller;
+  {
+    std::lock_guard<std::mutex> lock(poller_mutex_);
+    stop_poller_ = true;
+    poller = std::move(poller_);
+  }
+  poller_wakeup_.notify_all();
+  if (poller.joinable()) poller.join();
+}
+
+void NcclCompletionTracker::abandon_after_fork() {
+  if (poller_.joinable()) new std::thread(std::move(poller_));  // the parent's: leaked on purpose
+  new (&mutex_) std::mutex();
+  new (&poller_mutex_) std::mutex();
+  // Their events belong to the parent's CUDA context: leaked, never destroyed from the child.
+  new std::vector<PendingOp>(std::move(pending_));
+  new std::vector<std::shared_ptr<Reference>>(std::move(references_));
+  pending_.clear();
+  references_.clear();
+  free_events_.clear();
+}
+
+void NcclCompletionTracker::poller_loop() {
+  events_.relax_capture_mode_for_this_thread();
+  bool device_chosen = false;
+  std::unique_lock<std::mutex> lock(poller_mutex_);
+  while (!stop_poller_) {
+    poller_wakeup_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms));
+    if (stop_poller_) break;
+    lock.unlock();
+    if (!device_chosen) {
+      // Make the ops' device current first: a CUDA call on a fresh thread would otherwise
+      // create a context on device 0, costing memory on a GPU this rank does not use.
+      int device = -1;
+      {
+        std::lock_guard<std::mutex> pending_lock(mutex_);
+        if (!pending_.empty()) device = pending_.front().end.device;
+      }
+      if (device >= 0) device_chosen = events_.set_device(device);
+    }
+    if (device_chosen) poll();
+    lock.lock();
+  }
+}
+
+}  // namespace moescope::inject

@@ -1,0 +1,123 @@
+// GPU start/end times of NCCL ops from CUDA events, on the recorder's host clock.
+//
+//   host thread:  mark(stream) before the op's kernel   -> start event on the op's stream
+//                 NCCL enqueues its kernel
+//                 mark(stream) after it                  -> end event
+//                 submit(op, start, end)                 -> pending list
+//   poller:       every poll_interval: end event done?   -> start/end = reference host time +
+//                 cudaEventElapsedTime(reference, event)  -> emit (moescope_comm_op)
+//
+// A reference is an event recorded on an idle stream of the device and synchronized, with the
+// host time taken around it: GPU event times become host times with an error of about half the
+// record+synchronize round trip (microseconds). cudaEventElapsedTime returns float
+// milliseconds, so references are renewed every `reference_lifetime_ns` to keep the float's
+// resolution (10 s -> < 1 us). An op whose timing failed (graph capture, CUDA error, shutdown)
+// is still emitted, with end_ns = 0 ("unknown").
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "moescope/recorder.h"
+#include "nccl_gpu_events.h"
+
+namespace moescope::inject {
+
+// A comm op without the pointer fields of moescope_comm_op_info (those are owned here).
+struct NcclOpRecord {
+  moescope_comm_op_info info{};  // split_bytes / num_splits are set from `split_bytes` on emit
+  std::vector<uint64_t> split_bytes;
+};
+
+class NcclCompletionTracker {
+ public:
+  struct Reference;
+  // An event recorded on a stream, tied to the reference it will be measured against.
+  struct Mark {
+    GpuEventApi::Event event = nullptr;
+    int device = -1;
+    std::shared_ptr<Reference> reference;
+    bool valid() const { return event != nullptr; }
+  };
+  using Clock = std::function<uint64_t()>;
+  using Emit = std::function<void(const NcclOpRecord&)>;
+
+  struct Options {
+    uint32_t poll_interval_ms = 2;
+    uint64_t reference_lifetime_ns = 10'000'000'000ull;
+    size_t max_pending = 1u << 16;  // beyond it ops are emitted at once without GPU times
+  };
+
+  NcclCompletionTracker(GpuEventApi& events, Clock host_clock, Emit emit, Options options);
+  NcclCompletionTracker(GpuEventApi& events, Clock host_clock, Emit emit)
+      : NcclCompletionTracker(events, std::move(host_clock), std::move(emit), Options()) {}
+  ~NcclCompletionTracker();
+  NcclCompletionTracker(const NcclCompletionTracker&) = delete;
+  NcclCompletionTracker& operator=(const NcclCompletionTracker&) = delete;
+
+  // False when the CUDA runtime is missing: the caller emits ops directly.
+  bool usable();
+  // Records a timing event on `stream` of `device` now. Invalid when not possible (stream
+  // being captured into a CUDA graph, CUDA error).
+  Mark mark(int device, GpuEventApi::Stream stream);
+  // Queues `ops` (all issued on the stream of both marks, e.g. the sends and receives of one
+  // group) until `end` completes; they share the marks' times. With an invalid end mark the
+  // ops are emitted at once without GPU times (start = enqueue, end = 0).
+  void submit(std::vector<NcclOpRecord> ops, Mark start, Mark end);
+  // Emits every op whose end event completed; returns how many. Called by the poller.
+  size_t poll();
+  // Emits every pending op now: completed ones with GPU times, the rest with end = 0.
+  void drain();
+  size_t pending() const;
+
+  void start_poller();
+  void stop_poller();
+  // In a forked child: the poller does not exist there; forget pending ops (they belong to the
+  // parent's GPU context).
+  void abandon_after_fork();
+
+ private:
+  struct PendingOp {
+    std::vector<NcclOpRecord> ops;
+    Mark start;
+    Mark end;
+  };
+  std::shared_ptr<Reference> reference_for(int device);
+  GpuEventApi::Event take_event(int device);
+  void give_back(Mark& mark);
+  // Host time of a completed mark's event; 0 when it cannot be measured.
+  uint64_t host_time_of(const Mark& mark);
+  void emit_resolved(PendingOp& pending, bool completed);
+  void poller_loop();
+
+  GpuEventApi& events_;
+  Clock host_clock_;
+  Emit emit_;
+  Options options_;
+
+  mutable std::mutex mutex_;
+  std::vector<PendingOp> pending_;
+  std::vector<std::shared_ptr<Reference>> references_;        // current one per device
+  std::vector<std::vector<GpuEventApi::Event>> free_events_;  // per device
+
+  std::thread poller_;
+  std::mutex poller_mutex_;
+  std::condition_variable poller_wakeup_;
+  bool stop_poller_ = false;
+};
+
+struct NcclCompletionTracker::Reference {
+  GpuEventApi* events = nullptr;
+  GpuEventApi::Event event = nullptr;
+  int device = -1;
+  uint64_t host_ns = 0;     // host time at which the reference event completed on the GPU
+  uint64_t created_ns = 0;  // host time it was made (for renewal)
+  ~Reference();
+};
+
+}  // namespace moescope::inject

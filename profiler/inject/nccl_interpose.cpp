@@ -1,0 +1,444 @@
+// The interposed `ncclX` entry points. Each one: resolve the real function (once), record what
+// the call means, forward with the same arguments, return the real result unchanged.
+#include "nccl_interpose.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "moescope/recorder.h"
+#include "nccl_abi.h"
+#include "nccl_op_recorder.h"
+
+namespace moescope::inject {
+namespace {
+
+using nccl::CommHandle;
+using nccl::Config;
+using nccl::DataType;
+using nccl::RedOp;
+using nccl::Result;
+using nccl::Stream;
+using nccl::UniqueId;
+
+// The real entry point `name` ("AllReduce"): pncclAllReduce after us, else ncclAllReduce
+// after us. Cached in `slot`; warns once per missing function.
+template <typename Function>
+Function real_function(std::atomic<void*>& slot, const char* name) {
+  void* function = slot.load(std::memory_order_acquire);
+  if (function) return reinterpret_cast<Function>(function);
+  std::string profiling = std::string("pnccl") + name;
+  std::string plain = std::string("nccl") + name;
+  function = dlsym(RTLD_NEXT, profiling.c_str());
+  if (!function) function = dlsym(RTLD_NEXT, plain.c_str());
+  if (!function) {
+    std::fprintf(stderr, "moescope: %s called but the real NCCL has no %s: returning an error\n",
+                 plain.c_str(), profiling.c_str());
+    return nullptr;
+  }
+  slot.store(function, std::memory_order_release);
+  return reinterpret_cast<Function>(function);
+}
+
+class RealCommQueries final : public NcclCommQueries {
+ public:
+  bool user_rank(CommHandle comm, int* rank) override {
+    using Fn = Result (*)(CommHandle, int*);
+    auto fn = real_function<Fn>(user_rank_, "CommUserRank");
+    return fn && fn(comm, rank) == nccl::kSuccess;
+  }
+  bool count(CommHandle comm, int* num_ranks) override {
+    using Fn = Result (*)(CommHandle, int*);
+    auto fn = real_function<Fn>(count_, "CommCount");
+    return fn && fn(comm, num_ranks) == nccl::kSuccess;
+  }
+  bool cuda_device(CommHandle comm, int* device) override {
+    using Fn = Result (*)(CommHandle, int*);
+    auto fn = real_function<Fn>(cuda_device_, "CommCuDevice");
+    return fn && fn(comm, device) == nccl::kSuccess;
+  }
+
+ private:
+  std::atomic<void*> user_rank_{nullptr};
+  std::atomic<void*> count_{nullptr};
+  std::atomic<void*> cuda_device_{nullptr};
+};
+
+// Everything the interposer needs, created at the first NCCL call and never destroyed (NCCL
+// calls may come from static destructors).
+struct NcclCapture {
+  CudaRuntimeEvents events;
+  RealCommQueries queries;
+  NcclCompletionTracker tracker{events, [] { return moescope_now_ns(); },
+                                [](const NcclOpRecord& op) { moescope_comm_op(&op.info); }};
+  NcclOpRecorder recorder{queries, tracker, [] { return moescope_now_ns(); },
+                          [](const moescope_comm_op_info& info) { moescope_comm_op(&info); }};
+  // MOESCOPE_NCCL=0 (shim option): forward only, record nothing.
+  bool enabled = [] {
+    const char* value = std::getenv("MOESCOPE_NCCL");
+    return !(value && value[0] == '0');
+  }();
+  std::once_flag poller_once;
+  std::atomic<bool> version_noted{false};
+  std::atomic<bool> shut_down{false};
+};
+
+NcclCapture& capture() {
+  static NcclCapture* instance = [] {
+    auto* created = new NcclCapture();
+    // The poller thread does not survive fork(): the child must never join or poll it.
+    pthread_atfork(nullptr, nullptr, [] { nccl_capture_after_fork_in_child(); });
+    return created;
+  }();
+  return *instance;
+}
+
+// Notes the real NCCL version once per recording, so a trace says what it interposed.
+void note_version() {
+  NcclCapture& state = capture();
+  if (state.version_noted.load(std::memory_order_relaxed) || !moescope_recording) return;
+  if (state.version_noted.exchange(true)) return;
+  static std::atomic<void*> slot{nullptr};
+  auto get_version = real_function<Result (*)(int*)>(slot, "GetVersion");
+  int version = 0;
+  if (!get_version || get_version(&version) != nccl::kSuccess) return;
+  std::string text = "NCCL " + std::to_string(version) + " interposed";
+  moescope_instant(moescope_intern("moescope"), moescope_intern(text.c_str()));
+}
+
+// Records one op around the forwarded call.
+template <typename Forward>
+Result record_op(const NcclOpCall& call, Forward forward) {
+  if (!moescope_recording) return forward();
+  NcclCapture& state = capture();
+  if (!state.enabled) return forward();
+  note_version();
+  NcclOpRecorder::Ticket ticket = state.recorder.op_begin(call);
+  Result result = forward();
+  state.recorder.op_end(ticket, result);
+  if (!state.shut_down.load(std::memory_order_relaxed) && state.tracker.usable()) {
+    std::call_once(state.poller_once, [&] { state.tracker.start_poller(); });
+  }
+  return result;
+}
+
+Result missing() {
+  return nccl::kSystemError;
+}
+
+}  // namespace
+
+void nccl_capture_shutdown() {
+  NcclCapture& state = capture();
+  state.shut_down.store(true);
+  state.tracker.stop_poller();
+  state.tracker.drain();
+}
+
+void nccl_capture_after_fork_in_child() {
+  capture().tracker.abandon_after_fork();
+}
+
+}  // namespace moescope::inject
+
+// ---- the interposed NCCL API (same signatures as nccl.h 2.28) ----------------------------------
+
+using moescope::inject::capture;
+using moescope::inject::NcclOpCall;
+using moescope::inject::NcclOpRecorder;
+using moescope::inject::real_function;
+using moescope::inject::record_op;
+namespace nccl = moescope::inject::nccl;
+
+#define MOESCOPE_INTERPOSE extern "C" __attribute__((visibility("default")))
+
+MOESCOPE_INTERPOSE nccl::Result ncclGetVersion(int* version) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)(int*)>(slot, "GetVersion");
+  if (!real) return moescope::inject::missing();
+  moescope::inject::note_version();
+  return real(version);
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclGetUniqueId(nccl::UniqueId* id) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)(nccl::UniqueId*)>(slot, "GetUniqueId");
+  if (!real) return moescope::inject::missing();
+  moescope::inject::note_version();
+  return real(id);
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommInitRank(nccl::CommHandle* comm, int nranks,
+                                                 nccl::UniqueId comm_id, int rank) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int);
+  auto real = real_function<Fn>(slot, "CommInitRank");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm, nranks, comm_id, rank);
+  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
+    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
+                                    "ncclCommInitRank", begin);
+  }
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankConfig(nccl::CommHandle* comm, int nranks,
+                                                       nccl::UniqueId comm_id, int rank,
+                                                       nccl::Config* config) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, nccl::Config*);
+  auto real = real_function<Fn>(slot, "CommInitRankConfig");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm, nranks, comm_id, rank, config);
+  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
+    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
+                                    "ncclCommInitRankConfig", begin);
+  }
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm, int nranks,
+                                                         int rank, int num_ids,
+                                                         nccl::UniqueId* comm_ids,
+                                                         nccl::Config* config) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, int, int, nccl::UniqueId*, nccl::Config*);
+  auto real = real_function<Fn>(slot, "CommInitRankScalable");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm, nranks, rank, num_ids, comm_ids, config);
+  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm && comm_ids &&
+      num_ids > 0) {
+    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_ids[0]), rank, nranks,
+                                    "ncclCommInitRankScalable", begin);
+  }
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommInitAll(nccl::CommHandle* comms, int ndev,
+                                                const int* devlist) {
+  static std::atomic<void*> slot{nullptr};
+  static std::atomic<uint64_t> clique{0};
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, const int*);
+  auto real = real_function<Fn>(slot, "CommInitAll");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comms, ndev, devlist);
+  if (result == nccl::kSuccess && comms) {
+    // One process owns the whole clique: an id from the process and a counter is unique.
+    nccl::UniqueId id{};
+    uint64_t parts[2] = {static_cast<uint64_t>(getpid()), clique.fetch_add(1)};
+    std::memcpy(id.internal, parts, sizeof(parts));
+    for (int i = 0; i < ndev; ++i) {
+      if (comms[i]) {
+        capture().recorder.comm_created(comms[i], NcclOpRecorder::comm_id_of(id), i, ndev,
+                                        "ncclCommInitAll", begin);
+      }
+    }
+  }
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, int key,
+                                              nccl::CommHandle* new_comm, nccl::Config* config) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(nccl::CommHandle, int, int, nccl::CommHandle*, nccl::Config*);
+  auto real = real_function<Fn>(slot, "CommSplit");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  uint64_t split_id = capture().recorder.next_split_id(comm, color);
+  nccl::Result result = real(comm, color, key, new_comm, config);
+  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm &&
+      color != nccl::kSplitNoColor) {
+    capture().recorder.comm_created(*new_comm, split_id, -1, -1, "ncclCommSplit", begin);
+  }
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommDestroy(nccl::CommHandle comm) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommDestroy");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm);
+  capture().recorder.comm_destroyed(comm, "ncclCommDestroy", begin);
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclCommAbort(nccl::CommHandle comm) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommAbort");
+  if (!real) return moescope::inject::missing();
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm);
+  capture().recorder.comm_destroyed(comm, "ncclCommAbort", begin);
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                              nccl::DataType datatype, nccl::RedOp op,
+                                              nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
+                              nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "AllReduce");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclAllGather(const void* sendbuff, void* recvbuff,
+                                              size_t sendcount, nccl::DataType datatype,
+                                              nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn =
+      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "AllGather");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{
+      MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* recvbuff,
+                                                  size_t recvcount, nccl::DataType datatype,
+                                                  nccl::RedOp op, nccl::CommHandle comm,
+                                                  nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
+                              nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "ReduceScatter");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{
+      MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount, datatype, -1, -1, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                              nccl::DataType datatype, int root,
+                                              nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
+                              nccl::Stream);
+  auto real = real_function<Fn>(slot, "Broadcast");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{
+      MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclBcast(void* buff, size_t count, nccl::DataType datatype,
+                                          int root, nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "Bcast");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream};
+  return record_op(call, [&] { return real(buff, count, datatype, root, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                           nccl::DataType datatype, nccl::RedOp op, int root,
+                                           nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, int,
+                              nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "Reduce");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream};
+  return record_op(
+      call, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                             nccl::DataType datatype, nccl::CommHandle comm,
+                                             nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn =
+      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "AlltoAll");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream};
+  return record_op(call, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                           nccl::DataType datatype, int root, nccl::CommHandle comm,
+                                           nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
+                              nccl::Stream);
+  auto real = real_function<Fn>(slot, "Gather");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                            nccl::DataType datatype, int root,
+                                            nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
+                              nccl::Stream);
+  auto real = real_function<Fn>(slot, "Scatter");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream};
+  return record_op(call,
+                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclSend(const void* sendbuff, size_t count,
+                                         nccl::DataType datatype, int peer, nccl::CommHandle comm,
+                                         nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn =
+      nccl::Result (*)(const void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "Send");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream};
+  return record_op(call, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclRecv(void* recvbuff, size_t count, nccl::DataType datatype,
+                                         int peer, nccl::CommHandle comm, nccl::Stream stream) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
+  auto real = real_function<Fn>(slot, "Recv");
+  if (!real) return moescope::inject::missing();
+  NcclOpCall call{MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream};
+  return record_op(call, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclGroupStart() {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)()>(slot, "GroupStart");
+  if (!real) return moescope::inject::missing();
+  nccl::Result result = real();
+  if (result == nccl::kSuccess) capture().recorder.group_start();
+  return result;
+}
+
+MOESCOPE_INTERPOSE nccl::Result ncclGroupEnd() {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)()>(slot, "GroupEnd");
+  if (!real) return moescope::inject::missing();
+  NcclOpRecorder& recorder = capture().recorder;
+  recorder.group_end_before();
+  nccl::Result result = real();
+  recorder.group_end_after(result);
+  return result;
+}

@@ -1,0 +1,18 @@
+// NCCL interposition: the shim defines the public `ncclX` entry points, records each call
+// (nccl_op_recorder.h) and forwards it with identical arguments to the real library's `pncclX`
+// twin (NCCL >= 2.x exports both), found with dlsym(RTLD_NEXT) at first use: the shim never
+// links NCCL, and a program without NCCL never reaches this code.
+//
+// Only works where the program links NCCL dynamically (PyTorch wheels load libnccl.so.2 from
+// the nvidia-nccl wheel); a statically linked NCCL is invisible to LD_PRELOAD.
+#pragma once
+
+namespace moescope::inject {
+
+// Emits every op still waiting for its GPU completion (those not done get end = 0) and stops
+// the completion poller. Called by gpu_capture_stop(); idempotent.
+void nccl_capture_shutdown();
+// In a forked child: drop the parent's pending ops and poller without touching CUDA.
+void nccl_capture_after_fork_in_child();
+
+}  // namespace moescope::inject
