@@ -139,51 +139,67 @@ double naive_moves_per_layer(const ExpertPlacement& current, const ExpertPlaceme
 }
 
 // Re-planning costs weight copies. For Zipf 1.0 loads: the same router on another step (only
-// sampling noise changes) and a router whose hot experts changed; expert copies per layer with
-// plan_expert_migration's renumbering against the planner's numbering as it is.
+// sampling noise changes) and a router whose hot experts changed. Copies per layer of a fresh
+// plan (renumbered by plan_expert_migration, and with the planner's numbering as it is) and of
+// an incremental plan from the running placement, with the max/mean each reaches.
 void print_migration_table(const BenchSettings& settings) {
   std::printf(
-      "\nMigration after re-planning (Zipf 1.0, refined planner): expert copies per layer\n\n");
+      "\nRe-planning and migration (Zipf 1.0, refined planner, incremental bound 1.02): "
+      "expert copies per layer and worst max/mean over layers\n\n");
   std::printf(
-      "| experts | GPUs | slots | same hot experts: renumbered | naive | new hot experts: "
-      "renumbered | naive | migration planning us/layer |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "| experts | GPUs | slots | new loads | fresh: copies (naive numbering) | fresh: "
+      "max/mean | incremental: copies | incremental: max/mean | migration planning "
+      "us/layer |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     int experts, gpus, slots;
   };
   for (const Shape& shape : {Shape{64, 8, 80}, Shape{256, 8, 320}, Shape{256, 64, 320}}) {
     const PlacementConfig config = config_for(shape.slots, shape.gpus, 1, 1, true);
-    auto plan = [&](uint32_t ranking_seed, uint32_t sampling_seed) {
-      return moescope::runtime::plan_expert_placement(
-          sampled_zipf_loads(settings.num_layers, shape.experts, 1.0, settings.tokens_per_layer,
-                             ranking_seed, sampling_seed),
-          config);
+    auto loads_of = [&](uint32_t ranking_seed, uint32_t sampling_seed) {
+      return sampled_zipf_loads(settings.num_layers, shape.experts, 1.0, settings.tokens_per_layer,
+                                ranking_seed, sampling_seed);
     };
-    const ExpertPlacement current = plan(7, 100);
-    const ExpertPlacement same_router = plan(7, 101);
-    const ExpertPlacement new_router = plan(8, 102);
-    const auto same = moescope::runtime::plan_expert_migration(current, same_router);
-    const auto changed = moescope::runtime::plan_expert_migration(current, new_router);
+    const ExpertPlacement current =
+        moescope::runtime::plan_expert_placement(loads_of(7, 100), config);
+    struct Scenario {
+      const char* name;
+      ExpertLoads loads;
+    };
+    for (const Scenario& scenario : {Scenario{"same hot experts", loads_of(7, 101)},
+                                     Scenario{"new hot experts", loads_of(8, 102)}}) {
+      const ExpertPlacement fresh =
+          moescope::runtime::plan_expert_placement(scenario.loads, config);
+      const ExpertPlacement incremental =
+          moescope::runtime::plan_expert_placement_incremental(scenario.loads, config, current);
+      const auto fresh_migration = moescope::runtime::plan_expert_migration(current, fresh);
+      const auto incremental_migration =
+          moescope::runtime::plan_expert_migration(current, incremental);
 
-    using clock = std::chrono::steady_clock;
-    double best_us = 1e300;
-    for (int trial = 0; trial < 3; ++trial) {
-      int64_t runs = 0;
-      const auto start = clock::now();
-      double elapsed = 0.0;
-      do {
-        if (moescope::runtime::plan_expert_migration(current, new_router).placement.num_layers == 0)
-          std::abort();
-        ++runs;
-        elapsed = std::chrono::duration<double>(clock::now() - start).count();
-      } while (elapsed < settings.min_seconds);
-      best_us = std::min(best_us, elapsed * 1e6 / static_cast<double>(runs * settings.num_layers));
+      using clock = std::chrono::steady_clock;
+      double best_us = 1e300;
+      for (int trial = 0; trial < 3; ++trial) {
+        int64_t runs = 0;
+        const auto start = clock::now();
+        double elapsed = 0.0;
+        do {
+          if (moescope::runtime::plan_expert_migration(current, fresh).placement.num_layers == 0)
+            std::abort();
+          ++runs;
+          elapsed = std::chrono::duration<double>(clock::now() - start).count();
+        } while (elapsed < settings.min_seconds);
+        best_us =
+            std::min(best_us, elapsed * 1e6 / static_cast<double>(runs * settings.num_layers));
+      }
+      const double layers = settings.num_layers;
+      std::printf("| %d | %d | %d | %s | %.1f (%.1f) | %.3f | %.1f | %.3f | %.1f |\n",
+                  shape.experts, shape.gpus, shape.slots, scenario.name,
+                  static_cast<double>(fresh_migration.moves.size()) / layers,
+                  naive_moves_per_layer(current, fresh),
+                  planned_balance(scenario.loads, fresh).worst,
+                  static_cast<double>(incremental_migration.moves.size()) / layers,
+                  planned_balance(scenario.loads, incremental).worst, best_us);
     }
-    std::printf("| %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n", shape.experts, shape.gpus,
-                shape.slots, static_cast<double>(same.moves.size()) / settings.num_layers,
-                naive_moves_per_layer(current, same_router),
-                static_cast<double>(changed.moves.size()) / settings.num_layers,
-                naive_moves_per_layer(current, new_router), best_us);
   }
 }
 

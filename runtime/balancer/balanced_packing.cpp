@@ -21,12 +21,9 @@ struct HeavierPack {
   }
 };
 
-// Greedy: items heaviest first, each into the lightest pack with room. O(n log n + n log p).
-std::vector<std::vector<int32_t>> greedy_packing(std::span<const double> weights, int num_packs,
-                                                 std::vector<double>& pack_weight) {
-  const size_t num_items = weights.size();
-  const size_t items_per_pack = num_items / static_cast<size_t>(num_packs);
-  std::vector<int32_t> order(num_items);
+// Item indices, heaviest first (ties by index).
+std::vector<int32_t> heaviest_first(std::span<const double> weights) {
+  std::vector<int32_t> order(weights.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     if (weights[static_cast<size_t>(a)] != weights[static_cast<size_t>(b)]) {
@@ -34,19 +31,25 @@ std::vector<std::vector<int32_t>> greedy_packing(std::span<const double> weights
     }
     return a < b;
   });
+  return order;
+}
 
-  std::vector<std::vector<int32_t>> items_of_pack(static_cast<size_t>(num_packs));
-  std::vector<PackState> initial;
-  initial.reserve(static_cast<size_t>(num_packs));
-  for (int32_t pack = 0; pack < num_packs; ++pack) {
-    items_of_pack[static_cast<size_t>(pack)].reserve(items_per_pack);
-    initial.push_back({0.0, pack});
+// Greedy: the items not yet placed, in `order`, each into the lightest pack that has room.
+// O(n log p) with a min-heap of the packs that have room.
+void greedy_fill(std::span<const double> weights, std::span<const int32_t> order,
+                 const std::vector<bool>& placed, size_t items_per_pack,
+                 std::vector<std::vector<int32_t>>& items_of_pack,
+                 std::vector<double>& pack_weight) {
+  std::vector<PackState> open;
+  for (size_t pack = 0; pack < items_of_pack.size(); ++pack) {
+    if (items_of_pack[pack].size() < items_per_pack) {
+      open.push_back({pack_weight[pack], static_cast<int32_t>(pack)});
+    }
   }
-  std::priority_queue<PackState, std::vector<PackState>, HeavierPack> open_packs(
-      HeavierPack{}, std::move(initial));
-  pack_weight.assign(static_cast<size_t>(num_packs), 0.0);
-
+  std::priority_queue<PackState, std::vector<PackState>, HeavierPack> open_packs(HeavierPack{},
+                                                                                 std::move(open));
   for (int32_t item : order) {
+    if (placed[static_cast<size_t>(item)]) continue;
     // A full pack is never pushed back, so the top is the lightest pack that has room.
     PackState lightest = open_packs.top();
     open_packs.pop();
@@ -56,7 +59,6 @@ std::vector<std::vector<int32_t>> greedy_packing(std::span<const double> weights
     pack_weight[static_cast<size_t>(lightest.pack)] = lightest.weight;
     if (items.size() < items_per_pack) open_packs.push(lightest);
   }
-  return items_of_pack;
 }
 
 // Local search after the greedy: the greedy can leave the heaviest pack with a large item that a
@@ -64,7 +66,7 @@ std::vector<std::vector<int32_t>> greedy_packing(std::span<const double> weights
 // heaviest pack and leaves its partner below the old maximum, so the sorted vector of pack
 // weights decreases lexicographically and the loop ends; the cap bounds the time anyway.
 void refine_by_swaps(std::span<const double> weights, std::vector<std::vector<int32_t>>& items,
-                     std::vector<double>& pack_weight) {
+                     std::vector<double>& pack_weight, double stop_at_weight) {
   const size_t num_packs = pack_weight.size();
   if (num_packs < 2) return;
   const double total = std::accumulate(pack_weight.begin(), pack_weight.end(), 0.0);
@@ -76,6 +78,7 @@ void refine_by_swaps(std::span<const double> weights, std::vector<std::vector<in
     const size_t heaviest = static_cast<size_t>(
         std::max_element(pack_weight.begin(), pack_weight.end()) - pack_weight.begin());
     const double top = pack_weight[heaviest];
+    if (top <= stop_at_weight) return;
     double best_pair_max = top - min_gain;
     size_t best_pack = num_packs, best_from = 0, best_to = 0;
 
@@ -114,16 +117,11 @@ void refine_by_swaps(std::span<const double> weights, std::vector<std::vector<in
   }
 }
 
-}  // namespace
-
-PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine) {
-  std::vector<double> pack_weight;
-  std::vector<std::vector<int32_t>> items_of_pack = greedy_packing(weights, num_packs, pack_weight);
-  if (refine) refine_by_swaps(weights, items_of_pack, pack_weight);
-
+PackAssignment to_assignment(const std::vector<std::vector<int32_t>>& items_of_pack,
+                             size_t num_items) {
   PackAssignment result;
-  result.pack_of_item.resize(weights.size());
-  result.rank_in_pack.resize(weights.size());
+  result.pack_of_item.resize(num_items);
+  result.rank_in_pack.resize(num_items);
   for (size_t pack = 0; pack < items_of_pack.size(); ++pack) {
     const auto& items = items_of_pack[pack];
     for (size_t rank = 0; rank < items.size(); ++rank) {
@@ -132,6 +130,48 @@ PackAssignment balanced_packing(std::span<const double> weights, int num_packs, 
     }
   }
   return result;
+}
+
+}  // namespace
+
+PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine) {
+  const size_t items_per_pack = weights.size() / static_cast<size_t>(num_packs);
+  std::vector<std::vector<int32_t>> items_of_pack(static_cast<size_t>(num_packs));
+  std::vector<double> pack_weight(static_cast<size_t>(num_packs), 0.0);
+  greedy_fill(weights, heaviest_first(weights), std::vector<bool>(weights.size(), false),
+              items_per_pack, items_of_pack, pack_weight);
+  if (refine) refine_by_swaps(weights, items_of_pack, pack_weight, /*stop_at_weight=*/0.0);
+  return to_assignment(items_of_pack, weights.size());
+}
+
+PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_packs,
+                                       std::span<const int32_t> preferred_pack,
+                                       double stop_max_over_mean) {
+  const size_t items_per_pack = weights.size() / static_cast<size_t>(num_packs);
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const double target = total / num_packs * stop_max_over_mean;
+  std::vector<std::vector<int32_t>> items_of_pack(static_cast<size_t>(num_packs));
+  std::vector<double> pack_weight(static_cast<size_t>(num_packs), 0.0);
+  std::vector<bool> placed(weights.size(), false);
+  const std::vector<int32_t> order = heaviest_first(weights);
+  // Heaviest first, items stay in their preferred pack while it has room and stays under the
+  // target; what does not fit is what moves.
+  for (int32_t item : order) {
+    const int32_t pack = preferred_pack[static_cast<size_t>(item)];
+    if (pack < 0) continue;
+    auto& items = items_of_pack[static_cast<size_t>(pack)];
+    const double weight = weights[static_cast<size_t>(item)];
+    if (items.size() == items_per_pack ||
+        pack_weight[static_cast<size_t>(pack)] + weight > target) {
+      continue;
+    }
+    items.push_back(item);
+    pack_weight[static_cast<size_t>(pack)] += weight;
+    placed[static_cast<size_t>(item)] = true;
+  }
+  greedy_fill(weights, order, placed, items_per_pack, items_of_pack, pack_weight);
+  refine_by_swaps(weights, items_of_pack, pack_weight, target);
+  return to_assignment(items_of_pack, weights.size());
 }
 
 }  // namespace moescope::runtime::balancer

@@ -21,4 +21,13 @@ struct PackAssignment {
 /// Requires weights.size() % num_packs == 0 (checked by the caller).
 PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine);
 
+/// Packing that keeps items where they are: heaviest first, each item with a preferred pack
+/// (>= 0; -1 for none) goes there while the pack has room and stays at or below
+/// stop_max_over_mean x the mean pack weight; the rest are packed greedily as above, and swaps
+/// then lower the heaviest pack until it is at or below that bound (or no swap helps).
+/// preferred_pack: [num_items].
+PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_packs,
+                                       std::span<const int32_t> preferred_pack,
+                                       double stop_max_over_mean);
+
 }  // namespace moescope::runtime::balancer

@@ -16,6 +16,7 @@ using balancer::balanced_packing;
 using balancer::PackAssignment;
 using balancer::replicate_experts;
 using balancer::Replication;
+using balancer::sticky_balanced_packing;
 
 [[noreturn]] void fail(const std::string& message) {
   throw std::invalid_argument("expert placement: " + message);
@@ -85,9 +86,30 @@ struct Hierarchy {
   bool refine;
 };
 
-// Plans one layer. Writes phy2log and the replica rank of each slot, and logcnt.
-void plan_layer(std::span<const double> loads, const Hierarchy& h, std::span<int32_t> phy2log,
-                std::span<int32_t> replica_rank_of_slot, std::span<int32_t> logcnt) {
+// Where the running placement holds one layer's experts, for incremental planning.
+struct CurrentLayout {
+  std::vector<std::vector<int32_t>> gpus_of_expert;  // [logical] -> GPUs, one entry per replica
+  double max_over_mean;                              // how far stickiness may unbalance a pack
+};
+
+CurrentLayout current_layout(const ExpertPlacement& current, int layer, double max_over_mean) {
+  CurrentLayout layout{
+      std::vector<std::vector<int32_t>>(static_cast<size_t>(current.num_logical_experts)),
+      max_over_mean};
+  const auto phy2log = current.phy2log(layer);
+  const int slots_per_gpu = current.slots_per_gpu();
+  for (size_t slot = 0; slot < phy2log.size(); ++slot) {
+    layout.gpus_of_expert[static_cast<size_t>(phy2log[slot])].push_back(static_cast<int32_t>(slot) /
+                                                                        slots_per_gpu);
+  }
+  return layout;
+}
+
+// Plans one layer. Writes phy2log and the replica rank of each slot, and logcnt. With `current`
+// the packings prefer to leave groups on their node and replicas on their GPU.
+void plan_layer(std::span<const double> loads, const Hierarchy& h, const CurrentLayout* current,
+                std::span<int32_t> phy2log, std::span<int32_t> replica_rank_of_slot,
+                std::span<int32_t> logcnt) {
   const int group_size = h.num_logical / h.num_groups;
   const int logical_per_node = h.num_logical / h.num_nodes;
   const int physical_per_node = h.num_physical / h.num_nodes;
@@ -100,7 +122,29 @@ void plan_layer(std::span<const double> loads, const Hierarchy& h, std::span<int
   for (int expert = 0; expert < h.num_logical; ++expert) {
     group_load[static_cast<size_t>(expert / group_size)] += loads[static_cast<size_t>(expert)];
   }
-  const PackAssignment node_of_group = balanced_packing(group_load, h.num_nodes, h.refine);
+  PackAssignment node_of_group;
+  if (current == nullptr) {
+    node_of_group = balanced_packing(group_load, h.num_nodes, h.refine);
+  } else {
+    // A group prefers the node that holds most of its replicas now.
+    std::vector<int32_t> preferred_node(static_cast<size_t>(h.num_groups), -1);
+    std::vector<int> replicas_on_node(static_cast<size_t>(h.num_nodes));
+    for (int group = 0; group < h.num_groups; ++group) {
+      std::fill(replicas_on_node.begin(), replicas_on_node.end(), 0);
+      for (int expert = group * group_size; expert < (group + 1) * group_size; ++expert) {
+        for (int32_t gpu : current->gpus_of_expert[static_cast<size_t>(expert)]) {
+          ++replicas_on_node[static_cast<size_t>(gpu / gpus_per_node)];
+        }
+      }
+      const auto most = std::max_element(replicas_on_node.begin(), replicas_on_node.end());
+      if (*most > 0) {
+        preferred_node[static_cast<size_t>(group)] =
+            static_cast<int32_t>(most - replicas_on_node.begin());
+      }
+    }
+    node_of_group =
+        sticky_balanced_packing(group_load, h.num_nodes, preferred_node, current->max_over_mean);
+  }
   std::vector<int32_t> node_local_to_logical(static_cast<size_t>(h.num_logical));
   for (int group = 0; group < h.num_groups; ++group) {
     const int node = node_of_group.pack_of_item[static_cast<size_t>(group)];
@@ -131,7 +175,27 @@ void plan_layer(std::span<const double> loads, const Hierarchy& h, std::span<int
           node_loads[static_cast<size_t>(k)] / replication.replica_count[static_cast<size_t>(k)];
     }
     // Step 3: the node's replicas onto its GPUs.
-    const PackAssignment gpu_of_replica = balanced_packing(replica_loads, gpus_per_node, h.refine);
+    PackAssignment gpu_of_replica;
+    if (current == nullptr) {
+      gpu_of_replica = balanced_packing(replica_loads, gpus_per_node, h.refine);
+    } else {
+      // Replica r of an expert prefers the r-th GPU of this node that holds the expert now.
+      std::vector<int32_t> preferred_gpu(static_cast<size_t>(physical_per_node), -1);
+      for (int i = 0; i < physical_per_node; ++i) {
+        const int32_t expert =
+            local_to_logical[replication.physical_to_logical[static_cast<size_t>(i)]];
+        int rank = replication.replica_rank[static_cast<size_t>(i)];
+        for (int32_t gpu : current->gpus_of_expert[static_cast<size_t>(expert)]) {
+          if (gpu / gpus_per_node != node) continue;
+          if (rank-- == 0) {
+            preferred_gpu[static_cast<size_t>(i)] = gpu % gpus_per_node;
+            break;
+          }
+        }
+      }
+      gpu_of_replica = sticky_balanced_packing(replica_loads, gpus_per_node, preferred_gpu,
+                                               current->max_over_mean);
+    }
     for (int i = 0; i < physical_per_node; ++i) {
       const size_t slot =
           static_cast<size_t>(node) * physical_per_node +
@@ -175,9 +239,10 @@ std::span<const int32_t> ExpertPlacement::logcnt(int layer) const {
                static_cast<size_t>(num_logical_experts));
 }
 
-ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config) {
-  validate(loads, config);
+namespace {
 
+ExpertPlacement plan_placement(const ExpertLoads& loads, const PlacementConfig& config,
+                               const ExpertPlacement* current) {
   ExpertPlacement placement;
   placement.num_layers = loads.num_layers;
   placement.num_logical_experts = loads.num_experts;
@@ -209,7 +274,13 @@ ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementC
                                num_physical);
     std::span<int32_t> logcnt(placement.logical_replica_count.data() + layer * num_logical,
                               num_logical);
-    plan_layer(loads.layer(layer), hierarchy, phy2log, replica_rank_of_slot, logcnt);
+    if (current == nullptr) {
+      plan_layer(loads.layer(layer), hierarchy, nullptr, phy2log, replica_rank_of_slot, logcnt);
+    } else {
+      const CurrentLayout layout =
+          current_layout(*current, layer, config.incremental_max_over_mean);
+      plan_layer(loads.layer(layer), hierarchy, &layout, phy2log, replica_rank_of_slot, logcnt);
+    }
     int32_t* log2phy = placement.logical_to_physical.data() + layer * num_logical * max_replicas;
     for (size_t slot = 0; slot < num_physical; ++slot) {
       log2phy[static_cast<size_t>(phy2log[slot]) * max_replicas +
@@ -217,6 +288,45 @@ ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementC
     }
   }
   return placement;
+}
+
+}  // namespace
+
+ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config) {
+  validate(loads, config);
+  return plan_placement(loads, config, nullptr);
+}
+
+ExpertPlacement plan_expert_placement_incremental(const ExpertLoads& loads,
+                                                  const PlacementConfig& config,
+                                                  const ExpertPlacement& current) {
+  validate(loads, config);
+  if (current.num_layers != loads.num_layers || current.num_logical_experts != loads.num_experts ||
+      current.num_gpus != config.num_gpus) {
+    fail("the current placement (" + std::to_string(current.num_layers) + " layers, " +
+         std::to_string(current.num_logical_experts) + " experts, " +
+         std::to_string(current.num_gpus) + " GPUs) does not match the loads (" +
+         std::to_string(loads.num_layers) + " layers, " + std::to_string(loads.num_experts) +
+         " experts) and num_gpus = " + std::to_string(config.num_gpus));
+  }
+  if (current.num_physical_experts <= 0 || current.num_physical_experts % current.num_gpus != 0 ||
+      current.physical_to_logical.size() !=
+          static_cast<size_t>(current.num_layers) * current.num_physical_experts) {
+    fail(
+        "the current placement is malformed (slots not a multiple of GPUs or phy2log of the "
+        "wrong size)");
+  }
+  for (int32_t expert : current.physical_to_logical) {
+    if (expert < 0 || expert >= loads.num_experts) {
+      fail("the current placement holds logical expert " + std::to_string(expert) +
+           ", outside [0, " + std::to_string(loads.num_experts) + ")");
+    }
+  }
+  if (!(config.incremental_max_over_mean >= 1.0)) {
+    fail("incremental_max_over_mean must be at least 1, got " +
+         std::to_string(config.incremental_max_over_mean));
+  }
+  return plan_placement(loads, config, &current);
 }
 
 ExpertPlacement make_identity_placement(int num_layers, int num_experts, int num_gpus) {

@@ -35,6 +35,10 @@ struct PlacementConfig {
   /// After the greedy balanced packing, swap items between the heaviest pack and the others
   /// while that lowers the heaviest pack. Off reproduces the published greedy exactly.
   bool refine_packing = true;
+  /// Incremental planning only: experts stay where they are as long as no GPU (and no node) is
+  /// pushed above this max/mean of the predicted load; swaps then bring the heaviest GPU down to
+  /// it. Lower balances better and moves more weights. At least 1.
+  double incremental_max_over_mean = 1.02;
 };
 
 /// The planner's result; the three tables of EPLB, flattened row-major.
@@ -64,6 +68,17 @@ struct ExpertPlacement {
 /// nodes, experts not a multiple of groups, fewer slots than experts, hierarchical requested with
 /// groups not a multiple of nodes) or a load is negative or not finite, or the loads are empty.
 ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config);
+
+/// Plans like plan_expert_placement, but starting from the placement the model runs with:
+/// replica counts are recomputed from the loads, then each replica stays on a GPU that holds its
+/// expert now (and each group on its node) unless that GPU would exceed
+/// config.incremental_max_over_mean x the mean load; only the rest is placed anew. Far fewer
+/// expert weights move than with a fresh plan, at a small cost in balance. `current` must have
+/// the same layers, logical experts and GPUs (its slot count may differ). Throws
+/// std::invalid_argument like plan_expert_placement, or naming the mismatch with `current`.
+ExpertPlacement plan_expert_placement_incremental(const ExpertLoads& loads,
+                                                  const PlacementConfig& config,
+                                                  const ExpertPlacement& current);
 
 /// The placement a model starts with: one replica per expert, experts split contiguously over
 /// the GPUs (slot e holds expert e). Throws std::invalid_argument unless num_experts is a
