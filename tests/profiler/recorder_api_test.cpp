@@ -248,7 +248,7 @@ TEST(RecorderApi, KilledProcessLeavesEveryFlushedChunkReadable) {
       if (step % 1000 == 0) usleep(1000);
     }
   }
-  usleep(700 * 1000);
+  usleep(1500 * 1000);
   uint64_t killed_at = moescope_now_ns();
   kill(child, SIGKILL);
   int status = 0;
@@ -263,9 +263,10 @@ TEST(RecorderApi, KilledProcessLeavesEveryFlushedChunkReadable) {
   for (size_t i = 0; i < steps.size(); ++i) {
     ASSERT_EQ(steps[i].as<trace::StepRecord>().step, static_cast<int64_t>(i));
   }
-  // Flushed at least every 200 ms: the last flushed event is recent.
+  // Flushed periodically (every 100 ms), not only at exit: the last flushed event is recent.
+  // The bound leaves room for a loaded CI machine delaying the flush thread.
   uint64_t last = steps.back().header().time;
-  EXPECT_LT(killed_at - last, 200'000'000u);
+  EXPECT_LT(killed_at - last, 500'000'000u);
   // Only the chunk being written at the kill may be damaged.
   EXPECT_LE(trace.errors.size(), 1u);
   std::remove(path.c_str());
