@@ -1,0 +1,203 @@
+// The viewer as a person sees it: a real window under xvfb-run renders every panel of a
+// synthetic 2-rank trace (one hot expert) through `moescope-view --screenshot`; each PNG must
+// have the requested size, not be blank, and show what its panel is about, located with the
+// geometry the panel reported for that very frame.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#include <stb/stb_image.h>
+
+#include "moescope/viewer/heatmap_layout.h"
+#include "sample_trace_writer.h"
+
+namespace moescope::viewer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kWidth = 1280, kHeight = 800;
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  Rgb at(float x, float y) const {
+    int ix = std::clamp(static_cast<int>(x), 0, width - 1),
+        iy = std::clamp(static_cast<int>(y), 0, height - 1);
+    const uint8_t* p = &rgb[(static_cast<size_t>(iy) * width + ix) * 3];
+    return {p[0], p[1], p[2]};
+  }
+  size_t distinct_colours() const {
+    std::set<uint32_t> colours;
+    for (size_t i = 0; i + 2 < rgb.size(); i += 3)
+      colours.insert(rgb[i] << 16 | rgb[i + 1] << 8 | rgb[i + 2]);
+    return colours.size();
+  }
+  size_t count(Rgb colour, int tolerance) const {
+    size_t n = 0;
+    for (size_t i = 0; i + 2 < rgb.size(); i += 3) {
+      if (std::abs(rgb[i] - colour.r) <= tolerance &&
+          std::abs(rgb[i + 1] - colour.g) <= tolerance &&
+          std::abs(rgb[i + 2] - colour.b) <= tolerance) {
+        ++n;
+      }
+    }
+    return n;
+  }
+};
+
+bool near(Rgb a, Rgb b, int tolerance) {
+  return std::abs(a.r - b.r) <= tolerance && std::abs(a.g - b.g) <= tolerance &&
+         std::abs(a.b - b.b) <= tolerance;
+}
+double brightness(Rgb c) {
+  return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b;
+}
+
+class ViewerScreenshots : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* build = std::getenv("MOESCOPE_BUILD_DIR");
+    ASSERT_NE(build, nullptr) << "MOESCOPE_BUILD_DIR is set by CTest";
+    build_dir_ = build;
+    directory_ = build_dir_ + "/tests/viewer_screenshots";
+    fs::create_directories(directory_);
+    trace_ = testing::write_sample_trace(directory_, shape_);
+  }
+
+  // Renders `panel` and loads the PNG and its layout; `via_cli` goes through `moescope view`.
+  void render(const std::string& panel, Image& image, nlohmann::json& layout,
+              bool via_cli = false) {
+    std::string png = directory_ + "/" + panel + (via_cli ? "_cli" : "") + ".png";
+    fs::remove(png);
+    std::string command = "xvfb-run -a -s '-screen 0 1280x1024x24' " + build_dir_ +
+                          (via_cli ? "/bin/moescope view" : "/bin/moescope-view");
+    for (const std::string& file : trace_.files) command += " " + file;
+    command += " --screenshot " + png + " --panel " + panel + " --size " + std::to_string(kWidth) +
+               "x" + std::to_string(kHeight) + " 2>&1";
+    int status = std::system(command.c_str());
+    ASSERT_EQ(status, 0) << command;
+    int channels = 0;
+    uint8_t* data = stbi_load(png.c_str(), &image.width, &image.height, &channels, 3);
+    ASSERT_NE(data, nullptr) << "cannot read " << png;
+    image.rgb.assign(data, data + static_cast<size_t>(image.width) * image.height * 3);
+    stbi_image_free(data);
+    std::ifstream in(png + ".layout.json");
+    layout = nlohmann::json::parse(in);
+    EXPECT_EQ(image.width, kWidth);
+    EXPECT_EQ(image.height, kHeight);
+    // Not blank: a rendered panel has text, fills and lines in many colours.
+    EXPECT_GT(image.distinct_colours(), 40u) << panel;
+  }
+
+  static GridLayout grid_from(const nlohmann::json& json) {
+    GridLayout grid;
+    grid.left = json["left"];
+    grid.top = json["top"];
+    grid.cell_width = json["cell_width"];
+    grid.cell_height = json["cell_height"];
+    grid.rows = json["rows"];
+    grid.columns = json["columns"];
+    return grid;
+  }
+
+  static inline std::string build_dir_, directory_;
+  static inline testing::SampleTraceShape shape_;
+  static inline testing::SampleTrace trace_;
+};
+
+TEST_F(ViewerScreenshots, ExpertHeatmapShowsTheHotExpertInTheHottestColour) {
+  Image image;
+  nlohmann::json layout;
+  render("experts", image, layout);
+  GridLayout grid = grid_from(layout["expert_heatmap"]);
+  ASSERT_EQ(grid.rows, shape_.num_layers);
+  ASSERT_EQ(grid.columns, shape_.num_experts);
+  Rgb hottest = heat_colour(1.0);
+  Rgb hot_cell = image.at(grid.centre_x(shape_.hot_expert), grid.centre_y(shape_.hot_layer));
+  EXPECT_TRUE(near(hot_cell, hottest, 3))
+      << int(hot_cell.r) << "," << int(hot_cell.g) << "," << int(hot_cell.b);
+  // Every other cell is clearly cooler.
+  for (int layer = 0; layer < grid.rows; ++layer) {
+    for (int expert = 0; expert < grid.columns; ++expert) {
+      if (layer == shape_.hot_layer && expert == shape_.hot_expert) continue;
+      Rgb cell = image.at(grid.centre_x(expert), grid.centre_y(layer));
+      EXPECT_LT(brightness(cell), brightness(hot_cell) - 60.0)
+          << "layer " << layer << " expert " << expert;
+    }
+  }
+}
+
+TEST_F(ViewerScreenshots, CommunicationMatrixIsHottestWhereTheMostBytesGo) {
+  Image image;
+  nlohmann::json layout;
+  render("comm", image, layout);
+  GridLayout grid = grid_from(layout["comm_matrix"]);
+  ASSERT_EQ(grid.rows, shape_.num_ranks);
+  // The sample sends 3 MiB to the last rank and 1 MiB to the others (+4 KiB per sender rank):
+  // rank 1 -> rank 1 is the largest cell; rank 0 -> rank 0 is about a third of it.
+  auto corner = [&](int row, int column) {  // away from the byte label in the cell
+    return image.at(grid.cell_x(column) + grid.cell_width - 8,
+                    grid.cell_y(row) + grid.cell_height - 8);
+  };
+  EXPECT_TRUE(near(corner(1, 1), heat_colour(1.0), 3));
+  double small = (1024.0 * 1024.0) / (3 * 1024.0 * 1024.0 + 4096.0);
+  EXPECT_TRUE(near(corner(0, 0), heat_colour(small), 4));
+  EXPECT_LT(brightness(corner(1, 0)), brightness(corner(0, 1)));
+}
+
+TEST_F(ViewerScreenshots, MemoryPanelMarksThePeak) {
+  Image image;
+  nlohmann::json layout;
+  render("memory", image, layout);
+  float x = layout["memory_peak_x"];
+  float top = layout["memory_plot_top"], bottom = layout["memory_plot_bottom"];
+  ASSERT_GT(x, 0.0f);
+  int red = 0;
+  for (float y = top + 20; y < bottom - 2; y += 4) {
+    Rgb pixel = image.at(x, y);
+    red += pixel.r > 200 && pixel.g < 110 && pixel.b < 110;
+  }
+  EXPECT_GT(red, static_cast<int>((bottom - top - 22) / 4 * 0.8))
+      << "the red peak line spans the plot";
+  // Stacked categories: expert weights (blue) sit at the bottom of the plot.
+  EXPECT_GT(image.count({90, 150, 230}, 2), 1000u);
+}
+
+TEST_F(ViewerScreenshots, TimelineShowsSpansCommOpsAndCounterPlots) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout);
+  EXPECT_GT(image.count({224, 140, 50}, 2), 200u) << "all-to-all ops on the communicator tracks";
+  EXPECT_GT(image.count({120, 180, 240}, 2), 50u) << "memory/counter plot lines";
+  EXPECT_GT(image.distinct_colours(), 200u) << "named spans in their own colours, text";
+}
+
+TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
+  Image image;
+  nlohmann::json layout;
+  render("stats", image, layout);
+  // 3 kernel names + train_step, forward, backward, 4 layers, router, dispatch, experts, combine.
+  EXPECT_EQ(layout["stats_rows"].get<int>(), 3 + 3 + shape_.num_layers + 4);
+  render("report", image, layout);  // size and not blank are checked by render()
+}
+
+TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {
+  Image image;
+  nlohmann::json layout;
+  render("experts", image, layout, /*via_cli=*/true);
+  EXPECT_EQ(layout["expert_heatmap"]["columns"].get<int>(), shape_.num_experts);
+}
+
+}  // namespace
+}  // namespace moescope::viewer

@@ -1,0 +1,107 @@
+#include "file_browser.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <imgui.h>
+
+#include "panel_drawing.h"
+
+namespace moescope::viewer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool looks_like_trace(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".moetrace") || ends_with(".json") || ends_with(".json.gz");
+}
+
+}  // namespace
+
+void FileBrowser::open() {
+  open_ = true;
+  if (directory_.empty()) {
+    std::error_code error;
+    directory_ = fs::current_path(error).string();
+  }
+  list_directory();
+}
+
+void FileBrowser::list_directory() {
+  entries_.clear();
+  error_.clear();
+  std::error_code error;
+  for (fs::directory_iterator it(directory_, error), end; !error && it != end;
+       it.increment(error)) {
+    Entry entry;
+    entry.name = it->path().filename().string();
+    if (!entry.name.empty() && entry.name[0] == '.') continue;
+    std::error_code status_error;
+    entry.is_directory = it->is_directory(status_error);
+    entry.is_trace = !entry.is_directory && looks_like_trace(entry.name);
+    if (entry.is_trace) entry.bytes = it->file_size(status_error);
+    entries_.push_back(entry);
+  }
+  if (error) error_ = "cannot list " + directory_ + ": " + error.message();
+  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
+    if (a.is_directory != b.is_directory) return a.is_directory;
+    return a.name < b.name;
+  });
+}
+
+bool FileBrowser::draw(std::vector<std::string>& chosen) {
+  if (!open_) return false;
+  bool confirmed = false;
+  ImGui::SetNextWindowSize(ImVec2(640, 440), ImGuiCond_FirstUseEver);
+  if (ImGui::Begin("Open traces", &open_)) {
+    ImGui::TextWrapped("%s", directory_.c_str());
+    if (ImGui::Button("Up")) {
+      directory_ = fs::path(directory_).parent_path().string();
+      list_directory();
+    }
+    ImGui::SameLine();
+    ImGui::TextDisabled("tick every rank's file to open them together");
+    if (!error_.empty()) ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", error_.c_str());
+    ImGui::BeginChild("entries", ImVec2(0, -32), true);
+    std::string enter;
+    for (Entry& entry : entries_) {
+      if (entry.is_directory) {
+        if (ImGui::Selectable((entry.name + "/").c_str(), false,
+                              ImGuiSelectableFlags_AllowDoubleClick) &&
+            ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
+          enter = entry.name;
+        }
+      } else if (entry.is_trace) {
+        ImGui::Checkbox(entry.name.c_str(), &entry.ticked);
+        ImGui::SameLine();
+        ImGui::TextDisabled("%s", format_bytes(static_cast<double>(entry.bytes)).c_str());
+      } else {
+        ImGui::TextDisabled("%s", entry.name.c_str());
+      }
+    }
+    ImGui::EndChild();
+    if (!enter.empty()) {
+      directory_ = (fs::path(directory_) / enter).string();
+      list_directory();
+    }
+    if (ImGui::Button("Open ticked")) {
+      chosen.clear();
+      for (const Entry& entry : entries_) {
+        if (entry.ticked) chosen.push_back((fs::path(directory_) / entry.name).string());
+      }
+      confirmed = !chosen.empty();
+      if (confirmed) open_ = false;
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) open_ = false;
+  }
+  ImGui::End();
+  return confirmed;
+}
+
+}  // namespace moescope::viewer

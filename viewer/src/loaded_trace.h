@@ -1,0 +1,57 @@
+// A trace as the viewer holds it: the model, the timeline index and the tables computed once
+// after loading. Built on the loading thread, then handed to the UI thread whole.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moescope/profiler/trace_model.h"
+#include "moescope/viewer/panel_data.h"
+#include "moescope/viewer/timeline_index.h"
+#include "report_findings.h"
+
+namespace moescope::viewer {
+
+struct LoadedTrace {
+  std::vector<std::string> files;
+  analysis::TraceModel model;
+  TimelineIndex timeline;
+  std::vector<int64_t> steps;  // known step numbers, ascending
+  std::vector<NameStatistics> kernel_stats, range_stats;
+  std::vector<ViewerFinding> findings;
+  double load_seconds = 0.0;
+};
+
+// Loads traces on a background thread; the UI polls progress() and take_result().
+class TraceLoadingJob {
+ public:
+  explicit TraceLoadingJob(std::vector<std::string> files);
+  ~TraceLoadingJob();
+  TraceLoadingJob(const TraceLoadingJob&) = delete;
+  TraceLoadingJob& operator=(const TraceLoadingJob&) = delete;
+
+  // 0..1 (file bytes read; the last few percent are index building).
+  float progress() const { return progress_.load(std::memory_order_relaxed); }
+  const char* stage() const { return stage_.load(std::memory_order_relaxed); }
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // The loaded trace once done() (then null on later calls).
+  std::unique_ptr<LoadedTrace> take_result();
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  void run();
+
+  std::vector<std::string> files_;
+  std::atomic<float> progress_{0.0f};
+  std::atomic<const char*> stage_{"reading"};
+  std::atomic<bool> done_{false};
+  std::atomic<bool> cancel_{false};
+  std::unique_ptr<LoadedTrace> result_;
+  std::thread thread_;
+};
+
+}  // namespace moescope::viewer

@@ -1,0 +1,68 @@
+// moescope-view: the desktop viewer. `moescope view` execs this binary.
+//   moescope-view [TRACE...] [--screenshot OUT.png [--panel NAME] [--size WxH]]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "viewer_app.h"
+
+namespace {
+
+void print_usage() {
+  std::fprintf(stderr,
+               "usage: moescope-view [TRACE...] [--screenshot OUT.png] "
+               "[--panel timeline|experts|comm|memory|report|stats] [--size WxH]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using moescope::viewer::ViewerOptions;
+  ViewerOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string argument = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "moescope-view: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (argument == "--screenshot") {
+      options.screenshot_path = value("--screenshot");
+    } else if (argument == "--panel") {
+      const char* name = value("--panel");
+      if (!moescope::viewer::parse_panel(name, options.panel)) {
+        std::fprintf(
+            stderr,
+            "moescope-view: unknown panel '%s' (timeline, experts, comm, memory, report, stats)\n",
+            name);
+        return 2;
+      }
+    } else if (argument == "--size") {
+      const char* size = value("--size");
+      if (std::sscanf(size, "%dx%d", &options.width, &options.height) != 2 || options.width < 200 ||
+          options.height < 150 || options.width > 8192 || options.height > 8192) {
+        std::fprintf(stderr, "moescope-view: bad --size '%s' (want WxH, 200x150 to 8192x8192)\n",
+                     size);
+        return 2;
+      }
+    } else if (argument == "-h" || argument == "--help") {
+      print_usage();
+      return 0;
+    } else if (!argument.empty() && argument[0] == '-') {
+      std::fprintf(stderr, "moescope-view: unknown option '%s'\n", argument.c_str());
+      print_usage();
+      return 2;
+    } else {
+      options.files.push_back(argument);
+    }
+  }
+  if (!options.screenshot_path.empty() && options.files.empty()) {
+    std::fprintf(stderr, "moescope-view: --screenshot needs at least one trace file\n");
+    return 2;
+  }
+  moescope::viewer::ViewerApp app(options);
+  return app.run();
+}

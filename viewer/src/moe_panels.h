@@ -1,0 +1,62 @@
+// The panels besides the timeline: expert load, communication, memory, report, statistics.
+// Each draws from LoadedTrace and the shared ViewerState; aggregates are recomputed only when
+// the step range or rank changes.
+#pragma once
+
+#include <vector>
+
+#include "loaded_trace.h"
+#include "viewer_state.h"
+
+namespace moescope::viewer {
+
+class ExpertsPanel {
+ public:
+  void draw(const LoadedTrace& trace, ViewerState& state);
+
+ private:
+  const LoadedTrace* cached_for_ = nullptr;
+  StepRankFilter cached_filter_{-2, -2, -2};
+  ExpertHeatmap heatmap_;
+  ImbalanceSeries imbalance_;
+};
+
+class CommPanel {
+ public:
+  void draw(const LoadedTrace& trace, ViewerState& state);
+
+ private:
+  const LoadedTrace* cached_for_ = nullptr;
+  StepRankFilter cached_filter_{-2, -2, -2};
+  CommMatrix matrix_;
+};
+
+class MemoryPanel {
+ public:
+  void draw(const LoadedTrace& trace, ViewerState& state);
+
+ private:
+  const LoadedTrace* cached_for_ = nullptr;
+  int cached_process_ = -1;
+  MemoryPeak peak_;
+};
+
+class ReportPanel {
+ public:
+  void draw(const LoadedTrace& trace, ViewerState& state);
+};
+
+class StatsPanel {
+ public:
+  void draw(const LoadedTrace& trace, ViewerState& state);
+
+ private:
+  const LoadedTrace* cached_for_ = nullptr;
+  std::vector<size_t> kernel_order_, range_order_;
+};
+
+// Selects a finding's place: step range, rank, layer/expert in the heatmap, time window in the
+// timeline (applied by the timeline on its next frame).
+void focus_finding(const LoadedTrace& trace, ViewerState& state, int finding_index);
+
+}  // namespace moescope::viewer

@@ -1,0 +1,33 @@
+// Small drawing pieces shared by the MoE panels: byte formatting, the colour legend, and the
+// geometry probe that screenshot mode writes next to the PNG so tests find cells by layout.
+#pragma once
+
+#include <string>
+
+#include <imgui.h>
+
+#include "moescope/viewer/heatmap_layout.h"
+
+namespace moescope::viewer {
+
+// "1.5 GiB", "320 KiB", "12 B".
+std::string format_bytes(double bytes);
+
+// A vertical colour bar from heat_colour(0) (bottom) to heat_colour(1) (top) with the values
+// at both ends and the middle.
+void draw_colour_legend(ImDrawList* draw, ImVec2 top_left, ImVec2 size, double max_value,
+                        const char* unit);
+
+// Geometry actually used by the last drawn frame (screen pixels of the window framebuffer).
+struct LayoutProbe {
+  GridLayout expert_heatmap;
+  GridLayout comm_matrix;
+  float memory_peak_x = -1.0f;  // x of the peak marker
+  float memory_plot_top = 0, memory_plot_bottom = 0;
+  float timeline_area_x = 0, timeline_area_y = 0;  // top-left of the span area
+  int report_rows = 0;
+  int stats_rows = 0;
+};
+LayoutProbe& layout_probe();
+
+}  // namespace moescope::viewer

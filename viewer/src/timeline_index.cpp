@@ -1,0 +1,267 @@
+#include "moescope/viewer/timeline_index.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace moescope::viewer {
+
+using analysis::ProcessTrack;
+using analysis::TraceModel;
+
+namespace {
+
+std::string rank_prefix(const ProcessTrack& process) {
+  return "rank " + std::to_string(process.rank) + " | ";
+}
+
+// Lanes for start-sorted items that may overlap (GPU ops, comm ops): first-fit lane per item.
+template <typename Item>
+std::vector<Lane> lanes_of_sorted_items(const std::vector<Item>& items) {
+  std::vector<int64_t> starts(items.size()), ends(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    starts[i] = items[i].start;
+    ends[i] = std::max(items[i].end, items[i].start);
+  }
+  std::vector<uint32_t> lane_of = assign_lanes(starts, ends);
+  uint32_t num_lanes = 0;
+  for (uint32_t lane : lane_of) num_lanes = std::max(num_lanes, lane + 1);
+  std::vector<Lane> lanes(num_lanes);
+  for (size_t i = 0; i < items.size(); ++i) {
+    lanes[lane_of[i]].push(starts[i], ends[i], static_cast<uint32_t>(i));
+  }
+  return lanes;
+}
+
+bool is_plot(TimelineTrackKind kind) {
+  return kind == TimelineTrackKind::kCounter || kind == TimelineTrackKind::kMemory;
+}
+
+// Times and values of a plot track (a counter, or total memory in use).
+void plot_series(const TraceModel& model, const TimelineTrack& track,
+                 const std::vector<int64_t>*& times, const std::vector<double>*& values,
+                 const std::vector<int64_t>*& int_values) {
+  const ProcessTrack& process = model.processes[track.process];
+  times = nullptr;
+  values = nullptr;
+  int_values = nullptr;
+  if (track.kind == TimelineTrackKind::kCounter) {
+    times = &process.counters[track.track].times;
+    values = &process.counters[track.track].values;
+  } else {
+    times = &process.memory_usage.times;
+    int_values = &process.memory_usage.total;
+  }
+}
+
+}  // namespace
+
+int TimelineIndex::find_track(const analysis::TrackRef& ref) const {
+  TimelineTrackKind wanted = ref.kind == analysis::TrackKind::kThread ? TimelineTrackKind::kThread
+                             : ref.kind == analysis::TrackKind::kGpuStream
+                                 ? TimelineTrackKind::kGpuStream
+                                 : TimelineTrackKind::kCommunicator;
+  for (size_t i = 0; i < tracks.size(); ++i) {
+    const TimelineTrack& track = tracks[i];
+    if (track.kind == wanted && track.process == ref.process && track.track == ref.track) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+std::vector<TrackShape> TimelineIndex::shapes() const {
+  std::vector<TrackShape> shapes;
+  shapes.reserve(tracks.size());
+  for (const TimelineTrack& track : tracks) {
+    TrackShape shape;
+    shape.is_plot = is_plot(track.kind);
+    shape.num_lanes = std::max<uint32_t>(static_cast<uint32_t>(track.lanes.size()), 1);
+    shape.collapsed = track.collapsed;
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+TimelineIndex build_timeline_index(const TraceModel& model) {
+  TimelineIndex index;
+  index.begin_ns = model.begin;
+  index.end_ns = model.end;
+  for (uint32_t p = 0; p < model.processes.size(); ++p) {
+    const ProcessTrack& process = model.processes[p];
+    std::string prefix = rank_prefix(process);
+    for (uint32_t t = 0; t < process.threads.size(); ++t) {
+      const auto& thread = process.threads[t];
+      TimelineTrack track{TimelineTrackKind::kThread, p, t, {}, {}, false};
+      std::string name = model.name(thread.name);
+      track.label = prefix + "thread " + (name.empty() ? std::to_string(thread.stream) : name);
+      if (thread.os_thread_id != 0) track.label += " (" + std::to_string(thread.os_thread_id) + ")";
+      // Spans of one depth never overlap: each depth is a lane as it is.
+      for (const auto& depth_indices : thread.spans_by_depth) {
+        Lane lane;
+        lane.start_ns.reserve(depth_indices.size());
+        lane.end_ns.reserve(depth_indices.size());
+        lane.event.reserve(depth_indices.size());
+        for (uint32_t span_index : depth_indices) {
+          const auto& span = thread.spans[span_index];
+          lane.push(span.start, std::max(span.end, span.start), span_index);
+        }
+        index.num_spans += lane.size();
+        track.lanes.push_back(std::move(lane));
+      }
+      if (track.lanes.empty() && thread.api_calls.empty()) continue;
+      index.tracks.push_back(std::move(track));
+    }
+    for (uint32_t s = 0; s < process.gpu_streams.size(); ++s) {
+      const auto& stream = process.gpu_streams[s];
+      TimelineTrack track{TimelineTrackKind::kGpuStream, p, s, {}, {}, false};
+      track.label =
+          prefix + "GPU " + std::to_string(stream.device) +
+          (stream.stream == analysis::kAllStreams ? std::string(" | device syncs")
+                                                  : " | stream " + std::to_string(stream.stream));
+      track.lanes = lanes_of_sorted_items(stream.ops);
+      for (const Lane& lane : track.lanes) index.num_spans += lane.size();
+      index.tracks.push_back(std::move(track));
+    }
+    for (uint32_t c = 0; c < process.communicators.size(); ++c) {
+      const auto& communicator = process.communicators[c];
+      TimelineTrack track{TimelineTrackKind::kCommunicator, p, c, {}, {}, false};
+      char id[32];
+      std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(communicator.comm_id));
+      track.label =
+          prefix + "comm " + id + " (" + std::to_string(communicator.num_ranks) + " ranks)";
+      track.lanes = lanes_of_sorted_items(communicator.ops);
+      for (const Lane& lane : track.lanes) index.num_spans += lane.size();
+      index.tracks.push_back(std::move(track));
+    }
+    if (!process.memory_usage.times.empty()) {
+      TimelineTrack track{TimelineTrackKind::kMemory, p, 0, prefix + "memory in use", {}, false};
+      index.tracks.push_back(std::move(track));
+    }
+    for (uint32_t c = 0; c < process.counters.size(); ++c) {
+      TimelineTrack track{TimelineTrackKind::kCounter, p, c, {}, {}, false};
+      track.label = prefix + "counter " + model.name(process.counters[c].name);
+      index.tracks.push_back(std::move(track));
+    }
+  }
+  return index;
+}
+
+void build_timeline_frame(const TraceModel& model, const TimelineIndex& index,
+                          const std::vector<TrackRows>& rows, float view_top, float view_bottom,
+                          const TimeAxis& axis, double fold_px, TimelineFrame& frame) {
+  frame.clear();
+  for (uint32_t t = 0; t < index.tracks.size() && t < rows.size(); ++t) {
+    const TimelineTrack& track = index.tracks[t];
+    const TrackRows& row = rows[t];
+    if (track.collapsed || row.bottom <= view_top || row.top >= view_bottom) continue;
+    if (is_plot(track.kind)) {
+      const std::vector<int64_t>* times;
+      const std::vector<double>* values;
+      const std::vector<int64_t>* int_values;
+      plot_series(model, track, times, values, int_values);
+      if (times->empty()) continue;
+      PlotRun run{t, static_cast<uint32_t>(frame.points.size()), 0, 0.0};
+      // One point per 2-px column: the value in force at the column's time (binary search),
+      // so the cost does not grow with the number of samples.
+      int columns = static_cast<int>(axis.width_px() / 2.0) + 1;
+      for (int column = 0; column <= columns; ++column) {
+        double x = column * 2.0;
+        double time = axis.x_to_time(x);
+        auto after = std::upper_bound(times->begin(), times->end(), time,
+                                      [](double value, int64_t sample) { return value < sample; });
+        if (after == times->begin()) continue;
+        size_t sample = static_cast<size_t>(after - times->begin()) - 1;
+        double value = values ? (*values)[sample] : static_cast<double>((*int_values)[sample]);
+        frame.points.push_back({static_cast<float>(x), value});
+      }
+      for (size_t i = 0; i < times->size(); i += std::max<size_t>(times->size() / 4096, 1)) {
+        double value = values ? (*values)[i] : static_cast<double>((*int_values)[i]);
+        run.max_value = std::max(run.max_value, value);
+      }
+      run.num_points = static_cast<uint32_t>(frame.points.size()) - run.first_point;
+      frame.plot_runs.push_back(run);
+      continue;
+    }
+    float lane_height = track.lanes.empty() ? 0.0f
+                                            : (row.bottom - row.content_top) /
+                                                  static_cast<float>(track.lanes.size());
+    for (uint32_t l = 0; l < track.lanes.size(); ++l) {
+      float lane_top = row.content_top + lane_height * static_cast<float>(l);
+      if (lane_top + lane_height <= view_top || lane_top >= view_bottom) continue;
+      LaneRun run{t, l, static_cast<uint32_t>(frame.items.size()), 0};
+      build_lane_draw_items(track.lanes[l], axis, fold_px, frame.items);
+      run.num_items = static_cast<uint32_t>(frame.items.size()) - run.first_item;
+      if (run.num_items > 0) frame.lane_runs.push_back(run);
+    }
+  }
+}
+
+EventSummary summarize_event(const TraceModel& model, const TimelineIndex& index,
+                             const EventRef& ref) {
+  EventSummary summary;
+  if (!ref.valid() || static_cast<size_t>(ref.track) >= index.tracks.size()) return summary;
+  const TimelineTrack& track = index.tracks[static_cast<size_t>(ref.track)];
+  if (static_cast<size_t>(ref.lane) >= track.lanes.size()) return summary;
+  const Lane& lane = track.lanes[static_cast<size_t>(ref.lane)];
+  if (static_cast<size_t>(ref.slot) >= lane.size()) return summary;
+  size_t slot = static_cast<size_t>(ref.slot);
+  summary.start_ns = lane.start_ns[slot];
+  summary.end_ns = lane.end_ns[slot];
+  const ProcessTrack& process = model.processes[track.process];
+  uint32_t event = lane.event[slot];
+  switch (track.kind) {
+    case TimelineTrackKind::kThread:
+      summary.name = process.threads[track.track].spans[event].name;
+      break;
+    case TimelineTrackKind::kGpuStream:
+      summary.name = process.gpu_streams[track.track].ops[event].name;
+      break;
+    case TimelineTrackKind::kCommunicator:
+      summary.name = process.communicators[track.track].ops[event].name;
+      break;
+    default:
+      break;
+  }
+  return summary;
+}
+
+std::vector<EventRef> search_events(const TraceModel& model, const TimelineIndex& index,
+                                    const std::string& query) {
+  std::vector<EventRef> found;
+  if (query.empty()) return found;
+  auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+  // Decide per interned name once, then test each event by its name id.
+  std::string needle = lower(query);
+  std::vector<uint8_t> name_matches(model.strings.size(), 0);
+  for (size_t id = 0; id < model.strings.size(); ++id) {
+    name_matches[id] =
+        lower(model.strings[static_cast<analysis::StringId>(id)]).find(needle) != std::string::npos;
+  }
+  struct Timed {
+    int64_t start;
+    EventRef ref;
+  };
+  std::vector<Timed> hits;
+  for (size_t t = 0; t < index.tracks.size(); ++t) {
+    const TimelineTrack& track = index.tracks[t];
+    for (size_t l = 0; l < track.lanes.size(); ++l) {
+      const Lane& lane = track.lanes[l];
+      for (size_t slot = 0; slot < lane.size(); ++slot) {
+        EventRef ref{static_cast<int>(t), static_cast<int>(l), static_cast<int64_t>(slot)};
+        analysis::StringId name = summarize_event(model, index, ref).name;
+        if (name < name_matches.size() && name_matches[name])
+          hits.push_back({lane.start_ns[slot], ref});
+      }
+    }
+  }
+  std::stable_sort(hits.begin(), hits.end(),
+                   [](const Timed& a, const Timed& b) { return a.start < b.start; });
+  found.reserve(hits.size());
+  for (const Timed& hit : hits) found.push_back(hit.ref);
+  return found;
+}
+
+}  // namespace moescope::viewer

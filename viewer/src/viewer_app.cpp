@@ -1,0 +1,389 @@
+#include "viewer_app.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#define GL_GLEXT_PROTOTYPES
+#include <GL/glext.h>
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+
+#include "screenshot_writer.h"
+
+namespace moescope::viewer {
+
+const char* panel_name(Panel panel) {
+  switch (panel) {
+    case Panel::kTimeline:
+      return "timeline";
+    case Panel::kExperts:
+      return "experts";
+    case Panel::kComm:
+      return "comm";
+    case Panel::kMemory:
+      return "memory";
+    case Panel::kReport:
+      return "report";
+    case Panel::kStats:
+      return "stats";
+    default:
+      return "?";
+  }
+}
+
+bool parse_panel(const char* text, Panel& panel) {
+  for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
+    if (std::string(text) == panel_name(static_cast<Panel>(i))) {
+      panel = static_cast<Panel>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+const char* panel_title(Panel panel) {
+  switch (panel) {
+    case Panel::kTimeline:
+      return "Timeline";
+    case Panel::kExperts:
+      return "Expert load";
+    case Panel::kComm:
+      return "Communication";
+    case Panel::kMemory:
+      return "Memory";
+    case Panel::kReport:
+      return "Report";
+    case Panel::kStats:
+      return "Statistics";
+    default:
+      return "?";
+  }
+}
+
+void drop_callback(GLFWwindow* window, int count, const char** paths) {
+  auto* app = static_cast<ViewerApp*>(glfwGetWindowUserPointer(window));
+  std::vector<std::string> files(paths, paths + count);
+  app->on_files_dropped(std::move(files));
+}
+
+void glfw_error(int code, const char* description) {
+  std::fprintf(stderr, "moescope-view: GLFW error %d: %s\n", code, description);
+}
+
+}  // namespace
+
+ViewerApp::ViewerApp(ViewerOptions options) : options_(std::move(options)) {
+  current_panel_ = options_.panel;
+}
+
+ViewerApp::~ViewerApp() {
+  loading_.reset();
+  if (window_ != nullptr) {
+    if (framebuffer_ != 0) glDeleteFramebuffers(1, &framebuffer_);
+    if (colour_texture_ != 0) glDeleteTextures(1, &colour_texture_);
+    ImGui_ImplOpenGL3_Shutdown();
+    ImGui_ImplGlfw_Shutdown();
+    ImGui::DestroyContext();
+    glfwDestroyWindow(window_);
+    glfwTerminate();
+  }
+}
+
+bool ViewerApp::create_window() {
+  glfwSetErrorCallback(glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr,
+                 "moescope-view: cannot initialise GLFW (no display? run under xvfb-run for "
+                 "headless use)\n");
+    return false;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  bool headless = !options_.screenshot_path.empty();
+  if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+  window_ = glfwCreateWindow(options_.width, options_.height, "moescope", nullptr, nullptr);
+  if (window_ == nullptr) {
+    std::fprintf(stderr, "moescope-view: cannot create an OpenGL 3.3 window\n");
+    glfwTerminate();
+    return false;
+  }
+  glfwMakeContextCurrent(window_);
+  glfwSwapInterval(headless ? 0 : 1);
+  glfwSetWindowUserPointer(window_, this);
+  glfwSetDropCallback(window_, drop_callback);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // no imgui.ini littering the working directory
+  ImGui::StyleColorsDark();
+  ImGuiStyle& style = ImGui::GetStyle();
+  style.WindowRounding = 0.0f;
+  style.FrameRounding = 3.0f;
+  style.ItemSpacing = ImVec2(8, 5);
+  const char* font = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+  if (std::filesystem::exists(font)) io.Fonts->AddFontFromFileTTF(font, 14.0f);
+  ImGui_ImplGlfw_InitForOpenGL(window_, true);
+  ImGui_ImplOpenGL3_Init("#version 330");
+
+  if (headless) {
+    // Render into an offscreen framebuffer: a hidden window's default framebuffer has no
+    // defined pixels, and the requested size may exceed the X screen.
+    glGenTextures(1, &colour_texture_);
+    glBindTexture(GL_TEXTURE_2D, colour_texture_);
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA8, options_.width, options_.height, 0, GL_RGBA,
+                 GL_UNSIGNED_BYTE, nullptr);
+    glGenFramebuffers(1, &framebuffer_);
+    glBindFramebuffer(GL_FRAMEBUFFER, framebuffer_);
+    glFramebufferTexture2D(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_TEXTURE_2D, colour_texture_, 0);
+    if (glCheckFramebufferStatus(GL_FRAMEBUFFER) != GL_FRAMEBUFFER_COMPLETE) {
+      std::fprintf(stderr, "moescope-view: offscreen framebuffer incomplete\n");
+      return false;
+    }
+  }
+  return true;
+}
+
+void ViewerApp::start_loading(std::vector<std::string> files) {
+  load_error_.clear();
+  for (const std::string& file : files) {
+    if (!std::filesystem::exists(file)) {
+      load_error_ = "cannot open " + file + ": no such file";
+      return;
+    }
+  }
+  loading_ = std::make_unique<TraceLoadingJob>(std::move(files));
+}
+
+void ViewerApp::on_files_dropped(std::vector<std::string> files) {
+  start_loading(std::move(files));
+}
+
+void ViewerApp::draw_menu_and_toolbar() {
+  if (ImGui::BeginMenuBar()) {
+    if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open...", "Ctrl+O")) browser_.open();
+      if (ImGui::MenuItem("Quit", "Ctrl+Q")) glfwSetWindowShouldClose(window_, 1);
+      ImGui::EndMenu();
+    }
+    if (trace_) {
+      ImGui::TextDisabled("  %zu file(s), %zu rank(s), %" PRIu64 " events, loaded in %.2f s",
+                          trace_->files.size(), trace_->model.processes.size(),
+                          trace_->model.total_events, trace_->load_seconds);
+      if (!trace_->model.errors.empty()) {
+        ImGui::TextColored(ImVec4(1, 0.6f, 0.3f, 1), "  %zu read problem(s)",
+                           trace_->model.errors.size());
+        if (ImGui::IsItemHovered()) {
+          ImGui::BeginTooltip();
+          for (size_t i = 0; i < trace_->model.errors.size() && i < 20; ++i) {
+            ImGui::TextUnformatted(trace_->model.errors[i].to_string().c_str());
+          }
+          ImGui::EndTooltip();
+        }
+      }
+    } else {
+      ImGui::TextDisabled("  drop .moetrace files here or use File > Open");
+    }
+    ImGui::EndMenuBar();
+  }
+  if (!trace_) return;
+  // Step range and rank shared by the panels.
+  const auto& steps = trace_->steps;
+  bool all_steps = state_.filter.step_first < 0;
+  if (ImGui::Checkbox("all steps", &all_steps)) {
+    if (all_steps || steps.empty()) {
+      state_.filter.step_first = state_.filter.step_last = -1;
+    } else {
+      state_.filter.step_first = static_cast<int64_t>(steps.front());
+      state_.filter.step_last = static_cast<int64_t>(steps.back());
+    }
+  }
+  if (!all_steps && !steps.empty()) {
+    ImGui::SameLine();
+    int range[2] = {static_cast<int>(state_.filter.step_first),
+                    static_cast<int>(state_.filter.step_last)};
+    ImGui::SetNextItemWidth(260.0f);
+    if (ImGui::DragInt2("steps", range, 0.2f, static_cast<int>(steps.front()),
+                        static_cast<int>(steps.back()))) {
+      state_.filter.step_first = std::min(range[0], range[1]);
+      state_.filter.step_last = std::max(range[0], range[1]);
+    }
+  }
+  ImGui::SameLine(0, 24);
+  ImGui::SetNextItemWidth(120.0f);
+  std::string rank_label =
+      state_.filter.rank < 0 ? "all ranks" : "rank " + std::to_string(state_.filter.rank);
+  if (ImGui::BeginCombo("rank", rank_label.c_str())) {
+    if (ImGui::Selectable("all ranks", state_.filter.rank < 0)) state_.filter.rank = -1;
+    for (const auto& process : trace_->model.processes) {
+      std::string label = "rank " + std::to_string(process.rank);
+      if (ImGui::Selectable(label.c_str(), state_.filter.rank == process.rank))
+        state_.filter.rank = process.rank;
+    }
+    ImGui::EndCombo();
+  }
+}
+
+void ViewerApp::draw_loading_overlay() {
+  if (!loading_ && load_error_.empty()) return;
+  ImVec2 size = ImGui::GetIO().DisplaySize;
+  ImGui::SetNextWindowPos(ImVec2(size.x * 0.5f, size.y * 0.5f), ImGuiCond_Always,
+                          ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowSize(ImVec2(460, 0));
+  ImGui::Begin(
+      "Loading", nullptr,
+      ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings);
+  if (loading_) {
+    ImGui::Text("Loading %zu file(s): %s", loading_->files().size(), loading_->stage());
+    ImGui::ProgressBar(loading_->progress(), ImVec2(-1, 0));
+  } else {
+    ImGui::TextColored(ImVec4(1, 0.45f, 0.4f, 1), "%s", load_error_.c_str());
+    if (ImGui::Button("Dismiss")) load_error_.clear();
+  }
+  ImGui::End();
+}
+
+void ViewerApp::draw_panels() {
+  if (!trace_) return;
+  if (state_.switch_to) current_panel_ = *state_.switch_to;
+  if (ImGui::BeginTabBar("panels")) {
+    for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
+      Panel panel = static_cast<Panel>(i);
+      ImGuiTabItemFlags flags = 0;
+      // Programmatic switches (finding clicks, screenshot mode) select the tab once.
+      if (state_.switch_to && *state_.switch_to == panel) flags |= ImGuiTabItemFlags_SetSelected;
+      if (ImGui::BeginTabItem(panel_title(panel), nullptr, flags)) {
+        current_panel_ = panel;
+        switch (panel) {
+          case Panel::kTimeline:
+            timeline_.draw(*trace_, state_);
+            break;
+          case Panel::kExperts:
+            experts_.draw(*trace_, state_);
+            break;
+          case Panel::kComm:
+            comm_.draw(*trace_, state_);
+            break;
+          case Panel::kMemory:
+            memory_.draw(*trace_, state_);
+            break;
+          case Panel::kReport:
+            report_.draw(*trace_, state_);
+            break;
+          case Panel::kStats:
+            stats_.draw(*trace_, state_);
+            break;
+          default:
+            break;
+        }
+        ImGui::EndTabItem();
+      }
+    }
+    ImGui::EndTabBar();
+  }
+  state_.switch_to.reset();
+}
+
+void ViewerApp::frame() {
+  glfwPollEvents();
+  if (loading_ && loading_->done()) {
+    trace_ = loading_->take_result();
+    loading_.reset();
+    state_ = ViewerState{};
+    state_.switch_to = current_panel_;
+    timeline_.reset(*trace_);
+  }
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  ImGuiIO& io = ImGui::GetIO();
+  if (framebuffer_ != 0) {
+    io.DisplaySize =
+        ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
+    io.DisplayFramebufferScale = ImVec2(1, 1);
+  }
+  ImGui::NewFrame();
+  if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_O)) browser_.open();
+  if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_Q)) glfwSetWindowShouldClose(window_, 1);
+
+  ImGui::SetNextWindowPos(ImVec2(0, 0));
+  ImGui::SetNextWindowSize(io.DisplaySize);
+  ImGui::Begin("moescope", nullptr,
+               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_MenuBar |
+                   ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoSavedSettings);
+  draw_menu_and_toolbar();
+  draw_panels();
+  ImGui::End();
+  draw_loading_overlay();
+  std::vector<std::string> chosen;
+  if (browser_.draw(chosen)) start_loading(chosen);
+
+  ImGui::Render();
+  int width = options_.width, height = options_.height;
+  if (framebuffer_ != 0) {
+    glBindFramebuffer(GL_FRAMEBUFFER, framebuffer_);
+  } else {
+    glfwGetFramebufferSize(window_, &width, &height);
+  }
+  glViewport(0, 0, width, height);
+  glClearColor(0.09f, 0.09f, 0.1f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  if (framebuffer_ == 0) glfwSwapBuffers(window_);
+}
+
+bool ViewerApp::write_screenshot() {
+  std::vector<uint8_t> pixels(static_cast<size_t>(options_.width) * options_.height * 4);
+  glBindFramebuffer(GL_FRAMEBUFFER, framebuffer_);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, options_.width, options_.height, GL_RGBA, GL_UNSIGNED_BYTE, pixels.data());
+  std::string error;
+  if (!write_png_bottom_up(options_.screenshot_path, options_.width, options_.height, pixels,
+                           error) ||
+      !write_layout_probe(options_.screenshot_path + ".layout.json", layout_probe(), error)) {
+    std::fprintf(stderr, "moescope-view: %s\n", error.c_str());
+    return false;
+  }
+  return true;
+}
+
+int ViewerApp::run() {
+  if (!create_window()) return 1;
+  if (!options_.files.empty()) start_loading(options_.files);
+  if (options_.screenshot_path.empty()) {
+    while (!glfwWindowShouldClose(window_)) frame();
+    return 0;
+  }
+  // Screenshot mode: render frames while loading, then a few more so tables and tabs settle,
+  // and read back the last one.
+  state_.switch_to = options_.panel;
+  auto started = std::chrono::steady_clock::now();
+  while (loading_) {
+    frame();
+    if (std::chrono::steady_clock::now() - started > std::chrono::minutes(5)) {
+      std::fprintf(stderr, "moescope-view: loading took longer than 5 minutes\n");
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!trace_) {
+    std::fprintf(stderr, "moescope-view: %s\n",
+                 load_error_.empty() ? "nothing to show" : load_error_.c_str());
+    return 1;
+  }
+  for (const auto& problem : trace_->model.errors) {
+    std::fprintf(stderr, "moescope-view: warning: %s\n", problem.to_string().c_str());
+  }
+  state_.switch_to = options_.panel;
+  for (int i = 0; i < 6; ++i) frame();
+  return write_screenshot() ? 0 : 1;
+}
+
+}  // namespace moescope::viewer
