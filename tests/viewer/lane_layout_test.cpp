@@ -151,3 +151,55 @@ TEST(AssignLanes, NestedSpansGetTheirDepthAndConcurrentOnesAnExtraLane) {
 
 }  // namespace
 }  // namespace moescope::viewer
+
+namespace moescope::viewer {
+namespace {
+
+TEST(Folding, TheFoldIndexGivesTheSameItemsAsBinarySearches) {
+  std::mt19937 random(5);
+  Lane plain;
+  int64_t t = 0;
+  for (uint32_t i = 0; i < 300000; ++i) {
+    t += random() % 1000 == 0 ? 200000 : random() % 30;  // occasional wide gaps
+    int64_t end = t + 1 + (random() % 500 == 0 ? 100000 : random() % 20);
+    plain.push(t, end, i);
+    t = end;
+  }
+  Lane indexed = plain;
+  indexed.build_fold_index();
+  for (double width : {300.0, 1600.0, 20000.0}) {
+    for (double zoom : {1.0, 7.0, 300.0}) {
+      TimeAxis axis(0.0, static_cast<double>(t), width);
+      axis.zoom_around(width * 0.37, zoom);
+      std::vector<LaneDrawItem> expected, actual;
+      build_lane_draw_items(plain, axis, 3.0, expected);
+      build_lane_draw_items(indexed, axis, 3.0, actual);
+      ASSERT_EQ(expected.size(), actual.size()) << width << " px, zoom " << zoom;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_EQ(expected[i].first_slot, actual[i].first_slot);
+        EXPECT_EQ(expected[i].count, actual[i].count);
+      }
+    }
+  }
+}
+
+TEST(Folding, FirstFoldBreakSkipsBlocksExactly) {
+  Lane lane;
+  for (uint32_t i = 0; i < 10000; ++i) lane.push(2 * i, 2 * i + 1, i);  // keys: 1
+  lane.start_ns[7777] += 0;  // keep sorted; make slot 7777 wide instead
+  lane.end_ns[7777] = lane.start_ns[7777] + 1;
+  lane.start_ns[9000] = lane.end_ns[8999] + 50;  // a 50 ns gap before slot 9000
+  lane.end_ns[9000] = lane.start_ns[9000] + 1;
+  for (uint32_t i = 9001; i < 10000; ++i) {
+    lane.start_ns[i] = lane.end_ns[i - 1] + 1;
+    lane.end_ns[i] = lane.start_ns[i] + 1;
+  }
+  lane.build_fold_index();
+  EXPECT_EQ(first_fold_break(lane, 1, 10.0), 9000u);
+  EXPECT_EQ(first_fold_break(lane, 9000, 10.0), 9000u);
+  EXPECT_EQ(first_fold_break(lane, 9001, 10.0), lane.size());
+  EXPECT_EQ(first_fold_break(lane, 0, 1.0), 0u);  // width 1 reaches a 1 ns threshold
+}
+
+}  // namespace
+}  // namespace moescope::viewer

@@ -5,6 +5,53 @@
 
 namespace moescope::viewer {
 
+void Lane::build_fold_index() {
+  size_t n = size();
+  fold_key_max_64.assign((n + 63) / 64, 0.0f);
+  fold_key_max_4096.assign((n + 4095) / 4096, 0.0f);
+  for (size_t slot = 0; slot < n; ++slot) {
+    // Round up so a block's maximum never understates a key (float has 24 mantissa bits).
+    float key = static_cast<float>(fold_key(slot)) * (1.0f + 1e-6f);
+    fold_key_max_64[slot / 64] = std::max(fold_key_max_64[slot / 64], key);
+    fold_key_max_4096[slot / 4096] = std::max(fold_key_max_4096[slot / 4096], key);
+  }
+}
+
+size_t first_fold_break(const Lane& lane, size_t from, double threshold_ns) {
+  const size_t n = lane.size();
+  size_t slot = from;
+  if (lane.fold_key_max_64.size() != (n + 63) / 64 ||
+      lane.fold_key_max_4096.size() != (n + 4095) / 4096) {
+    while (slot < n && lane.fold_key(slot) < threshold_ns) ++slot;  // no index: plain scan
+    return slot;
+  }
+  auto scan_to = [&](size_t limit) {
+    for (; slot < limit && slot < n; ++slot) {
+      if (lane.fold_key(slot) >= threshold_ns) return true;
+    }
+    return false;
+  };
+  // Finish the current 64-block, then 64-blocks up to a 4096 boundary, then 4096-blocks,
+  // descending into the first block whose maximum reaches the threshold.
+  if (scan_to((slot + 63) / 64 * 64)) return slot;
+  while (slot < n && slot % 4096 != 0) {
+    if (lane.fold_key_max_64[slot / 64] >= threshold_ns && scan_to(slot + 64)) return slot;
+    slot = std::min(slot / 64 * 64 + 64, n);
+  }
+  while (slot < n) {
+    if (lane.fold_key_max_4096[slot / 4096] >= threshold_ns) {
+      size_t block_end = std::min(slot + 4096, n);
+      while (slot < block_end) {
+        if (lane.fold_key_max_64[slot / 64] >= threshold_ns && scan_to(slot + 64)) return slot;
+        slot = std::min(slot + 64, block_end);
+      }
+    } else {
+      slot = std::min(slot + 4096, n);
+    }
+  }
+  return n;
+}
+
 SlotRange visible_slots(const Lane& lane, double view_start_ns, double view_end_ns) {
   // Ends are sorted: the first visible span is the first one ending after the view start.
   auto first = std::upper_bound(lane.end_ns.begin(), lane.end_ns.end(), view_start_ns,
@@ -48,7 +95,12 @@ void build_lane_draw_items(const Lane& lane, const TimeAxis& axis, double fold_p
     // so a fold costs O(its width in fold_px x log n).
     size_t last_in_fold = slot;
     double fold_end = end;
-    while (true) {
+    if (!lane.fold_key_max_64.empty()) {
+      // With the fold index: the fold runs up to the first wide span or wide gap.
+      last_in_fold = first_fold_break(lane, slot + 1, fold_ns) - 1;
+      fold_end = static_cast<double>(lane.end_ns[last_in_fold]);
+    }
+    while (lane.fold_key_max_64.empty()) {
       size_t next = first_start_at_or_after(lane, last_in_fold + 1, fold_end + fold_ns);
       // Slots (last_in_fold, next) start within reach; only the last of them can be wide,
       // because all earlier ones end before the start of a later one, inside the reach.

@@ -29,6 +29,7 @@ std::vector<Lane> lanes_of_sorted_items(const std::vector<Item>& items) {
   for (size_t i = 0; i < items.size(); ++i) {
     lanes[lane_of[i]].push(starts[i], ends[i], static_cast<uint32_t>(i));
   }
+  for (Lane& lane : lanes) lane.build_fold_index();
   return lanes;
 }
 
@@ -106,6 +107,7 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
           lane.push(span.start, std::max(span.end, span.start), span_index);
         }
         index.num_spans += lane.size();
+        lane.build_fold_index();
         track.lanes.push_back(std::move(lane));
       }
       if (track.lanes.empty() && thread.api_calls.empty()) continue;

@@ -18,7 +18,20 @@ struct Lane {
   std::vector<int64_t> end_ns;
   std::vector<uint32_t> event;
 
+  // Fold index: the maximum over blocks of 64 and of 4096 slots of fold_key(slot) (a span's
+  // width or the gap before it, whichever is larger), so a fold finds where it ends by
+  // skipping whole blocks. Built by build_fold_index() once the lane is filled; lanes without
+  // it fold by binary searches instead.
+  std::vector<float> fold_key_max_64;
+  std::vector<float> fold_key_max_4096;
+
   size_t size() const { return start_ns.size(); }
+  double fold_key(size_t slot) const {
+    double width = static_cast<double>(end_ns[slot] - start_ns[slot]);
+    double gap = slot > 0 ? static_cast<double>(start_ns[slot] - end_ns[slot - 1]) : 0.0;
+    return width > gap ? width : gap;
+  }
+  void build_fold_index();
   void push(int64_t start, int64_t end, uint32_t event_index) {
     start_ns.push_back(start);
     end_ns.push_back(end);
@@ -48,6 +61,10 @@ struct LaneDrawItem {
 // log(lane size)), independent of how many spans hide inside folds.
 void build_lane_draw_items(const Lane& lane, const TimeAxis& axis, double fold_px,
                            std::vector<LaneDrawItem>& out);
+
+// First slot >= `from` whose fold_key is >= threshold_ns (size() when none), using the fold
+// index when built.
+size_t first_fold_break(const Lane& lane, size_t from, double threshold_ns);
 
 // The slot of the span under `time_ns`, or, when none covers it, of the nearest span within
 // `tolerance_ns` (so 1-px spans can be clicked). -1 when there is none.
