@@ -30,7 +30,7 @@ StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& pr
   result.start = t0;
   result.end = t1;
   result.step_ms = double(t1 - t0) * kMsPerNs;
-  std::vector<Interval> compute, communication, memcpy, syncs;
+  std::vector<Interval> compute, communication, memcpy, syncs, launch_waits;
   bool has_kernels = false;
   for (const auto& stream : process.gpu_streams) {
     IndexRange range = visible_range(stream, t0, t1);
@@ -58,7 +58,7 @@ StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& pr
       if (previous && op.start > previous->end && op.launch_thread != kNoIndex && op.start >= t0) {
         const ApiCall& call = process.threads[op.launch_thread].api_calls[op.launch_call];
         if (call.end > previous->end) {
-          result.launch_gap_ms += double(std::min(op.start, call.end) - previous->end) * kMsPerNs;
+          launch_waits.push_back({previous->end, std::min(op.start, call.end)});
         }
       }
       previous = &op;
@@ -99,6 +99,12 @@ StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& pr
   result.memcpy_ms = double(memcpy_set.subtract(busy).covered()) * kMsPerNs;
   result.idle_ms = double((t1 - t0) - busy.unite(memcpy_set).covered()) * kMsPerNs;
   result.host_sync_ms = double(sync_set.covered()) * kMsPerNs;
+  // A stream waiting for its launch only starves the GPU when nothing else runs meanwhile
+  // (a kernel waiting for an all-to-all on another stream was launched in time).
+  result.launch_gap_ms = double(IntervalSet::union_of(std::move(launch_waits))
+                                    .subtract(busy.unite(memcpy_set))
+                                    .covered()) *
+                         kMsPerNs;
   // Device-to-host copies the host was waiting for: the blocking copies before all-to-alls.
   if (!sync_set.intervals().empty()) {
     for (const auto& stream : process.gpu_streams) {

@@ -10,6 +10,8 @@ namespace moescope::cli {
 
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_report_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 
 }  // namespace moescope::cli

@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "moescope 0.1.0");
   moescope::cli::add_info_command(app);
   moescope::cli::add_plan_command(app);
+  moescope::cli::add_report_command(app);
+  moescope::cli::add_export_command(app);
   moescope::cli::add_view_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -1,0 +1,467 @@
+// The bottleneck rules (thresholds in findings.h, explanations in docs/analysis.md).
+#include "moescope/profiler/findings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace moescope::analysis {
+namespace {
+
+std::string format(const char* pattern, auto... values) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof(buffer), pattern, values...);
+  return buffer;
+}
+
+bool contains_lowercase(const std::string& text, const char* word) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find(word) != std::string::npos;
+}
+
+// Mean time per step of expert computation on one rank: GPU kernels named *expert* (not
+// shared experts), else CPU spans named *experts*.
+double expert_ms_per_step(const TraceModel& model, const ProcessTrack& process) {
+  std::vector<int8_t> is_expert(model.strings.size(), -1);
+  auto matches = [&](StringId id) {
+    if (is_expert[id] < 0) {
+      const std::string& name = model.name(id);
+      is_expert[id] = contains_lowercase(name, "expert") && !contains_lowercase(name, "shared");
+    }
+    return is_expert[id] == 1;
+  };
+  double total_ms = 0;
+  bool from_kernels = false;
+  for (const auto& stream : process.gpu_streams) {
+    for (const GpuOp& op : stream.ops) {
+      if (op.kind == GpuOpKind::kKernel && matches(op.name)) {
+        total_ms += double(op.duration()) * 1e-6;
+        from_kernels = true;
+      }
+    }
+  }
+  if (!from_kernels) {
+    for (const auto& thread : process.threads) {
+      for (const Span& span : thread.spans) {
+        if (matches(span.name)) total_ms += double(span.duration()) * 1e-6;
+      }
+    }
+  }
+  size_t steps = std::max<size_t>(1, process.steps.size());
+  return total_ms / double(steps);
+}
+
+struct StepRange {
+  int64_t first = -1, last = -1;
+};
+
+StepRange step_range(const TraceModel& model) {
+  StepRange range;
+  for (const auto& process : model.processes) {
+    for (const auto& step : process.steps) {
+      range.first = range.first < 0 ? step.step : std::min(range.first, step.step);
+      range.last = std::max(range.last, step.step);
+    }
+  }
+  return range;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+class Rules {
+ public:
+  Rules(const TraceModel& model, const TimeBreakdown& breakdown, const ExpertLoadAnalysis& experts,
+        const std::vector<RankMemory>& memory, const FindingThresholds& thresholds)
+      : model_(model),
+        breakdown_(breakdown),
+        experts_(experts),
+        memory_(memory),
+        limits_(thresholds),
+        steps_(step_range(model)) {
+    for (const auto& rank : breakdown.ranks) means_.push_back(rank.mean());
+  }
+
+  std::vector<Finding> run() {
+    expert_imbalance();
+    straggler_rank();
+    exposed_communication();
+    host_sync_stall();
+    launch_bound();
+    memory_pressure();
+    allocation_churn();
+    token_dropping();
+    dead_experts();
+    router_collapse();
+    nan_inf();
+    std::stable_sort(findings_.begin(), findings_.end(), [](const Finding& a, const Finding& b) {
+      if (a.est_ms_per_step != b.est_ms_per_step) return a.est_ms_per_step > b.est_ms_per_step;
+      return a.severity > b.severity;
+    });
+    return std::move(findings_);
+  }
+
+ private:
+  Finding& add(const char* kind, Severity severity, double est_ms) {
+    Finding finding;
+    finding.kind = kind;
+    finding.severity = severity;
+    finding.est_ms_per_step = est_ms;
+    finding.where.first_step = steps_.first;
+    finding.where.last_step = steps_.last;
+    finding.start = model_.begin;
+    finding.end = model_.end;
+    findings_.push_back(std::move(finding));
+    return findings_.back();
+  }
+
+  double mean_step_ms() const {
+    std::vector<double> steps;
+    for (const auto& mean : means_) steps.push_back(mean.step_ms);
+    return median(steps);
+  }
+
+  void expert_imbalance() {
+    if (experts_.layers.empty()) return;
+    double expert_ms = 0;
+    for (const auto& process : model_.processes) expert_ms += expert_ms_per_step(model_, process);
+    expert_ms /= double(std::max<size_t>(1, model_.processes.size()));
+    const double per_layer_ms = expert_ms / double(experts_.layers.size());
+    for (const LayerLoad& layer : experts_.layers) {
+      if (layer.max_over_mean < limits_.imbalance_max_over_mean) continue;
+      double est = per_layer_ms * (1.0 - 1.0 / layer.max_over_mean);
+      Finding& finding = add("expert_imbalance",
+                             layer.max_over_mean >= limits_.imbalance_critical ? Severity::kCritical
+                                                                               : Severity::kWarning,
+                             est);
+      finding.where.layer = int32_t(layer.layer);
+      finding.where.experts = layer.hot_experts;
+      finding.where.first_step = layer.first_step;
+      finding.where.last_step = layer.last_step;
+      std::string hot;
+      for (uint32_t e : layer.hot_experts) {
+        hot += format("%s%u (%.0f%%)", hot.empty() ? "" : ", ", e, 100.0 * layer.share[e]);
+      }
+      finding.evidence = format(
+          "layer %u: max/mean tokens per expert %.2f (CV %.2f, utilization %.0f%%) over %u "
+          "steps; hot experts: %s; ideal share %.1f%%",
+          layer.layer, layer.max_over_mean, layer.cv, 100.0 * layer.utilization, layer.num_steps,
+          hot.empty() ? "none" : hot.c_str(), 100.0 / layer.num_experts);
+      finding.metrics = {{"max_over_mean", layer.max_over_mean},
+                         {"cv", layer.cv},
+                         {"utilization", layer.utilization},
+                         {"expert_ms_per_layer_step", per_layer_ms}};
+      finding.suggestion =
+          "Rebalance: replicate or move the hot experts (moescope plan), raise the aux-loss "
+          "coefficient or enable aux-loss-free bias updates; check the router's initialisation.";
+    }
+  }
+
+  void straggler_rank() {
+    if (means_.size() < 2) return;
+    for (size_t r = 0; r < means_.size(); ++r) {
+      std::vector<double> others;
+      for (size_t o = 0; o < means_.size(); ++o) {
+        if (o != r) others.push_back(means_[o].busy_ms());
+      }
+      double typical = median(others);
+      double excess = means_[r].busy_ms() - typical;
+      if (excess < std::max(limits_.straggler_min_ms, limits_.straggler_excess * typical)) continue;
+      Finding& finding =
+          add("straggler_rank", excess >= 0.3 * typical ? Severity::kCritical : Severity::kWarning,
+              excess);
+      finding.where.ranks = {means_[r].rank};
+      finding.process = int32_t(r);
+      finding.evidence = format(
+          "rank %d is busy %.2f ms per step vs a median of %.2f ms on the other ranks "
+          "(+%.0f%%); its compute %.2f ms vs the others' waiting in communication",
+          means_[r].rank, means_[r].busy_ms(), typical, 100.0 * excess / std::max(typical, 1e-9),
+          means_[r].compute_ms);
+      finding.metrics = {{"busy_ms", means_[r].busy_ms()},
+                         {"median_busy_ms_others", typical},
+                         {"compute_ms", means_[r].compute_ms}};
+      finding.suggestion =
+          "Look at what this rank does more: hot experts placed on it (see expert_imbalance and "
+          "the all-to-all matrix), a slower GPU or host, or extra work (logging, checkpoints).";
+    }
+  }
+
+  void exposed_communication() {
+    // Exposed time every rank has: waiting for a straggler shows up only on the fast ranks.
+    std::map<int64_t, double> common;
+    std::map<int64_t, int> seen;
+    for (const auto& rank : breakdown_.ranks) {
+      for (const auto& step : rank.steps) {
+        auto [it, inserted] = common.try_emplace(step.step, step.exposed_communication_ms);
+        if (!inserted) it->second = std::min(it->second, step.exposed_communication_ms);
+        ++seen[step.step];
+      }
+    }
+    double exposed = 0, total_comm = 0, overlapped = 0;
+    int steps = 0;
+    for (const auto& [step, value] : common) {
+      if (seen[step] != int(breakdown_.ranks.size())) continue;
+      exposed += value;
+      ++steps;
+    }
+    if (steps == 0) return;
+    exposed /= steps;
+    for (const auto& mean : means_)
+      total_comm += mean.communication_ms, overlapped += mean.overlapped_communication_ms;
+    total_comm /= double(means_.size());
+    overlapped /= double(means_.size());
+    const double step_ms = mean_step_ms();
+    if (exposed < std::max(limits_.exposed_comm_min_ms, limits_.exposed_comm_share * step_ms))
+      return;
+    Finding& finding =
+        add("exposed_communication",
+            exposed >= 0.25 * step_ms ? Severity::kCritical : Severity::kWarning, exposed);
+    finding.evidence = format(
+        "%.2f ms per step of communication is not overlapped with compute on any rank (%.0f%% "
+        "of a %.2f ms step); communication %.2f ms per step, %.2f ms of it overlapped",
+        exposed, 100.0 * exposed / std::max(step_ms, 1e-9), step_ms, total_comm, overlapped);
+    finding.metrics = {{"exposed_ms", exposed},
+                       {"step_ms", step_ms},
+                       {"communication_ms", total_comm},
+                       {"overlapped_ms", overlapped}};
+    finding.suggestion =
+        "Overlap the all-to-all with compute: split the batch into chunks and pipeline dispatch "
+        "/ experts / combine, run shared experts during dispatch, or use a faster all-to-all "
+        "(intranode NVLink kernels); check bytes sent with the all-to-all matrix.";
+  }
+
+  void host_sync_stall() {
+    for (const auto& mean : means_) {
+      if (mean.host_sync_ms <
+          std::max(limits_.host_sync_min_ms, limits_.host_sync_share * mean.step_ms))
+        continue;
+      Finding& finding =
+          add("host_sync_stall",
+              mean.host_sync_ms >= 0.1 * mean.step_ms ? Severity::kCritical : Severity::kWarning,
+              mean.host_sync_ms);
+      finding.where.ranks = {mean.rank};
+      finding.process = model_.process_of_rank(mean.rank);
+      finding.evidence = format(
+          "rank %d: the host waits %.2f ms per step in %u synchronizations per step (%u blocking "
+          "device-to-host copies per step), %.0f%% of the step",
+          mean.rank, mean.host_sync_ms, mean.host_syncs, mean.blocking_d2h_copies,
+          100.0 * mean.host_sync_ms / std::max(mean.step_ms, 1e-9));
+      finding.metrics = {{"host_sync_ms", mean.host_sync_ms},
+                         {"syncs_per_step", double(mean.host_syncs)},
+                         {"blocking_d2h_per_step", double(mean.blocking_d2h_copies)}};
+      finding.suggestion =
+          "Avoid host round trips on the hot path: keep token counts on the GPU (device-side "
+          "all-to-all sizes, at::_grouped_mm with offsets), use non_blocking copies into pinned "
+          "memory and synchronise on events only where the host needs the value.";
+    }
+  }
+
+  void launch_bound() {
+    for (const auto& mean : means_) {
+      if (mean.launch_gap_ms <
+          std::max(limits_.launch_gap_min_ms, limits_.launch_gap_share * mean.step_ms))
+        continue;
+      Finding& finding = add("launch_bound", Severity::kWarning, mean.launch_gap_ms);
+      finding.where.ranks = {mean.rank};
+      finding.process = model_.process_of_rank(mean.rank);
+      finding.evidence = format(
+          "rank %d: the GPU waits %.2f ms per step for kernel launches that end after the "
+          "previous kernel finished (%.0f%% of the step)",
+          mean.rank, mean.launch_gap_ms, 100.0 * mean.launch_gap_ms / std::max(mean.step_ms, 1e-9));
+      finding.metrics = {{"launch_gap_ms", mean.launch_gap_ms}};
+      finding.suggestion =
+          "Reduce launches: fuse small kernels, use grouped GEMM instead of a loop over experts, "
+          "capture the step in a CUDA graph, or move Python overhead out of the loop.";
+    }
+  }
+
+  void memory_pressure() {
+    for (size_t p = 0; p < memory_.size(); ++p) {
+      const RankMemory& rank = memory_[p];
+      if (!rank.capacity_bytes) continue;
+      double share = double(rank.peak_bytes) / double(rank.capacity_bytes);
+      if (share < limits_.memory_pressure_share) continue;
+      Finding& finding =
+          add("memory_pressure", share >= 0.97 ? Severity::kCritical : Severity::kWarning, 0.0);
+      finding.where.ranks = {rank.rank};
+      finding.process = int32_t(p);
+      finding.start = finding.end = rank.peak_time;
+      int biggest = 0;
+      for (int c = 1; c < kNumMemoryCategories; ++c) {
+        if (rank.peak_by_category[c] > rank.peak_by_category[biggest]) biggest = c;
+      }
+      finding.evidence = format(
+          "rank %d peaks at %.2f GiB of %.2f GiB (%.0f%%); largest category at the peak: %s "
+          "%.2f GiB",
+          rank.rank, double(rank.peak_bytes) / (1 << 30), double(rank.capacity_bytes) / (1 << 30),
+          100.0 * share, memory_category_name(biggest),
+          double(rank.peak_by_category[biggest]) / (1 << 30));
+      finding.metrics = {{"peak_bytes", double(rank.peak_bytes)},
+                         {"capacity_bytes", double(rank.capacity_bytes)}};
+      finding.suggestion =
+          "Lower the peak: cap dispatch buffers with a capacity factor, recompute activations, "
+          "shard optimizer state, or rebalance experts so one rank does not receive most tokens.";
+    }
+  }
+
+  void allocation_churn() {
+    for (const auto& mean : means_) {
+      if (mean.allocations < limits_.churn_allocations_per_step) continue;
+      double est = mean.allocations * limits_.allocation_cost_ms;
+      Finding& finding = add("allocation_churn", Severity::kWarning, est);
+      finding.where.ranks = {mean.rank};
+      finding.process = model_.process_of_rank(mean.rank);
+      finding.evidence =
+          format("rank %d allocates %u times per step (%.1f MiB per step) and frees as much again",
+                 mean.rank, mean.allocations, double(mean.allocated_bytes) / (1 << 20));
+      finding.metrics = {{"allocations_per_step", double(mean.allocations)},
+                         {"allocated_bytes_per_step", double(mean.allocated_bytes)}};
+      finding.suggestion =
+          "Reuse buffers across steps: preallocate dispatch/combine buffers at the maximum "
+          "size (moescope memory manager), or let the caching allocator keep them.";
+    }
+  }
+
+  void token_dropping() {
+    for (const LayerLoad& layer : experts_.layers) {
+      if (layer.dropped_fraction < limits_.dropped_fraction) continue;
+      Finding& finding =
+          add("token_dropping",
+              layer.dropped_fraction >= 0.1 ? Severity::kCritical : Severity::kWarning, 0.0);
+      finding.where.layer = int32_t(layer.layer);
+      finding.where.first_step = layer.first_step;
+      finding.where.last_step = layer.last_step;
+      finding.where.experts = layer.hot_experts;
+      finding.evidence = format(
+          "layer %u drops %.1f%% of routed tokens (%llu of %llu)", layer.layer,
+          100.0 * layer.dropped_fraction, static_cast<unsigned long long>(layer.dropped_tokens),
+          static_cast<unsigned long long>(layer.dropped_tokens + layer.total_tokens));
+      finding.metrics = {{"dropped_fraction", layer.dropped_fraction},
+                         {"dropped_tokens", double(layer.dropped_tokens)}};
+      finding.suggestion =
+          "Raise the capacity factor or fix the imbalance that overflows the hot experts; "
+          "dropped tokens skip the MoE layer and hurt quality.";
+    }
+  }
+
+  void dead_experts() {
+    for (const LayerLoad& layer : experts_.layers) {
+      if (layer.dead_experts.empty()) continue;
+      Finding& finding = add("dead_experts", Severity::kWarning, 0.0);
+      finding.where.layer = int32_t(layer.layer);
+      finding.where.experts = layer.dead_experts;
+      finding.where.first_step = layer.first_step;
+      finding.where.last_step = layer.last_step;
+      finding.evidence =
+          format("layer %u: %zu of %u experts received no token in %u steps", layer.layer,
+                 layer.dead_experts.size(), layer.num_experts, layer.num_steps);
+      finding.metrics = {{"dead_experts", double(layer.dead_experts.size())},
+                         {"num_experts", double(layer.num_experts)}};
+      finding.suggestion =
+          "Dead experts waste memory and capacity: add load-balancing loss or bias updates, "
+          "re-initialise them from a live expert, or check the router for a masking bug.";
+    }
+  }
+
+  void router_collapse() {
+    for (const LayerLoad& layer : experts_.layers) {
+      if (layer.num_experts < 4 || layer.num_steps < 2) continue;
+      bool by_load =
+          layer.effective_experts_last <= limits_.collapse_effective_share * layer.num_experts &&
+          layer.effective_experts_last < 0.75 * layer.effective_experts_first;
+      bool by_entropy =
+          std::isfinite(layer.router_entropy_first) && std::isfinite(layer.router_entropy_last) &&
+          layer.router_entropy_first > 0 &&
+          layer.router_entropy_last < limits_.collapse_entropy_ratio * layer.router_entropy_first;
+      if (!by_load && !by_entropy) continue;
+      Finding& finding = add("router_collapse", Severity::kCritical, 0.0);
+      finding.where.layer = int32_t(layer.layer);
+      finding.where.experts = layer.hot_experts;
+      finding.where.first_step = layer.first_step;
+      finding.where.last_step = layer.last_step;
+      finding.evidence = format(
+          "layer %u: effective experts (exp of the load entropy) fell from %.1f to %.1f of %u; "
+          "router entropy %.3f -> %.3f nats",
+          layer.layer, layer.effective_experts_first, layer.effective_experts_last,
+          layer.num_experts, layer.router_entropy_first, layer.router_entropy_last);
+      finding.metrics = {{"effective_experts_first", layer.effective_experts_first},
+                         {"effective_experts_last", layer.effective_experts_last}};
+      finding.suggestion =
+          "The router is concentrating on a few experts: increase the balancing loss, add "
+          "z-loss, lower the learning rate of the router, or use aux-loss-free bias balancing.";
+    }
+  }
+
+  void nan_inf() {
+    const LayerStatsSample* first = nullptr;
+    uint64_t bad_samples = 0;
+    for (const LayerStatsSample& stats : model_.layer_stats) {
+      if (stats.nonfinite_logits == 0 && stats.nonfinite_outputs == 0) continue;
+      ++bad_samples;
+      if (!first || stats.step < first->step ||
+          (stats.step == first->step && stats.time < first->time)) {
+        first = &stats;
+      }
+    }
+    if (!first) return;
+    Finding& finding = add("nan_inf", Severity::kCritical, 0.0);
+    finding.where.ranks = {first->rank};
+    finding.where.layer = int32_t(first->layer);
+    finding.where.first_step = first->step;
+    finding.where.last_step = first->step;
+    finding.process = int32_t(first->process);
+    finding.start = finding.end = first->time;
+    finding.evidence = format(
+        "first non-finite values at step %lld, layer %u, rank %d (%u logits, %u outputs); %llu "
+        "layer samples affected in all",
+        static_cast<long long>(first->step), first->layer, first->rank, first->nonfinite_logits,
+        first->nonfinite_outputs, static_cast<unsigned long long>(bad_samples));
+    finding.metrics = {{"step", double(first->step)},
+                       {"layer", double(first->layer)},
+                       {"rank", double(first->rank)},
+                       {"samples", double(bad_samples)}};
+    finding.suggestion =
+        "Check that layer's inputs at that step: router logits overflowing (add z-loss, compute "
+        "the router in fp32), a learning-rate spike, or an expert receiving no tokens.";
+  }
+
+  const TraceModel& model_;
+  const TimeBreakdown& breakdown_;
+  const ExpertLoadAnalysis& experts_;
+  const std::vector<RankMemory>& memory_;
+  const FindingThresholds& limits_;
+  StepRange steps_;
+  std::vector<StepBreakdown> means_;
+  std::vector<Finding> findings_;
+};
+
+}  // namespace
+
+const char* severity_name(Severity severity) {
+  switch (severity) {
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kCritical:
+      return "critical";
+  }
+  return "?";
+}
+
+std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,
+                                      const ExpertLoadAnalysis& experts,
+                                      const std::vector<RankMemory>& memory,
+                                      const FindingThresholds& thresholds) {
+  return Rules(model, breakdown, experts, memory, thresholds).run();
+}
+
+}  // namespace moescope::analysis

@@ -1,0 +1,440 @@
+// Builds and renders the report (text, markdown, JSON).
+#include "moescope/profiler/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace moescope::analysis {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string fixed(double value, int digits = 2) {
+  if (!std::isfinite(value)) return "n/a";
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+double finite_or_zero(double value) {
+  return std::isfinite(value) ? value : 0.0;
+}
+
+std::string list(const std::vector<uint32_t>& values) {
+  std::string text;
+  for (uint32_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text.empty() ? "-" : text;
+}
+
+std::string where_text(const FindingWhere& where) {
+  std::string text;
+  if (!where.ranks.empty()) {
+    text += "rank";
+    for (size_t i = 0; i < where.ranks.size(); ++i) {
+      text += (i ? "," : " ") + std::to_string(where.ranks[i]);
+    }
+  } else {
+    text += "all ranks";
+  }
+  if (where.layer >= 0) text += ", layer " + std::to_string(where.layer);
+  if (!where.experts.empty()) {
+    std::vector<uint32_t> experts(where.experts.begin(), where.experts.end());
+    text += ", expert " + list(experts);
+  }
+  if (where.first_step >= 0) {
+    text += where.first_step == where.last_step ? ", step " + std::to_string(where.first_step)
+                                                : ", steps " + std::to_string(where.first_step) +
+                                                      "-" + std::to_string(where.last_step);
+  }
+  return text;
+}
+
+ordered_json breakdown_json(const StepBreakdown& b) {
+  return {{"rank", b.rank},
+          {"step", b.step},
+          {"step_ms", b.step_ms},
+          {"compute_ms", b.compute_ms},
+          {"communication_ms", b.communication_ms},
+          {"exposed_communication_ms", b.exposed_communication_ms},
+          {"overlapped_communication_ms", b.overlapped_communication_ms},
+          {"memcpy_ms", b.memcpy_ms},
+          {"idle_ms", b.idle_ms},
+          {"host_sync_ms", b.host_sync_ms},
+          {"host_syncs", b.host_syncs},
+          {"blocking_d2h_copies", b.blocking_d2h_copies},
+          {"launch_gap_ms", b.launch_gap_ms},
+          {"allocations", b.allocations},
+          {"allocated_bytes", b.allocated_bytes}};
+}
+
+std::string render_json(const TraceModel& model, const Report& report) {
+  ordered_json out;
+  const ReportSummary& s = report.summary;
+  out["summary"] = {{"ranks", s.ranks},
+                    {"events", s.events},
+                    {"duration_ms", s.duration_ms},
+                    {"steps", s.steps},
+                    {"mean_step_ms", s.mean_step_ms},
+                    {"step_source", s.step_source},
+                    {"clock_alignment", s.clock_alignment},
+                    {"findings", report.findings.size()},
+                    {"errors", s.errors}};
+  ordered_json breakdown = ordered_json::array();
+  for (const auto& rank : report.breakdown.ranks) {
+    ordered_json entry = {{"rank", rank.rank}, {"mean_per_step", breakdown_json(rank.mean())}};
+    ordered_json steps = ordered_json::array();
+    for (const auto& step : rank.steps) steps.push_back(breakdown_json(step));
+    entry["steps"] = std::move(steps);
+    breakdown.push_back(std::move(entry));
+  }
+  out["breakdown"] = std::move(breakdown);
+  ordered_json spread = ordered_json::array();
+  for (const auto& step : report.breakdown.spread) {
+    spread.push_back({{"step", step.step},
+                      {"min_ms", step.min_ms},
+                      {"max_ms", step.max_ms},
+                      {"mean_ms", step.mean_ms},
+                      {"slowest_rank", step.slowest_rank},
+                      {"max_busy_ms", step.max_busy_ms},
+                      {"median_busy_ms", step.median_busy_ms}});
+  }
+  out["step_spread"] = std::move(spread);
+  ordered_json layers = ordered_json::array();
+  for (const LayerLoad& layer : report.expert_load.layers) {
+    layers.push_back({{"layer", layer.layer},
+                      {"num_experts", layer.num_experts},
+                      {"steps", layer.num_steps},
+                      {"max_over_mean", layer.max_over_mean},
+                      {"cv", layer.cv},
+                      {"utilization", layer.utilization},
+                      {"mean_tokens", layer.mean_tokens},
+                      {"min_tokens", layer.min_tokens},
+                      {"max_tokens", layer.max_tokens},
+                      {"std_tokens", layer.std_tokens},
+                      {"hot_experts", layer.hot_experts},
+                      {"dead_experts", layer.dead_experts},
+                      {"share", layer.share},
+                      {"max_over_mean_by_step", layer.max_over_mean_by_step},
+                      {"dropped_tokens", layer.dropped_tokens},
+                      {"dropped_fraction", layer.dropped_fraction},
+                      {"effective_experts_first", layer.effective_experts_first},
+                      {"effective_experts_last", layer.effective_experts_last},
+                      {"prediction_error",
+                       layer.predictions ? ordered_json(layer.prediction_error) : ordered_json()}});
+  }
+  out["expert_load"] = std::move(layers);
+  const auto& p = report.expert_load.max_over_mean;
+  out["expert_load_percentiles"] = {
+      {"max_over_mean", {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}}}};
+  const auto& rebalances = report.expert_load.rebalances;
+  out["rebalances"] = {{"decisions", rebalances.decisions},
+                       {"applied", rebalances.applied},
+                       {"mean_imbalance_before", rebalances.mean_imbalance_before},
+                       {"mean_imbalance_after", rebalances.mean_imbalance_after},
+                       {"bytes_moved", rebalances.bytes_moved},
+                       {"total_duration_ms", rebalances.total_duration_ms}};
+  ordered_json matrices = ordered_json::array();
+  for (const auto& matrix : report.communication.all_to_all) {
+    ordered_json rows = ordered_json::array();
+    for (int32_t src = 0; src < matrix.num_ranks; ++src) {
+      std::vector<uint64_t> row;
+      for (int32_t dst = 0; dst < matrix.num_ranks; ++dst) row.push_back(matrix.at(src, dst));
+      rows.push_back(row);
+    }
+    matrices.push_back({{"comm_id", matrix.comm_id},
+                        {"num_ranks", matrix.num_ranks},
+                        {"ops", matrix.num_ops},
+                        {"bytes", rows},
+                        {"receive_imbalance", matrix.receive_imbalance()}});
+  }
+  ordered_json ops = ordered_json::array();
+  for (const auto& op : report.communication.ops) {
+    ops.push_back({{"name", op.name},
+                   {"kind", comm_kind_name(op.kind)},
+                   {"count", op.count},
+                   {"bytes", op.bytes},
+                   {"total_ms", op.total_ms},
+                   {"mean_gbps", op.mean_gbps},
+                   {"min_gbps", op.min_gbps},
+                   {"max_gbps", op.max_gbps}});
+  }
+  out["communication"] = {{"all_to_all", matrices}, {"ops", ops}};
+  ordered_json memory = ordered_json::array();
+  for (const auto& rank : report.memory) {
+    ordered_json categories = ordered_json::object();
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      categories[memory_category_name(c)] = rank.peak_by_category[c];
+    }
+    ordered_json largest = ordered_json::array();
+    for (const auto& allocation : rank.largest_at_peak) {
+      largest.push_back({{"bytes", allocation.bytes},
+                         {"category", memory_category_name(allocation.category)},
+                         {"device", allocation.device},
+                         {"allocated_at_ns", allocation.allocated_at}});
+    }
+    memory.push_back({{"rank", rank.rank},
+                      {"peak_bytes", rank.peak_bytes},
+                      {"peak_time_ns", rank.peak_time},
+                      {"peak_by_category", categories},
+                      {"largest_at_peak", largest},
+                      {"allocations", rank.allocations},
+                      {"frees", rank.frees},
+                      {"capacity_bytes", rank.capacity_bytes},
+                      {"final_bytes", rank.final_bytes}});
+  }
+  out["memory"] = std::move(memory);
+  ordered_json findings = ordered_json::array();
+  for (const Finding& finding : report.findings) {
+    ordered_json metrics = ordered_json::object();
+    for (const auto& [name, value] : finding.metrics) metrics[name] = finite_or_zero(value);
+    findings.push_back({{"kind", finding.kind},
+                        {"severity", severity_name(finding.severity)},
+                        {"est_ms_per_step", finding.est_ms_per_step},
+                        {"where",
+                         {{"ranks", finding.where.ranks},
+                          {"layer", finding.where.layer},
+                          {"first_step", finding.where.first_step},
+                          {"last_step", finding.where.last_step},
+                          {"experts", finding.where.experts}}},
+                        {"evidence", finding.evidence},
+                        {"metrics", metrics},
+                        {"suggestion", finding.suggestion}});
+  }
+  out["findings"] = std::move(findings);
+  ordered_json errors = ordered_json::array();
+  for (const LoadError& error : model.errors) {
+    errors.push_back({{"file", error.file}, {"offset", error.offset}, {"message", error.message}});
+  }
+  out["errors"] = std::move(errors);
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// Text and markdown share one writer: markdown gets headings and tables.
+class TextWriter {
+ public:
+  explicit TextWriter(bool markdown) : markdown_(markdown) {}
+  void heading(const std::string& title) {
+    out_ << (markdown_ ? "\n## " + title + "\n\n"
+                       : "\n" + title + "\n" + std::string(title.size(), '-') + "\n");
+  }
+  void line(const std::string& text) { out_ << text << "\n"; }
+  void table(const std::vector<std::string>& header,
+             const std::vector<std::vector<std::string>>& rows) {
+    if (markdown_) {
+      auto row_text = [](const std::vector<std::string>& cells) {
+        std::string text = "|";
+        for (const auto& cell : cells) text += " " + cell + " |";
+        return text;
+      };
+      out_ << row_text(header) << "\n|";
+      for (size_t i = 0; i < header.size(); ++i) out_ << " --- |";
+      out_ << "\n";
+      for (const auto& row : rows) out_ << row_text(row) << "\n";
+      out_ << "\n";
+      return;
+    }
+    std::vector<size_t> widths(header.size());
+    for (size_t i = 0; i < header.size(); ++i) widths[i] = header[i].size();
+    for (const auto& row : rows) {
+      for (size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+        widths[i] = std::max(widths[i], row[i].size());
+      }
+    }
+    auto emit = [&](const std::vector<std::string>& cells) {
+      std::string text = " ";
+      for (size_t i = 0; i < cells.size(); ++i) {
+        text += cells[i] + std::string(widths[i] - std::min(widths[i], cells[i].size()) + 2, ' ');
+      }
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      out_ << text << "\n";
+    };
+    emit(header);
+    for (const auto& row : rows) emit(row);
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  bool markdown_;
+  std::ostringstream out_;
+};
+
+std::string render_text(const TraceModel& model, const Report& report, bool markdown) {
+  TextWriter w(markdown);
+  const ReportSummary& s = report.summary;
+  w.line(markdown ? "# moescope report" : "moescope report");
+  w.line((markdown ? "\n" : "") + std::to_string(s.ranks) + " rank(s), " +
+         std::to_string(s.events) + " events over " + fixed(s.duration_ms) + " ms; " +
+         std::to_string(s.steps) + " steps (" + s.step_source + "), mean step " +
+         fixed(s.mean_step_ms) + " ms; clocks: " + s.clock_alignment);
+  if (s.errors) w.line(std::to_string(s.errors) + " load error(s), listed at the end");
+
+  w.heading("Findings (ranked by estimated time lost per step)");
+  if (report.findings.empty()) w.line("No problems found.");
+  int index = 1;
+  for (const Finding& finding : report.findings) {
+    w.line((markdown ? std::to_string(index) + ". **" : std::to_string(index) + ". [") +
+           finding.kind + (markdown ? "**" : "]") + " " + severity_name(finding.severity) + ", ~" +
+           fixed(finding.est_ms_per_step) + " ms/step, " + where_text(finding.where));
+    w.line(std::string(markdown ? "   - " : "   ") + finding.evidence);
+    w.line(std::string(markdown ? "   - fix: " : "   fix: ") + finding.suggestion);
+    ++index;
+  }
+
+  w.heading("Time per step by rank (ms, mean)");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& rank : report.breakdown.ranks) {
+    StepBreakdown m = rank.mean();
+    rows.push_back({std::to_string(rank.rank), std::to_string(rank.steps.size()), fixed(m.step_ms),
+                    fixed(m.compute_ms), fixed(m.exposed_communication_ms),
+                    fixed(m.overlapped_communication_ms), fixed(m.memcpy_ms), fixed(m.idle_ms),
+                    fixed(m.host_sync_ms), std::to_string(m.allocations)});
+  }
+  w.table({"rank", "steps", "step", "compute", "comm exposed", "comm overlapped", "memcpy", "idle",
+           "host sync", "allocs/step"},
+          rows);
+  if (!report.breakdown.spread.empty()) {
+    double worst = 0;
+    int64_t worst_step = 0;
+    for (const auto& step : report.breakdown.spread) {
+      if (step.max_busy_ms - step.median_busy_ms > worst) {
+        worst = step.max_busy_ms - step.median_busy_ms;
+        worst_step = step.step;
+      }
+    }
+    w.line((markdown ? "\n" : "") + std::string("Step spread across ranks: worst at step ") +
+           std::to_string(worst_step) + ", slowest rank busy " + fixed(worst) +
+           " ms longer than the median");
+  }
+
+  if (!report.expert_load.empty()) {
+    w.heading("Expert load per layer");
+    rows.clear();
+    for (const LayerLoad& layer : report.expert_load.layers) {
+      rows.push_back({std::to_string(layer.layer), std::to_string(layer.num_experts),
+                      std::to_string(layer.num_steps), fixed(layer.max_over_mean), fixed(layer.cv),
+                      fixed(100.0 * layer.utilization, 0) + "%",
+                      fixed(layer.min_tokens, 0) + "/" + fixed(layer.mean_tokens, 0) + "/" +
+                          fixed(layer.max_tokens, 0),
+                      list(layer.hot_experts), list(layer.dead_experts),
+                      fixed(100.0 * layer.dropped_fraction, 1) + "%",
+                      layer.predictions ? fixed(100.0 * layer.prediction_error, 1) + "%" : "-"});
+    }
+    w.table({"layer", "experts", "steps", "max/mean", "cv", "util", "min/mean/max tokens", "hot",
+             "dead", "dropped", "pred err"},
+            rows);
+    const auto& p = report.expert_load.max_over_mean;
+    w.line((markdown ? "\n" : "") + std::string("max/mean across layers: p50 ") + fixed(p.p50) +
+           ", p90 " + fixed(p.p90) + ", p99 " + fixed(p.p99) + ", max " + fixed(p.max));
+    const auto& r = report.expert_load.rebalances;
+    if (r.decisions) {
+      w.line("rebalancing: " + std::to_string(r.decisions) + " decisions, " +
+             std::to_string(r.applied) + " applied, predicted imbalance " +
+             fixed(r.mean_imbalance_before) + " -> " + fixed(r.mean_imbalance_after) + ", " +
+             fixed(double(r.bytes_moved) / (1 << 20), 1) + " MiB moved");
+    }
+  }
+
+  if (!report.communication.ops.empty()) {
+    w.heading("Communication");
+    rows.clear();
+    for (const auto& op : report.communication.ops) {
+      rows.push_back({op.name, comm_kind_name(op.kind), std::to_string(op.count),
+                      fixed(double(op.bytes) / (1 << 20), 1), fixed(op.total_ms),
+                      fixed(op.mean_gbps), fixed(op.min_gbps), fixed(op.max_gbps)});
+    }
+    w.table({"op", "kind", "count", "MiB", "total ms", "mean GB/s", "min GB/s", "max GB/s"}, rows);
+    for (const auto& matrix : report.communication.all_to_all) {
+      w.line((markdown ? "\n" : "") + std::string("all-to-all bytes (row = sender), ") +
+             std::to_string(matrix.num_ops) + " ops, receive imbalance " +
+             fixed(matrix.receive_imbalance()) + ":");
+      std::vector<std::string> header = {"src\\dst"};
+      for (int32_t d = 0; d < matrix.num_ranks; ++d) header.push_back(std::to_string(d));
+      rows.clear();
+      for (int32_t src = 0; src < matrix.num_ranks; ++src) {
+        std::vector<std::string> row = {std::to_string(src)};
+        for (int32_t d = 0; d < matrix.num_ranks; ++d) {
+          row.push_back(fixed(double(matrix.at(src, d)) / (1 << 20), 2) + " MiB");
+        }
+        rows.push_back(row);
+      }
+      w.table(header, rows);
+    }
+  }
+
+  bool any_memory = false;
+  for (const auto& rank : report.memory) any_memory |= rank.allocations > 0;
+  if (any_memory) {
+    w.heading("Memory");
+    rows.clear();
+    for (const auto& rank : report.memory) {
+      std::string categories;
+      for (int c = 0; c < kNumMemoryCategories; ++c) {
+        if (!rank.peak_by_category[c]) continue;
+        categories += (categories.empty() ? "" : ", ") + std::string(memory_category_name(c)) +
+                      " " + fixed(double(rank.peak_by_category[c]) / (1 << 20), 1);
+      }
+      rows.push_back({std::to_string(rank.rank), fixed(double(rank.peak_bytes) / (1 << 20), 1),
+                      rank.capacity_bytes ? fixed(double(rank.capacity_bytes) / (1 << 20), 0) : "?",
+                      categories.empty() ? "-" : categories, std::to_string(rank.allocations)});
+    }
+    w.table({"rank", "peak MiB", "capacity MiB", "live at peak by category (MiB)", "allocations"},
+            rows);
+  }
+
+  if (!model.errors.empty()) {
+    w.heading("Load errors");
+    for (const LoadError& error : model.errors) w.line(error.to_string());
+  }
+  return w.str();
+}
+
+}  // namespace
+
+Report build_report(const TraceModel& model, const FindingThresholds& thresholds) {
+  Report report;
+  report.breakdown = compute_time_breakdown(model);
+  report.expert_load = analyze_expert_load(model);
+  report.communication = analyze_communication(model);
+  report.memory = analyze_memory(model);
+  report.findings =
+      find_bottlenecks(model, report.breakdown, report.expert_load, report.memory, thresholds);
+  ReportSummary& s = report.summary;
+  s.ranks = model.processes.size();
+  s.events = model.total_events;
+  s.duration_ms = double(model.end - model.begin) * 1e-6;
+  double step_sum = 0;
+  size_t step_count = 0;
+  for (const auto& process : model.processes) {
+    s.steps = std::max(s.steps, process.steps.size());
+    for (const auto& step : process.steps) step_sum += double(step.duration()) * 1e-6, ++step_count;
+  }
+  s.mean_step_ms = step_count ? step_sum / double(step_count) : 0.0;
+  s.step_source = step_source_name(model.step_source);
+  s.clock_alignment = clock_alignment_method_name(model.clock_alignment);
+  s.errors = model.errors.size();
+  return report;
+}
+
+bool parse_report_format(const std::string& name, ReportFormat& format) {
+  if (name == "text") return format = ReportFormat::kText, true;
+  if (name == "markdown" || name == "md") return format = ReportFormat::kMarkdown, true;
+  if (name == "json") return format = ReportFormat::kJson, true;
+  return false;
+}
+
+std::string render_report(const TraceModel& model, const Report& report, ReportFormat format) {
+  switch (format) {
+    case ReportFormat::kJson:
+      return render_json(model, report);
+    case ReportFormat::kMarkdown:
+      return render_text(model, report, true);
+    case ReportFormat::kText:
+      break;
+  }
+  return render_text(model, report, false);
+}
+
+}  // namespace moescope::analysis

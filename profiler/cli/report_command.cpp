@@ -1,0 +1,83 @@
+// `moescope report [--format text|markdown|json] [-o FILE] TRACE...`: loads the traces (any
+// mix of .moetrace and Kineto JSON), runs every analysis and prints the ranked findings.
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "moescope/profiler/report.h"
+#include "moescope/profiler/trace_loader.h"
+
+namespace moescope::cli {
+namespace {
+
+struct ReportOptions {
+  std::vector<std::string> traces;
+  std::string format = "text";
+  std::string output;
+  bool quiet = false;
+};
+
+// A one-line progress indicator on stderr for long loads (only on a terminal).
+analysis::LoadOptions load_options_with_progress(bool quiet) {
+  analysis::LoadOptions options;
+  if (quiet || !isatty(STDERR_FILENO)) return options;
+  options.progress = [](const analysis::LoadProgress& progress) {
+    if (progress.bytes_total < (64u << 20)) return;
+    std::fprintf(stderr, "\rloading %zu/%zu files, %.0f%%", progress.files_done,
+                 progress.files_total,
+                 100.0 * double(progress.bytes_done) / double(progress.bytes_total));
+    if (progress.files_done == progress.files_total) std::fprintf(stderr, "\n");
+  };
+  return options;
+}
+
+void run_report(const ReportOptions& options) {
+  analysis::ReportFormat format;
+  if (!analysis::parse_report_format(options.format, format)) {
+    throw CLI::ValidationError("--format",
+                               "must be text, markdown or json, got '" + options.format + "'");
+  }
+  analysis::TraceModel model =
+      analysis::load_traces(options.traces, load_options_with_progress(options.quiet));
+  for (const auto& error : model.errors) {
+    std::fprintf(stderr, "moescope report: %s\n", error.to_string().c_str());
+  }
+  if (model.processes.empty()) {
+    std::fprintf(stderr, "moescope report: nothing readable in the given trace(s)\n");
+    throw CLI::RuntimeError(1);
+  }
+  analysis::Report report = analysis::build_report(model);
+  std::string text = analysis::render_report(model, report, format);
+  if (options.output.empty() || options.output == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  std::ofstream file(options.output, std::ios::binary);
+  file << text;
+  file.close();
+  if (!file) {
+    std::fprintf(stderr, "moescope report: cannot write %s\n", options.output.c_str());
+    throw CLI::RuntimeError(1);
+  }
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto options = std::make_shared<ReportOptions>();
+  auto* command = app.add_subcommand(
+      "report", "Analyse traces: time breakdown, expert load, communication, memory, findings");
+  command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])")
+      ->required();
+  command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
+  command->add_option("-o,--output", options->output, "Write the report to FILE");
+  command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
+  command->callback([options] { run_report(*options); });
+}
+
+}  // namespace moescope::cli

@@ -1,0 +1,49 @@
+// The bottleneck report: every analysis over a model, rendered as text, markdown or JSON.
+// JSON shape: {"summary": {...}, "breakdown": [...per rank...], "step_spread": [...],
+// "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
+// "dead_experts", ...}], "expert_load_percentiles": {...}, "communication": {...},
+// "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step", "where", "evidence",
+// "metrics", "suggestion"}], "errors": [...]}.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moescope/profiler/comm_analysis.h"
+#include "moescope/profiler/expert_load_analysis.h"
+#include "moescope/profiler/findings.h"
+#include "moescope/profiler/memory_analysis.h"
+#include "moescope/profiler/time_breakdown.h"
+#include "moescope/profiler/trace_model.h"
+
+namespace moescope::analysis {
+
+struct ReportSummary {
+  size_t ranks = 0;
+  uint64_t events = 0;
+  double duration_ms = 0;
+  size_t steps = 0;  // steps of the rank with the most
+  double mean_step_ms = 0;
+  std::string step_source;
+  std::string clock_alignment;
+  size_t errors = 0;
+};
+
+struct Report {
+  ReportSummary summary;
+  TimeBreakdown breakdown;
+  ExpertLoadAnalysis expert_load;
+  CommAnalysis communication;
+  std::vector<RankMemory> memory;
+  std::vector<Finding> findings;
+};
+
+Report build_report(const TraceModel& model, const FindingThresholds& thresholds = {});
+
+enum class ReportFormat { kText, kMarkdown, kJson };
+// Parses "text" / "markdown" / "json"; false when it is none of them.
+bool parse_report_format(const std::string& name, ReportFormat& format);
+
+std::string render_report(const TraceModel& model, const Report& report, ReportFormat format);
+
+}  // namespace moescope::analysis
