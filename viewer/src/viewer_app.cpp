@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <thread>
 
+// GLFW brings <GL/gl.h>; glext.h after it declares the framebuffer-object entry points.
 #define GL_GLEXT_PROTOTYPES
-#include <GL/glext.h>
 #include <GLFW/glfw3.h>
+
+#include <GL/glext.h>
+
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
