@@ -1,0 +1,184 @@
+// The view-model on a real loaded model (the synthetic 2-rank trace with one hot expert):
+// the timeline index, search with next/previous order, click hit-testing through the track and
+// lane layout, finding -> timeline jump, and the panel aggregates.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "moescope/profiler/trace_loader.h"
+#include "moescope/viewer/finding_focus.h"
+#include "moescope/viewer/panel_data.h"
+#include "moescope/viewer/timeline_index.h"
+#include "report_findings.h"
+#include "sample_trace_writer.h"
+
+namespace moescope::viewer {
+namespace {
+
+class LoadedSample : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* build = std::getenv("MOESCOPE_BUILD_DIR");
+    std::string directory = std::string(build ? build : "/tmp") + "/tests/viewer_loaded_model";
+    std::filesystem::create_directories(directory);
+    trace_ = testing::write_sample_trace(directory, shape_);
+    model_ = new analysis::TraceModel(analysis::load_traces(trace_.files));
+    index_ = new TimelineIndex(build_timeline_index(*model_));
+  }
+  static void TearDownTestSuite() {
+    delete index_;
+    delete model_;
+  }
+  static inline testing::SampleTraceShape shape_;
+  static inline testing::SampleTrace trace_;
+  static inline analysis::TraceModel* model_ = nullptr;
+  static inline TimelineIndex* index_ = nullptr;
+};
+
+TEST_F(LoadedSample, IndexHasThreadStreamCommMemoryAndCounterTracksPerRank) {
+  ASSERT_TRUE(model_->errors.empty()) << model_->errors.front().to_string();
+  ASSERT_EQ(model_->processes.size(), 2u);
+  int threads = 0, streams = 0, comms = 0, plots = 0;
+  for (const TimelineTrack& track : index_->tracks) {
+    switch (track.kind) {
+      case TimelineTrackKind::kThread:
+        ++threads;
+        EXPECT_EQ(track.lanes.size(), 4u) << "train_step > forward/backward > layer > phase";
+        break;
+      case TimelineTrackKind::kGpuStream:
+        ++streams;
+        EXPECT_EQ(track.lanes.size(), 1u) << "kernels on one stream do not overlap";
+        break;
+      case TimelineTrackKind::kCommunicator:
+        ++comms;
+        break;
+      default:
+        ++plots;
+    }
+  }
+  EXPECT_EQ(threads, 2);
+  EXPECT_EQ(streams, 2);
+  EXPECT_EQ(comms, 2);
+  EXPECT_EQ(plots, 4);  // memory + loss counter per rank
+  EXPECT_EQ(index_->num_spans, trace_.timeline_events);
+  EXPECT_EQ(index_->tracks.front().label.rfind("rank 0 | thread main", 0), 0u);
+}
+
+TEST_F(LoadedSample, SearchFindsEveryMatchInTimeOrder) {
+  auto matches = search_events(*model_, *index_, "GROUPED_gemm");
+  size_t expected = static_cast<size_t>(shape_.num_ranks * shape_.num_steps * shape_.num_layers *
+                                        2 * shape_.kernels_per_layer);
+  ASSERT_EQ(matches.size(), expected);
+  int64_t previous = INT64_MIN;
+  for (const EventRef& ref : matches) {
+    EventSummary summary = summarize_event(*model_, *index_, ref);
+    EXPECT_EQ(model_->name(summary.name), "grouped_gemm_kernel");
+    EXPECT_GE(summary.start_ns, previous);
+    previous = summary.start_ns;
+  }
+  EXPECT_TRUE(search_events(*model_, *index_, "no such name").empty());
+  EXPECT_EQ(search_events(*model_, *index_, "moe_layer 3").size(),
+            static_cast<size_t>(shape_.num_ranks * shape_.num_steps * 2));
+}
+
+TEST_F(LoadedSample, ClickingACommOpSelectsIt) {
+  // The 5th all-to-all of rank 1, zoomed so it is a few dozen pixels wide.
+  auto matches = search_events(*model_, *index_, "all_to_all");
+  EventRef target;
+  int seen = 0;
+  for (const EventRef& ref : matches) {
+    if (model_->processes[index_->tracks[static_cast<size_t>(ref.track)].process].rank == 1 &&
+        ++seen == 5) {
+      target = ref;
+    }
+  }
+  ASSERT_TRUE(target.valid());
+  EventSummary summary = summarize_event(*model_, *index_, target);
+  TimeAxis axis(static_cast<double>(model_->begin), static_cast<double>(model_->end), 1200.0);
+  axis.show_range(static_cast<double>(summary.start_ns) - 200000.0,
+                  static_cast<double>(summary.end_ns) + 200000.0, 0.0);
+  TrackMetrics metrics;
+  auto shapes = index_->shapes();
+  auto rows = layout_tracks(shapes, metrics);
+  double click_x = axis.time_to_x(0.5 * static_cast<double>(summary.start_ns + summary.end_ns));
+  float click_y = rows[static_cast<size_t>(target.track)].content_top + metrics.lane_height * 0.5f;
+  TrackHit hit = hit_test_tracks(rows, shapes, metrics, click_y);
+  ASSERT_EQ(hit.track, target.track);
+  ASSERT_EQ(hit.lane, target.lane);
+  int64_t slot = hit_test_lane(
+      index_->tracks[static_cast<size_t>(hit.track)].lanes[static_cast<size_t>(hit.lane)],
+      axis.x_to_time(click_x), 3.0 * axis.ns_per_px());
+  EXPECT_EQ(slot, target.slot);
+  // The same click with the track collapsed hits its header, not the op.
+  shapes[static_cast<size_t>(target.track)].collapsed = true;
+  rows = layout_tracks(shapes, metrics);
+  EXPECT_EQ(hit_test_tracks(rows, shapes, metrics, click_y).lane, -1);
+}
+
+TEST_F(LoadedSample, ImbalanceFindingJumpsToItsLayerStepsAndTime) {
+  std::vector<ViewerFinding> findings = compute_viewer_findings(*model_);
+  const ViewerFinding* imbalance = nullptr;
+  for (const ViewerFinding& finding : findings) {
+    if (finding.kind == "expert_imbalance") imbalance = &finding;
+  }
+  ASSERT_NE(imbalance, nullptr);
+  EXPECT_EQ(imbalance->layer, shape_.hot_layer);
+  EXPECT_EQ(imbalance->expert, shape_.hot_expert);
+  TimeFocus focus = finding_time_focus(*model_, *imbalance);
+  TimeAxis axis(static_cast<double>(model_->begin), static_cast<double>(model_->end), 1000.0);
+  axis.show_range(focus.begin_ns, focus.end_ns, 0.05);
+  EXPECT_LE(axis.start_ns(), focus.begin_ns);
+  EXPECT_GE(axis.end_ns(), focus.end_ns);
+  EXPECT_LT(axis.duration_ns(), 1.2 * (focus.end_ns - focus.begin_ns) + 1.0);
+  // A finding on steps 2..3 of rank 1 with no time window of its own spans those steps there.
+  ViewerFinding steps_only;
+  steps_only.rank = 1;
+  steps_only.step_first = 2;
+  steps_only.step_last = 3;
+  focus = finding_time_focus(*model_, steps_only);
+  const auto& steps = model_->processes[1].steps;
+  EXPECT_EQ(focus.begin_ns, static_cast<double>(steps[2].start));
+  EXPECT_EQ(focus.end_ns, static_cast<double>(steps[3].end));
+  EXPECT_EQ(focus.rank, 1);
+}
+
+TEST_F(LoadedSample, PanelAggregatesMatchWhatWasWritten) {
+  ExpertHeatmap all = aggregate_expert_load(*model_, {});
+  ASSERT_EQ(all.num_layers, shape_.num_layers);
+  ASSERT_EQ(all.num_experts, shape_.num_experts);
+  EXPECT_EQ(all.num_steps, shape_.num_steps);
+  EXPECT_EQ(all.at(shape_.hot_layer, shape_.hot_expert), all.max_tokens);
+  ASSERT_FALSE(all.predicted.empty());
+  ExpertHeatmap rank0 = aggregate_expert_load(*model_, {-1, -1, 0});
+  ExpertHeatmap rank1 = aggregate_expert_load(*model_, {-1, -1, 1});
+  EXPECT_DOUBLE_EQ(all.at(1, 3), rank0.at(1, 3) + rank1.at(1, 3));
+  ExpertHeatmap one_step = aggregate_expert_load(*model_, {2, 2, -1});
+  EXPECT_EQ(one_step.num_steps, 1);
+  EXPECT_LT(one_step.max_tokens, all.max_tokens);
+
+  CommMatrix matrix = all_to_all_matrix(*model_, {});
+  ASSERT_EQ(matrix.ranks.size(), 2u);
+  double ops_per_rank =
+      shape_.num_steps * shape_.num_layers * 2 * 2;  // 2 passes x dispatch+combine
+  EXPECT_DOUBLE_EQ(matrix.bytes[0 * 2 + 1], ops_per_rank * 3 * 1048576.0);
+  EXPECT_DOUBLE_EQ(matrix.bytes[1 * 2 + 0], ops_per_rank * (1048576.0 + 4096.0));
+  EXPECT_EQ(matrix.num_ops[0], static_cast<uint64_t>(ops_per_rank));
+  EXPECT_GT(matrix.bandwidth_gbps(0), 0.0);
+
+  MemoryPeak peak = memory_peak(model_->processes[0], 3);
+  EXPECT_EQ(peak.total, static_cast<int64_t>((512 + 256 + 24 + 28 + 32 + 36) << 20));
+  EXPECT_EQ(peak.num_live, 6u);
+  ASSERT_EQ(peak.largest_live.size(), 3u);
+  EXPECT_EQ(peak.largest_live[0].bytes, 512ll << 20);
+
+  auto kernels = kernel_statistics(*model_);
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(model_->name(kernels[0].name), "grouped_gemm_kernel");  // most total time first
+  EXPECT_EQ(kernels[0].count,
+            static_cast<uint64_t>(shape_.num_ranks * shape_.num_steps * shape_.num_layers * 2 *
+                                  shape_.kernels_per_layer));
+  EXPECT_LE(kernels[0].p50_ns, kernels[0].p99_ns);
+}
+
+}  // namespace
+}  // namespace moescope::viewer
