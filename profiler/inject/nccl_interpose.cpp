@@ -90,11 +90,14 @@ struct NcclCapture {
   std::atomic<bool> shut_down{false};
 };
 
+std::atomic<NcclCapture*> g_capture{nullptr};
+
 NcclCapture& capture() {
   static NcclCapture* instance = [] {
     auto* created = new NcclCapture();
     // The poller thread does not survive fork(): the child must never join or poll it.
     pthread_atfork(nullptr, nullptr, [] { nccl_capture_after_fork_in_child(); });
+    g_capture.store(created, std::memory_order_release);
     return created;
   }();
   return *instance;
@@ -136,14 +139,16 @@ Result missing() {
 }  // namespace
 
 void nccl_capture_shutdown() {
-  NcclCapture& state = capture();
-  state.shut_down.store(true);
-  state.tracker.stop_poller();
-  state.tracker.drain();
+  NcclCapture* state = g_capture.load(std::memory_order_acquire);
+  if (!state) return;  // NCCL was never called
+  state->shut_down.store(true);
+  state->tracker.stop_poller();
+  state->tracker.drain();
 }
 
 void nccl_capture_after_fork_in_child() {
-  capture().tracker.abandon_after_fork();
+  NcclCapture* state = g_capture.load(std::memory_order_acquire);
+  if (state) state->tracker.abandon_after_fork();
 }
 
 }  // namespace moescope::inject

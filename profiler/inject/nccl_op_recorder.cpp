@@ -170,7 +170,6 @@ NcclOpRecorder::Ticket NcclOpRecorder::op_begin(const NcclOpCall& call) {
     info.rank = comm.rank;
     info.num_ranks = comm.num_ranks;
     info.device = comm.device;
-    info.sequence = comm.next_sequence++;
   }
   // The stream's handle is a pointer; its low 32 bits identify it within the process.
   info.stream = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(call.stream));
@@ -178,6 +177,7 @@ NcclOpRecorder::Ticket NcclOpRecorder::op_begin(const NcclOpCall& call) {
       op_bytes(call.kind, call.count, call.dtype, info.num_ranks, &ticket.record.split_bytes);
   info.group_id = current_group_id();
   ticket.name = call.name;
+  ticket.comm = call.comm;
   ticket.device = info.device;
   ticket.stream = call.stream;
   ticket.grouped = info.group_id != 0;
@@ -189,6 +189,11 @@ void NcclOpRecorder::op_end(Ticket& ticket, int result) {
   if (!succeeded(result)) {
     note_failure(ticket.name, result);
     return;
+  }
+  {
+    // Numbered on success only: a rejected call was never issued to the other ranks.
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    ticket.record.info.sequence = comm_info_locked(ticket.comm).next_sequence++;
   }
   if (ticket.grouped) {
     thread_group().ops.push_back({std::move(ticket.record), ticket.device, ticket.stream});

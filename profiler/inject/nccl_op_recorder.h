@@ -71,6 +71,7 @@ class NcclOpRecorder {
   struct Ticket {
     NcclOpRecord record;
     const char* name = "nccl op";
+    nccl::CommHandle comm = nullptr;
     int device = -1;
     nccl::Stream stream = nullptr;
     bool grouped = false;

@@ -1,0 +1,143 @@
+// A CuptiApi that plays CUPTI for tests: it records what the capture asked for and can deliver
+// constructed activity records through the capture's own buffer callbacks, exactly as CUPTI
+// would (request a buffer, fill it, hand it back as completed).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cupti_api.h"
+
+namespace moescope::testing {
+
+class FakeCuptiApi final : public inject::CuptiApi {
+ public:
+  // ---- what the capture did ----
+  CUpti_BuffersCallbackRequestFunc requested = nullptr;
+  CUpti_BuffersCallbackCompleteFunc completed = nullptr;
+  CUpti_TimestampCallbackFunc clock = nullptr;
+  std::vector<CUpti_ActivityKind> enabled;
+  std::vector<CUpti_ActivityKind> disabled;
+  std::vector<uint32_t> flush_flags;
+  std::mutex flush_mutex;
+  int finalize_calls = 0;
+  // ---- how CUPTI behaves ----
+  std::set<CUpti_ActivityKind> failing_kinds;  // enable() returns CUPTI_ERROR_UNKNOWN for them
+  size_t dropped_to_report = 0;                // reported once by dropped_records()
+  std::map<uint64_t, std::string> names;       // (domain << 32 | cbid) -> callback name
+
+  CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc request,
+                                 CUpti_BuffersCallbackCompleteFunc complete) override {
+    requested = request;
+    completed = complete;
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult register_timestamp_callback(CUpti_TimestampCallbackFunc function) override {
+    clock = function;
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult enable(CUpti_ActivityKind kind) override {
+    if (failing_kinds.count(kind)) return CUPTI_ERROR_UNKNOWN;
+    enabled.push_back(kind);
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult disable(CUpti_ActivityKind kind) override {
+    disabled.push_back(kind);
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult flush_all(uint32_t flag) override {
+    std::lock_guard<std::mutex> lock(flush_mutex);
+    flush_flags.push_back(flag);
+    return CUPTI_SUCCESS;
+  }
+  // Safe while the capture's flush thread runs.
+  size_t flushes_with(uint32_t flag) {
+    std::lock_guard<std::mutex> lock(flush_mutex);
+    return static_cast<size_t>(std::count(flush_flags.begin(), flush_flags.end(), flag));
+  }
+  CUptiResult next_record(uint8_t* buffer, size_t valid_bytes, CUpti_Activity** record) override {
+    size_t offset = 0;
+    if (*record) {
+      offset = static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer);
+      offset += record_size((*record)->kind);
+    }
+    if (offset >= valid_bytes) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = reinterpret_cast<CUpti_Activity*>(buffer + offset);
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult dropped_records(size_t* dropped) override {
+    *dropped = dropped_to_report;
+    dropped_to_report = 0;
+    return CUPTI_SUCCESS;
+  }
+  const char* callback_name(CUpti_CallbackDomain domain, uint32_t cbid) override {
+    auto found = names.find((static_cast<uint64_t>(domain) << 32) | cbid);
+    return found == names.end() ? nullptr : found->second.c_str();
+  }
+  CUptiResult finalize() override {
+    ++finalize_calls;
+    return CUPTI_SUCCESS;
+  }
+  std::string error_text(CUptiResult result) override {
+    return "FAKE_CUPTI_ERROR_" + std::to_string(static_cast<int>(result));
+  }
+
+  // Size of each record kind in a buffer (CUPTI pads records to 8 bytes).
+  static size_t record_size(CUpti_ActivityKind kind) {
+    size_t size = sizeof(CUpti_Activity);
+    switch (kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+        size = sizeof(CUpti_ActivityKernel10);
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        size = sizeof(CUpti_ActivityMemcpy6);
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMSET:
+        size = sizeof(CUpti_ActivityMemset4);
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMORY2:
+        size = sizeof(CUpti_ActivityMemory4);
+        break;
+      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+        size = sizeof(CUpti_ActivitySynchronization2);
+        break;
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER:
+        size = sizeof(CUpti_ActivityAPI);
+        break;
+      case CUPTI_ACTIVITY_KIND_CONTEXT:
+        size = sizeof(CUpti_ActivityContext3);
+        break;
+      default:
+        break;
+    }
+    return (size + 7) / 8 * 8;
+  }
+
+  // Plays CUPTI: asks the capture for a buffer, packs `records` into it and completes it.
+  // Returns false when the capture refused a buffer (the records are then "dropped").
+  template <typename... Records>
+  bool deliver(const Records&... records) {
+    uint8_t* buffer = nullptr;
+    size_t size = 0;
+    size_t max_records = 0;
+    requested(&buffer, &size, &max_records);
+    if (!buffer) return false;
+    size_t offset = 0;
+    auto pack = [&](const auto& record) {
+      std::memcpy(buffer + offset, &record, sizeof(record));
+      offset += record_size(record.kind);
+    };
+    (pack(records), ...);
+    completed(nullptr, 0, buffer, size, offset);
+    return true;
+  }
+};
+
+}  // namespace moescope::testing

@@ -1,0 +1,64 @@
+# Tests of the GPU half of the capture (CUPTI translation, NCCL interposition), all on CPU.
+# Included from tests/capture/CMakeLists.txt.
+if(NOT TARGET moescope_gpu_capture)
+  message(STATUS "moescope: no moescope_gpu_capture target: GPU capture tests skipped")
+  return()
+endif()
+set(_gpu_capture_test_reading ${PROJECT_SOURCE_DIR}/tests/profiler/trace_test_reading.cpp)
+
+# CUPTI: translator and capture driven with constructed records through a fake CUPTI.
+moescope_add_test(NAME cupti_capture_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_translator_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/cupti_capture_test.cpp ${_gpu_capture_test_reading}
+  LIBS moescope_gpu_capture moescope_recorder moescope_trace LABELS capture)
+
+# NCCL op recording and GPU completion timing with a fake event layer and clock.
+moescope_add_test(NAME nccl_completion_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_test.cpp
+  LIBS moescope_gpu_capture moescope_recorder LABELS capture)
+
+# NCCL interposition through the real shim, against a TEST-ONLY NCCL stand-in library.
+find_path(MOESCOPE_TEST_NCCL_INCLUDE_DIR nccl.h
+  HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)
+if(NOT TARGET moescope_inject OR NOT MOESCOPE_TEST_NCCL_INCLUDE_DIR OR NOT CUDAToolkit_FOUND)
+  message(STATUS "moescope: shim or nccl.h missing: NCCL interposition test skipped")
+  return()
+endif()
+
+add_library(nccl_standin_for_tests SHARED ${CMAKE_CURRENT_LIST_DIR}/nccl_standin_for_tests.cpp)
+target_include_directories(nccl_standin_for_tests PRIVATE ${PROJECT_SOURCE_DIR}/profiler/inject)
+target_link_libraries(nccl_standin_for_tests PRIVATE moescope_warnings)
+
+add_executable(nccl_interpose_program ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_program.cpp)
+target_include_directories(nccl_interpose_program SYSTEM PRIVATE
+  ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(nccl_interpose_program PRIVATE nccl_standin_for_tests moescope_warnings)
+set_target_properties(nccl_interpose_program PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+moescope_add_test(NAME nccl_interpose_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_test.cpp ${_gpu_capture_test_reading}
+  LIBS moescope_trace LABELS capture)
+target_include_directories(nccl_interpose_test PRIVATE
+  ${PROJECT_SOURCE_DIR}/profiler/inject ${PROJECT_SOURCE_DIR}/profiler/include)
+target_include_directories(nccl_interpose_test SYSTEM PRIVATE
+  ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+target_compile_definitions(nccl_interpose_test PRIVATE
+  MOESCOPE_NCCL_PROGRAM="$<TARGET_FILE:nccl_interpose_program>"
+  MOESCOPE_INJECT_LIBRARY="$<TARGET_FILE:moescope_inject>")
+add_dependencies(nccl_interpose_test nccl_interpose_program moescope_inject)
+
+# The real NCCL's host-only calls (ncclGetVersion, ncclGetUniqueId work without a GPU).
+find_library(MOESCOPE_TEST_REAL_NCCL NAMES nccl libnccl.so.2
+  HINTS ${CUDAToolkit_LIBRARY_DIR} PATHS /usr/local/cuda/lib64 /usr/local/cuda/lib)
+if(MOESCOPE_TEST_REAL_NCCL)
+  add_executable(nccl_real_host_calls_program
+    ${CMAKE_CURRENT_LIST_DIR}/nccl_real_host_calls_program.cpp)
+  target_include_directories(nccl_real_host_calls_program SYSTEM PRIVATE
+    ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(nccl_real_host_calls_program PRIVATE ${MOESCOPE_TEST_REAL_NCCL})
+  set_target_properties(nccl_real_host_calls_program PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(nccl_interpose_test PRIVATE
+    MOESCOPE_REAL_NCCL_PROGRAM="$<TARGET_FILE:nccl_real_host_calls_program>")
+  add_dependencies(nccl_interpose_test nccl_real_host_calls_program)
+endif()

@@ -1,0 +1,370 @@
+// NCCL op recording and GPU completion timing, on CPU with a fake GPU event layer and a fake
+// host clock: which events are recorded where, how GPU times map onto the host clock, groups,
+// graph capture, failures, shutdown.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "nccl_completion_tracker.h"
+#include "nccl_fake_gpu_events.h"
+#include "nccl_op_recorder.h"
+
+namespace moescope::testing {
+namespace {
+
+using inject::NcclCompletionTracker;
+using inject::NcclOpCall;
+using inject::NcclOpRecord;
+using inject::NcclOpRecorder;
+namespace nccl = inject::nccl;
+
+nccl::CommHandle fake_comm(uintptr_t value) {
+  return reinterpret_cast<nccl::CommHandle>(value);
+}
+nccl::Stream fake_stream(uintptr_t value) {
+  return reinterpret_cast<nccl::Stream>(value);
+}
+
+// One rank's recording machinery wired to fakes; emitted ops and comm events are collected.
+struct Harness {
+  uint64_t host_now = 1'000'000;
+  FakeGpuEvents gpu{&host_now};
+  FakeCommQueries queries;
+  std::mutex emitted_mutex;
+  std::vector<moescope_comm_op_info> ops;
+  std::vector<std::vector<uint64_t>> op_splits;
+  std::vector<moescope_comm_op_info> comm_events;
+  NcclCompletionTracker tracker;
+  NcclOpRecorder recorder;
+
+  explicit Harness(NcclCompletionTracker::Options options = {})
+      : tracker(
+            gpu, [this] { return host_now; },
+            [this](const NcclOpRecord& op) {
+              std::lock_guard<std::mutex> lock(emitted_mutex);
+              ops.push_back(op.info);
+              op_splits.push_back(op.split_bytes);
+            },
+            options),
+        recorder(
+            queries, tracker, [this] { return host_now; },
+            [this](const moescope_comm_op_info& info) { comm_events.push_back(info); }) {}
+
+  size_t emitted() {
+    std::lock_guard<std::mutex> lock(emitted_mutex);
+    return ops.size();
+  }
+
+  void issue(uint32_t kind, const char* name, uint64_t count, int dtype, int peer, int root,
+             nccl::CommHandle comm, nccl::Stream stream, int result = nccl::kSuccess) {
+    NcclOpCall call{kind, name, count, dtype, peer, root, comm, stream};
+    NcclOpRecorder::Ticket ticket = recorder.op_begin(call);
+    recorder.op_end(ticket, result);
+  }
+};
+
+const nccl::CommHandle kComm = fake_comm(0xC0);
+const nccl::Stream kStream = fake_stream(0x5000);
+const nccl::Stream kOtherStream = fake_stream(0x6000);
+
+TEST(NcclCompletion, UngroupedOpGetsItsGpuTimesOnTheHostClock) {
+  Harness h;
+  h.queries.comms[kComm] = {1, 4, 0};
+  h.recorder.comm_created(kComm, 77, 1, 4, "ncclCommInitRank", h.host_now);
+  ASSERT_EQ(h.comm_events.size(), 1u);
+  EXPECT_EQ(h.comm_events[0].kind, MOESCOPE_COMM_INIT);
+  EXPECT_EQ(h.comm_events[0].comm_id, 77u);
+  EXPECT_EQ(h.comm_events[0].device, 0);
+
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 1024, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.gpu.reference_records, 1);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 2u);  // start and end, both on the op's stream
+  EXPECT_EQ(events[0]->stream, kStream);
+  EXPECT_EQ(events[1]->stream, kStream);
+  EXPECT_EQ(h.tracker.poll(), 0u);  // the GPU has not run it yet
+  EXPECT_EQ(h.emitted(), 0u);
+
+  h.host_now = 9'000'000;  // later host polls do not change the GPU times
+  h.gpu.complete(events[0], 3'000'000);
+  h.gpu.complete(events[1], 3'500'000);
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  ASSERT_EQ(h.ops.size(), 1u);
+  const moescope_comm_op_info& op = h.ops[0];
+  EXPECT_EQ(op.enqueue_ns, 1'000'000u);
+  EXPECT_NEAR(static_cast<double>(op.start_ns), 3'000'000.0, 200.0);
+  EXPECT_NEAR(static_cast<double>(op.end_ns), 3'500'000.0, 200.0);
+  EXPECT_EQ(op.kind, MOESCOPE_COMM_ALL_REDUCE);
+  EXPECT_EQ(op.count, 1024u);
+  EXPECT_EQ(op.bytes, 4096u);
+  EXPECT_EQ(op.dtype, static_cast<uint32_t>(nccl::kFloat32));
+  EXPECT_EQ(op.comm_id, 77u);
+  EXPECT_EQ(op.rank, 1);
+  EXPECT_EQ(op.num_ranks, 4);
+  EXPECT_EQ(op.device, 0);
+  EXPECT_EQ(op.stream, 0x5000u);
+  EXPECT_EQ(op.group_id, 0u);
+  EXPECT_EQ(op.sequence, 0u);
+  EXPECT_EQ(op.peer, -1);
+}
+
+TEST(NcclCompletion, AllToAllAsGroupedSendRecvSharesOneGroupAndIsTimedAtGroupEnd) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 4, 2};
+  h.recorder.group_start();
+  for (int peer = 0; peer < 4; ++peer) {
+    h.issue(MOESCOPE_COMM_SEND, "ncclSend", 100 * (peer + 1), nccl::kBfloat16, peer, -1, kComm,
+            kStream);
+    h.issue(MOESCOPE_COMM_RECV, "ncclRecv", 10 * (peer + 1), nccl::kBfloat16, peer, -1, kComm,
+            kStream);
+  }
+  // NCCL launches grouped ops only at ncclGroupEnd: no event may precede it.
+  EXPECT_TRUE(h.gpu.recorded_events().empty());
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kSuccess);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 2u);  // one start/end pair for the group's one stream
+  h.gpu.complete(events[0], 2'000'000);
+  h.gpu.complete(events[1], 2'400'000);
+  EXPECT_EQ(h.tracker.poll(), 1u);  // one pending entry carrying all eight ops
+  ASSERT_EQ(h.ops.size(), 8u);
+  uint64_t group = h.ops[0].group_id;
+  EXPECT_NE(group, 0u);
+  for (size_t i = 0; i < 8; ++i) {
+    const moescope_comm_op_info& op = h.ops[i];
+    EXPECT_EQ(op.group_id, group);
+    EXPECT_EQ(op.sequence, i);
+    EXPECT_EQ(op.kind, i % 2 == 0 ? MOESCOPE_COMM_SEND : MOESCOPE_COMM_RECV);
+    EXPECT_EQ(op.peer, static_cast<int>(i / 2));
+    uint64_t count = (i % 2 == 0 ? 100 : 10) * (i / 2 + 1);
+    EXPECT_EQ(op.count, count);
+    EXPECT_EQ(op.bytes, 2 * count);
+    EXPECT_EQ(op.device, 2);
+    EXPECT_NEAR(static_cast<double>(op.start_ns), 2'000'000.0, 200.0);
+    EXPECT_NEAR(static_cast<double>(op.end_ns), 2'400'000.0, 200.0);
+  }
+  // The next group gets a new id; ops after it are ungrouped again.
+  h.recorder.group_start();
+  h.issue(MOESCOPE_COMM_SEND, "ncclSend", 1, nccl::kInt8, 1, -1, kComm, kStream);
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kSuccess);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 1, nccl::kInt8, -1, -1, kComm, kStream);
+  h.tracker.drain();
+  ASSERT_EQ(h.ops.size(), 10u);
+  EXPECT_NE(h.ops[8].group_id, 0u);
+  EXPECT_NE(h.ops[8].group_id, group);
+  EXPECT_EQ(h.ops[9].group_id, 0u);
+}
+
+TEST(NcclCompletion, NestedGroupsLaunchAtTheOutermostEnd) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.recorder.group_start();
+  h.recorder.group_start();
+  h.issue(MOESCOPE_COMM_SEND, "ncclSend", 8, nccl::kFloat32, 1, -1, kComm, kStream);
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kSuccess);
+  EXPECT_TRUE(h.gpu.recorded_events().empty());
+  h.issue(MOESCOPE_COMM_RECV, "ncclRecv", 8, nccl::kFloat32, 1, -1, kComm, kStream);
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kSuccess);
+  EXPECT_EQ(h.gpu.recorded_events().size(), 2u);
+  h.tracker.drain();
+  ASSERT_EQ(h.ops.size(), 2u);
+  EXPECT_EQ(h.ops[0].group_id, h.ops[1].group_id);
+}
+
+TEST(NcclCompletion, GroupOnTwoStreamsTimesEachStreamSeparately) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.recorder.group_start();
+  h.issue(MOESCOPE_COMM_SEND, "ncclSend", 8, nccl::kFloat32, 1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_RECV, "ncclRecv", 8, nccl::kFloat32, 1, -1, kComm, kOtherStream);
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kSuccess);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 4u);  // start A, start B, end A, end B
+  for (auto* event : events) {
+    h.gpu.complete(event, event->stream == kStream ? 2'000'000 : 7'000'000);
+  }
+  EXPECT_EQ(h.tracker.poll(), 2u);
+  ASSERT_EQ(h.ops.size(), 2u);
+  for (const auto& op : h.ops) {
+    double expected = op.stream == 0x5000u ? 2'000'000.0 : 7'000'000.0;
+    EXPECT_NEAR(static_cast<double>(op.end_ns), expected, 200.0);
+  }
+}
+
+TEST(NcclCompletion, OpOnACapturingStreamIsRecordedWithoutGpuTimes) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.gpu.capturing_streams.insert(kStream);
+  h.issue(MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", 64, nccl::kFloat16, -1, -1, kComm, kStream);
+  EXPECT_TRUE(h.gpu.recorded_events().empty());  // no event may enter the user's graph
+  ASSERT_EQ(h.ops.size(), 1u);                   // emitted at once
+  EXPECT_EQ(h.ops[0].start_ns, h.ops[0].enqueue_ns);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.ops[0].bytes, 128u);
+}
+
+TEST(NcclCompletion, WithoutACudaRuntimeOpsAreEmittedAtOnce) {
+  Harness h;
+  h.gpu.runtime_present = false;
+  h.queries.comms[kComm] = {3, 8, -1};
+  h.issue(MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 10, nccl::kInt64, -1, 5, kComm, kStream);
+  ASSERT_EQ(h.ops.size(), 1u);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.ops[0].root, 5);
+  EXPECT_EQ(h.ops[0].rank, 3);
+  EXPECT_EQ(h.ops[0].num_ranks, 8);
+  EXPECT_EQ(h.ops[0].device, -1);
+  EXPECT_EQ(h.gpu.created, 0);
+}
+
+TEST(NcclCompletion, AFailedEventGivesAnUnknownEnd) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 2u);
+  h.gpu.fail(events[1]);
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  ASSERT_EQ(h.ops.size(), 1u);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.ops[0].start_ns, h.ops[0].enqueue_ns);
+}
+
+TEST(NcclCompletion, DrainEmitsOpsStillOnTheGpuWithUnknownEnd) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  auto events = h.gpu.recorded_events();
+  h.gpu.complete(events[0], 1'500'000);
+  h.gpu.complete(events[1], 1'600'000);
+  EXPECT_EQ(h.tracker.pending(), 2u);
+  h.tracker.drain();
+  EXPECT_EQ(h.tracker.pending(), 0u);
+  ASSERT_EQ(h.ops.size(), 2u);
+  EXPECT_NEAR(static_cast<double>(h.ops[0].end_ns), 1'600'000.0, 200.0);
+  EXPECT_EQ(h.ops[1].end_ns, 0u);
+  EXPECT_EQ(h.ops[1].sequence, 1u);
+}
+
+TEST(NcclCompletion, TheReferenceIsRenewedSoFloatMillisecondsStayPrecise) {
+  NcclCompletionTracker::Options options;
+  options.reference_lifetime_ns = 1'000'000;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.gpu.reference_records, 1);
+  h.host_now += 500'000;
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.gpu.reference_records, 1);
+  h.host_now += 3'600'000'000'000ull;  // an hour later
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.gpu.reference_records, 2);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 6u);
+  uint64_t start = h.host_now + 1'234'567;
+  h.gpu.complete(events[4], start);
+  h.gpu.complete(events[5], start + 777);
+  EXPECT_EQ(h.tracker.poll(), 1u);  // only the third op finished
+  ASSERT_EQ(h.ops.size(), 1u);
+  EXPECT_EQ(h.ops[0].sequence, 2u);
+  // Against a reference an hour old a float would be off by hundreds of microseconds.
+  EXPECT_NEAR(static_cast<double>(h.ops[0].start_ns), static_cast<double>(start), 200.0);
+  EXPECT_NEAR(static_cast<double>(h.ops[0].end_ns), static_cast<double>(start + 777), 200.0);
+}
+
+TEST(NcclCompletion, FailedCallsAreNotRecordedAsOps) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 4, nccl::kFloat32, -1, 99, kComm, kStream,
+          nccl::kInvalidArgument);
+  h.tracker.drain();
+  EXPECT_TRUE(h.ops.empty());
+  h.recorder.group_start();
+  h.issue(MOESCOPE_COMM_SEND, "ncclSend", 4, nccl::kFloat32, 1, -1, kComm, kStream);
+  h.recorder.group_end_before();
+  h.recorder.group_end_after(nccl::kRemoteError);
+  h.tracker.drain();
+  EXPECT_TRUE(h.ops.empty());
+}
+
+TEST(NcclCompletion, ThePollerThreadEmitsCompletedOps) {
+  NcclCompletionTracker::Options options;
+  options.poll_interval_ms = 1;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 1};
+  h.tracker.start_poller();
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 2u);
+  h.gpu.complete(events[0], 1'100'000);
+  h.gpu.complete(events[1], 1'200'000);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (h.emitted() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  h.tracker.stop_poller();
+  ASSERT_EQ(h.emitted(), 1u);
+  EXPECT_EQ(h.gpu.current, 1);  // the poller made the ops' device current first
+}
+
+TEST(NcclCompletion, UnknownCommunicatorsAreAskedAboutLazily) {
+  Harness h;
+  h.queries.comms[kComm] = {2, 4, 3};  // created before we were watching
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.tracker.drain();
+  ASSERT_EQ(h.ops.size(), 1u);
+  EXPECT_EQ(h.ops[0].rank, 2);
+  EXPECT_EQ(h.ops[0].num_ranks, 4);
+  EXPECT_EQ(h.ops[0].device, 3);
+  EXPECT_NE(h.ops[0].comm_id, 0u);
+  h.recorder.comm_destroyed(fake_comm(0xDEAD), "ncclCommDestroy", h.host_now);
+  EXPECT_TRUE(h.comm_events.empty());  // never seen: nothing to close
+  h.recorder.comm_destroyed(kComm, "ncclCommDestroy", h.host_now);
+  ASSERT_EQ(h.comm_events.size(), 1u);
+  EXPECT_EQ(h.comm_events[0].kind, MOESCOPE_COMM_DESTROY);
+  EXPECT_EQ(h.comm_events[0].comm_id, h.ops[0].comm_id);
+  EXPECT_EQ(h.comm_events[0].sequence, 1u);  // ops issued on it
+}
+
+TEST(NcclCompletion, CommIdsAgreeAcrossRanks) {
+  nccl::UniqueId id{};
+  std::memcpy(id.internal, "rendezvous-42", 13);
+  nccl::UniqueId other = id;
+  other.internal[100] = 1;
+  EXPECT_EQ(NcclOpRecorder::comm_id_of(id), NcclOpRecorder::comm_id_of(id));
+  EXPECT_NE(NcclOpRecorder::comm_id_of(id), NcclOpRecorder::comm_id_of(other));
+
+  // Two ranks split the same parent: same color -> same child id, in call order.
+  Harness rank0, rank1;
+  nccl::CommHandle parent0 = fake_comm(0x100), parent1 = fake_comm(0x200);
+  rank0.recorder.comm_created(parent0, NcclOpRecorder::comm_id_of(id), 0, 2, "init", 0);
+  rank1.recorder.comm_created(parent1, NcclOpRecorder::comm_id_of(id), 1, 2, "init", 0);
+  uint64_t first0 = rank0.recorder.next_split_id(parent0, 3);
+  uint64_t first1 = rank1.recorder.next_split_id(parent1, 3);
+  EXPECT_EQ(first0, first1);
+  EXPECT_NE(rank0.recorder.next_split_id(parent0, 3), first0);
+  EXPECT_NE(rank1.recorder.next_split_id(parent1, 4), first1);
+}
+
+TEST(NcclCompletion, OpBytes) {
+  std::vector<uint64_t> splits;
+  EXPECT_EQ(NcclOpRecorder::op_bytes(MOESCOPE_COMM_ALL_TO_ALL, 16, nccl::kInt32, 4, &splits), 256u);
+  EXPECT_EQ(splits, (std::vector<uint64_t>{64, 64, 64, 64}));
+  EXPECT_EQ(NcclOpRecorder::op_bytes(MOESCOPE_COMM_REDUCE_SCATTER, 128, nccl::kFloat16, 4, nullptr),
+            1024u);
+  EXPECT_EQ(NcclOpRecorder::op_bytes(MOESCOPE_COMM_ALL_GATHER, 256, nccl::kBfloat16, 4, nullptr),
+            512u);
+  EXPECT_EQ(NcclOpRecorder::op_bytes(MOESCOPE_COMM_ALL_REDUCE, 3, nccl::kFloat8e4m3, 4, nullptr),
+            3u);
+  EXPECT_EQ(NcclOpRecorder::op_bytes(MOESCOPE_COMM_ALL_REDUCE, 3, 77, 4, nullptr), 0u);
+}
+
+}  // namespace
+}  // namespace moescope::testing

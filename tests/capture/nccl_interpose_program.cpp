@@ -1,0 +1,67 @@
+// A program that uses the NCCL API (real nccl.h) with known arguments, linked against the
+// test-only stand-in library. nccl_interpose_test.cpp runs it with and without the moescope
+// shim preloaded. It prints each call's result; buffers and streams are fake addresses (the
+// stand-in never dereferences them).
+#include <nccl.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace {
+
+void* fake_pointer(uintptr_t value) {
+  return reinterpret_cast<void*>(value);
+}
+
+cudaStream_t fake_stream(uintptr_t value) {
+  return reinterpret_cast<cudaStream_t>(value);
+}
+
+void report(const char* call, ncclResult_t result) {
+  std::printf("%s -> %d\n", call, static_cast<int>(result));
+}
+
+}  // namespace
+
+int main() {
+  int version = 0;
+  report("ncclGetVersion", ncclGetVersion(&version));
+  std::printf("version %d\n", version);
+
+  ncclUniqueId id;
+  report("ncclGetUniqueId", ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  report("ncclCommInitRank", ncclCommInitRank(&comm, 4, id, 1));
+
+  void* send = fake_pointer(0x10000);
+  void* recv = fake_pointer(0x20000);
+  cudaStream_t stream = fake_stream(0x5000);
+  cudaStream_t p2p_stream = fake_stream(0x6000);
+  report("ncclAllReduce", ncclAllReduce(send, recv, 1024, ncclFloat32, ncclSum, comm, stream));
+  report("ncclAllGather", ncclAllGather(send, recv, 256, ncclBfloat16, comm, stream));
+  report("ncclReduceScatter",
+         ncclReduceScatter(send, recv, 128, ncclFloat16, ncclMax, comm, stream));
+  report("ncclBroadcast", ncclBroadcast(send, recv, 64, ncclInt64, 2, comm, stream));
+  report("ncclReduce", ncclReduce(send, recv, 32, ncclFloat64, ncclProd, 3, comm, stream));
+  report("ncclAlltoAll", ncclAlltoAll(send, recv, 16, ncclInt32, comm, stream));
+
+  // All-to-all the PyTorch way: send/recv pairs to every peer inside one group.
+  report("ncclGroupStart", ncclGroupStart());
+  for (int peer = 0; peer < 4; ++peer) {
+    report("ncclSend", ncclSend(fake_pointer(0x30000 + 0x100 * peer), 10 * (peer + 1), ncclBfloat16,
+                                peer, comm, p2p_stream));
+    report("ncclRecv", ncclRecv(fake_pointer(0x40000 + 0x100 * peer), 20 * (peer + 1), ncclBfloat16,
+                                peer, comm, p2p_stream));
+  }
+  report("ncclGroupEnd", ncclGroupEnd());
+
+  // The stand-in rejects root 99: the caller must see NCCL's own error.
+  report("ncclBroadcast(root 99)", ncclBroadcast(send, recv, 8, ncclFloat32, 99, comm, stream));
+
+  ncclComm_t sub = nullptr;
+  report("ncclCommSplit", ncclCommSplit(comm, 0, 1, &sub, nullptr));
+  report("ncclAllReduce(sub)", ncclAllReduce(send, recv, 8, ncclUint8, ncclMin, sub, stream));
+  report("ncclCommDestroy(sub)", ncclCommDestroy(sub));
+  report("ncclCommDestroy", ncclCommDestroy(comm));
+  return 0;
+}
