@@ -260,6 +260,36 @@ TEST(ExpertPlacement, IdentityPlacementMatchesTheLoadsWithoutReplicas) {
   EXPECT_THROW(make_identity_placement(2, 30, 8), std::invalid_argument);
 }
 
+TEST(ExpertPlacement, RebuildsAPlacementFromItsPhysicalToLogicalTable) {
+  const ExpertLoads loads = zipf_loads(3, 32, 1.1, 13);
+  const PlacementConfig config = make_config(48, 8);
+  const ExpertPlacement planned = plan_expert_placement(loads, config);
+  const ExpertPlacement rebuilt =
+      placement_from_physical_to_logical(3, 32, 8, planned.physical_to_logical);
+  expect_consistent_placement(rebuilt, config, 3, 32);
+  EXPECT_EQ(rebuilt.logical_replica_count, planned.logical_replica_count);
+  EXPECT_EQ(rebuilt.max_replicas, planned.max_replicas);
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_EQ(gpu_loads_of_placement(loads.layer(layer), rebuilt, layer),
+              gpu_loads_of_placement(loads.layer(layer), planned, layer));
+  }
+
+  auto expect_error = [](int layers, int experts, int gpus, std::vector<int32_t> phy2log,
+                         const std::string& text) {
+    try {
+      placement_from_physical_to_logical(layers, experts, gpus, phy2log);
+      ADD_FAILURE() << "no error; expected '" << text << "'";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find(text), std::string::npos) << error.what();
+    }
+  };
+  expect_error(2, 2, 1, {0, 1, 0}, "does not split into num_layers = 2");
+  expect_error(1, 2, 2, {0, 1, 1}, "must be a multiple of num_gpus = 2");
+  expect_error(1, 4, 2, {0, 1}, "at least the 4 logical experts");
+  expect_error(1, 2, 2, {0, 5}, "layer 0 slot 1 holds expert 5");
+  expect_error(2, 2, 2, {0, 1, 1, 1}, "layer 1 has no slot for expert 0");
+}
+
 void expect_invalid(const ExpertLoads& loads, const PlacementConfig& config,
                     const std::string& expected_text) {
   try {

@@ -85,6 +85,15 @@ ExpertPlacement plan_expert_placement_incremental(const ExpertLoads& loads,
 /// positive multiple of num_gpus.
 ExpertPlacement make_identity_placement(int num_layers, int num_experts, int num_gpus);
 
+/// Rebuilds a placement from its physical_to_logical table ([num_layers, num_slots], e.g. read
+/// back from `moescope plan --json`): replica counts and log2phy are derived, replica ranks in
+/// slot order. Throws std::invalid_argument when the table does not divide into layers of
+/// whole GPUs, names an expert outside [0, num_logical_experts), or leaves an expert without
+/// a replica in some layer.
+ExpertPlacement placement_from_physical_to_logical(int num_layers, int num_logical_experts,
+                                                   int num_gpus,
+                                                   std::span<const int32_t> physical_to_logical);
+
 /// Per-GPU load of one layer under a placement: [num_gpus]. `loads`: [num_logical_experts].
 std::vector<double> gpu_loads_of_placement(std::span<const double> loads,
                                            const ExpertPlacement& placement, int layer);
