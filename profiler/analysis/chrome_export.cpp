@@ -323,14 +323,18 @@ class Exporter {
     out_.unsigned_integer(stream.device);
     // HTA takes events with args.stream as GPU work; host syncs are not.
     out_.raw(op.kind == GpuOpKind::kSync ? ", \"cuda_stream\": " : ", \"stream\": ");
-    out_.integer(stream.stream == kAllStreams ? -2 : int64_t(stream.stream));
+    if (op.kind == GpuOpKind::kSync) {
+      out_.integer(op.detail == kAllStreams ? -2 : int64_t(op.detail));
+    } else {
+      out_.integer(stream.stream == kAllStreams ? -2 : int64_t(stream.stream));
+    }
     out_.raw(", \"correlation\": ");
     out_.unsigned_integer(op.correlation_id);
     if (op.kind == GpuOpKind::kMemcpy || op.kind == GpuOpKind::kMemset) {
       out_.raw(", \"bytes\": ");
       out_.unsigned_integer(op.bytes);
     }
-    if (op.detail != kNoIndex && op.detail < stream.kernel_details.size()) {
+    if (op.kind == GpuOpKind::kKernel && op.detail < stream.kernel_details.size()) {
       const KernelDetail& detail = stream.kernel_details[op.detail];
       out_.raw(", \"grid\": [");
       for (int i = 0; i < 3; ++i) {

@@ -148,6 +148,10 @@ class KinetoLoader {
                   : category == "gpu_memset" ? GpuOpKind::kMemset
                                              : GpuOpKind::kSync;
         if (op.kind == GpuOpKind::kMemcpy) op.copy_kind = copy_kind_of(event.value("name", ""));
+        if (op.kind == GpuOpKind::kSync) {
+          op.detail = stream;
+          stream = kAllStreams;
+        }
         gpu_stream(device, stream).ops.push_back(op);
       } else if (category == "cuda_runtime" || category == "cuda_driver") {
         auto& track = thread(pid, tid);

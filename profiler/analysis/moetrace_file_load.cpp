@@ -287,8 +287,9 @@ class MoetraceFileLoader {
         op.kind = GpuOpKind::kSync;
         op.copy_kind = static_cast<uint8_t>(sync.sync_kind);
         op.name = out_.intern_extra(sync_name(sync.sync_kind));
-        uint32_t stream_id = sync.sync_kind == 1 /*device*/ ? kAllStreams : sync.stream;
-        gpu_stream(sync.device, stream_id).ops.push_back(op);
+        // Host waits overlap the stream's work: they get the device's own track.
+        op.detail = sync.sync_kind == 1 /*device*/ ? kAllStreams : sync.stream;
+        gpu_stream(sync.device, kAllStreams).ops.push_back(op);
         // The waiting thread is where the sync was recorded: its time moves on.
         touch(process_.threads[thread_of(stream)], op.end);
         break;

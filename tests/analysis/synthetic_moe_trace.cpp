@@ -84,7 +84,7 @@ struct RankWriter {
   void kernel(int64_t launch_time, int64_t start, int64_t end, uint32_t name, uint32_t stream) {
     uint32_t correlation = next_correlation++;
     auto& call = cpu.append<trace::ApiCallRecord>(RecordKind::kApiCall, t(launch_time), kLaunch);
-    call.end_time = t(launch_time + 5000);
+    call.end_time = t(launch_time + 800);  // launches 1 us apart never overlap
     call.correlation_id = correlation;
     auto& k = gpu.append<trace::GpuKernelRecord>(RecordKind::kGpuKernel, t(start), name);
     k.end_time = t(end);

@@ -118,7 +118,7 @@ enum class GpuOpKind : uint8_t {
   kKernel = 0,
   kMemcpy = 1,
   kMemset = 2,
-  kSync = 3,  // the host waited for this stream/device from start to end
+  kSync = 3,  // the host waited from start to end (on the device's kAllStreams track)
 };
 const char* gpu_op_kind_name(GpuOpKind kind);
 
@@ -136,7 +136,9 @@ struct GpuOp {
   GpuOpKind kind = GpuOpKind::kKernel;
   uint8_t copy_kind = 0;  // moescope_copy_kind for copies; moescope_sync_kind for syncs
   uint16_t reserved = 0;
-  uint32_t detail = kNoIndex;  // kernels: index in GpuStreamTrack::kernel_details
+  // Kernels: index in GpuStreamTrack::kernel_details; syncs: the stream waited for
+  // (kAllStreams for a device-wide synchronization).
+  uint32_t detail = kNoIndex;
   TimeNs duration() const { return end - start; }
 };
 static_assert(sizeof(GpuOp) == 48);
@@ -149,7 +151,8 @@ struct KernelDetail {
   uint32_t context = 0;
 };
 
-inline constexpr uint32_t kAllStreams = ~0u;  // a device-wide synchronization's stream
+// Stream id of a device's synchronization track: every host wait on that device.
+inline constexpr uint32_t kAllStreams = ~0u;
 
 struct GpuStreamTrack {
   uint32_t device = 0;
