@@ -19,9 +19,8 @@ bool resolve_symbol(void* handle, const char* name, Function& out, std::string* 
 // in one process (ours and torch's) would fight over the driver's callbacks.
 std::vector<std::string> cupti_candidates() {
   std::vector<std::string> candidates;
-  if (const char* path = std::getenv("MOESCOPE_CUPTI_PATH"); path && *path) {
-    candidates.emplace_back(path);
-  }
+  // A path the user named is the only candidate: a silent fallback would hide the mistake.
+  if (const char* path = std::getenv("MOESCOPE_CUPTI_PATH"); path && *path) return {path};
   for (const char* name : {"libcupti.so.13", "libcupti.so"}) candidates.emplace_back(name);
   for (const char* dir :
        {"/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {

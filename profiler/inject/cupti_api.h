@@ -38,8 +38,8 @@ class CuptiApi {
   virtual std::string error_text(CUptiResult result) = 0;
 };
 
-// CUPTI loaded with dlopen. load() tries MOESCOPE_CUPTI_PATH, an already-loaded libcupti.so.13
-// (e.g. torch's), then the usual names and CUDA install paths.
+// CUPTI loaded with dlopen. load() takes MOESCOPE_CUPTI_PATH when set (and nothing else), else
+// an already-loaded libcupti.so.13 (e.g. torch's), then the usual names and CUDA install paths.
 class DlopenCuptiApi final : public CuptiApi {
  public:
   // Returns nullptr and sets *error (naming what was tried) when no usable libcupti is found.

@@ -217,9 +217,9 @@ void CuptiCapture::buffer_requested(uint8_t** buffer, size_t* size, size_t* max_
     if (!warned_pool_full_) {
       warned_pool_full_ = true;
       std::fprintf(stderr,
-                   "moescope: CUPTI buffer pool full (%zu MB): GPU records are dropped and "
+                   "moescope: CUPTI buffer pool full (%.1f MB): GPU records are dropped and "
                    "counted in the trace (raise MOESCOPE_CUPTI_POOL_MB)\n",
-                   (pool_.max_buffers() * pool_.buffer_bytes()) >> 20);
+                   static_cast<double>(pool_.max_buffers() * pool_.buffer_bytes()) / (1 << 20));
     }
   }
 }

@@ -169,7 +169,9 @@ extern "C" int InitializeInjection(void) {
   // Also when the core never called gpu_capture_start (state still off, nothing decided).
   bool undecided = process.state == CaptureState::kOff && process.detail.empty();
   const char* mode = std::getenv("MOESCOPE_CUPTI");
-  bool disabled = mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0);
+  const char* cuda = std::getenv("MOESCOPE_CUDA");  // the shim's switch (record --no-cuda)
+  bool disabled = (mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0)) ||
+                  (cuda && std::strcmp(cuda, "0") == 0);
   if (process.state == CaptureState::kWaitingForCuInit || (undecided && !disabled)) {
     enable_cupti_locked(process);
   }

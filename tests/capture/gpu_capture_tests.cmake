@@ -12,6 +12,12 @@ moescope_add_test(NAME cupti_capture_test
           ${CMAKE_CURRENT_LIST_DIR}/cupti_capture_test.cpp ${_gpu_capture_test_reading}
   LIBS moescope_gpu_capture moescope_recorder moescope_trace LABELS capture)
 
+# The process-level switch (driver check, eager/lazy/off, the real libcupti without a GPU); its
+# own executable because the state is per process.
+moescope_add_test(NAME cupti_injection_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_injection_test.cpp ${_gpu_capture_test_reading}
+  LIBS moescope_gpu_capture moescope_recorder moescope_trace LABELS capture)
+
 # NCCL op recording and GPU completion timing with a fake event layer and clock.
 moescope_add_test(NAME nccl_completion_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_test.cpp

@@ -1,0 +1,123 @@
+// The process-level GPU capture switch (cupti_injection.cpp) on a machine without a GPU: what it
+// decides from the environment, what it tells the trace, and the real libcupti.so.13 loaded
+// through the dlopen vendor layer (it loads without a driver; starting fails with
+// CUPTI_ERROR_UNKNOWN, which must leave CUPTI off with a clear reason).
+// The state is per process, so the tests run in order and each stops what it started.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <cupti_runtime_cbid.h>
+#include "../profiler/trace_test_reading.h"
+
+#include <algorithm>
+
+#include "cupti_api.h"
+#include "cupti_injection.h"
+#include "moescope/recorder.h"
+
+namespace moescope::testing {
+namespace {
+
+namespace trace = moescope::trace;
+using inject::gpu_capture_metadata_json;
+using inject::gpu_capture_start;
+using inject::gpu_capture_state;
+using inject::gpu_capture_stop;
+
+// A library every machine has, standing in for libcuda.so.1 ("a driver is installed").
+constexpr const char* kLoadableStandInForTheDriver = "libz.so.1";
+
+std::vector<std::string> instants(const LoadedTrace& loaded) {
+  std::vector<std::string> texts;
+  for (const auto& record : loaded.of_kind(trace::RecordKind::kInstant)) {
+    auto found = loaded.strings.find(record.header().name);
+    if (found != loaded.strings.end()) texts.push_back(found->second);
+  }
+  return texts;
+}
+
+bool contains(const std::vector<std::string>& texts, const std::string& text) {
+  return std::find(texts.begin(), texts.end(), text) != texts.end();
+}
+
+class GpuCaptureSwitch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"MOESCOPE_CUPTI", "MOESCOPE_CUDA", "MOESCOPE_CUPTI_PATH",
+                             "CUDA_INJECTION64_PATH", "MOESCOPE_CUDA_DRIVER_LIBRARY"}) {
+      unsetenv(name);
+    }
+    path_ = temp_path("gpu_switch.moetrace");
+    ASSERT_EQ(moescope_recorder_start(path_.c_str(), nullptr), 0);
+  }
+  void TearDown() override {
+    gpu_capture_stop();
+    moescope_recorder_stop();
+    std::remove(path_.c_str());
+  }
+  LoadedTrace finish() {
+    gpu_capture_stop();
+    moescope_recorder_stop();
+    return load_trace(path_);
+  }
+  std::string path_;
+};
+
+TEST_F(GpuCaptureSwitch, WithoutADriverNothingIsEnabledAndTheTraceSaysWhy) {
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "no CUDA driver");
+  EXPECT_NE(gpu_capture_metadata_json().find("\"cupti\":\"no CUDA driver\""), std::string::npos)
+      << gpu_capture_metadata_json();
+  LoadedTrace loaded = finish();
+  EXPECT_TRUE(
+      contains(instants(loaded), "gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
+}
+
+TEST_F(GpuCaptureSwitch, OffMeansOff) {
+  setenv("MOESCOPE_CUPTI", "off", 1);
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "off");
+  InitializeInjection();  // a driver calling in anyway changes nothing
+  EXPECT_EQ(gpu_capture_state(), "off");
+}
+
+TEST_F(GpuCaptureSwitch, WithCudaInjectionPathCuptiWaitsForCuInit) {
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  setenv("CUDA_INJECTION64_PATH", "/path/to/libmoescope_inject.so", 1);
+  setenv("MOESCOPE_CUPTI_PATH", "/nonexistent/libcupti.so.13", 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "waiting for cuInit");
+  EXPECT_EQ(InitializeInjection(), 1);  // what the CUDA driver calls at cuInit
+  EXPECT_EQ(gpu_capture_state(), "failed");
+  EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
+      << gpu_capture_metadata_json();
+  LoadedTrace loaded = finish();
+  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
+}
+
+TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
+  std::string error;
+  auto api = inject::DlopenCuptiApi::load(&error);
+  if (!api) GTEST_SKIP() << "no libcupti.so.13 on this machine: " << error;
+  EXPECT_EQ(api->error_text(CUPTI_ERROR_UNKNOWN), "CUPTI_ERROR_UNKNOWN");
+  EXPECT_NE(api->callback_name(CUPTI_CB_DOMAIN_RUNTIME_API,
+                               CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
+            nullptr);
+
+  setenv("MOESCOPE_CUPTI", "eager", 1);
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "failed");
+  std::string metadata = gpu_capture_metadata_json();
+  // Without a driver CUPTI refuses the first call already (the timestamp callback).
+  EXPECT_NE(metadata.find("CUPTI_ERROR_UNKNOWN"), std::string::npos) << metadata;
+  LoadedTrace loaded = finish();
+  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: CUPTI could not be enabled"));
+}
+
+}  // namespace
+}  // namespace moescope::testing
