@@ -46,12 +46,6 @@ RecorderOptions RecorderOptions::from_environment() {
   return options;
 }
 
-Recorder& Recorder::instance() {
-  // Deliberately leaked: static destructors of the host program may still record.
-  static Recorder* recorder = new Recorder;
-  return *recorder;
-}
-
 Recorder::Recorder() {}
 
 bool Recorder::start(const char* path_pattern, const char* metadata_json) {

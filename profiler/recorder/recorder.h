@@ -32,7 +32,11 @@ struct RecorderOptions {
 
 class Recorder {
  public:
-  static Recorder& instance();
+  static Recorder& instance() {
+    // Deliberately leaked: static destructors of the host program may still record.
+    static Recorder* recorder = new Recorder;
+    return *recorder;
+  }
 
   bool start(const char* path_pattern, const char* metadata_json);
   void stop();

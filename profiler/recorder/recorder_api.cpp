@@ -25,7 +25,8 @@ std::atomic<uint64_t> g_next_range_id{1};
 // Largest variable tail that fits a record (sizes are 16-bit).
 constexpr uint32_t kMaxRecordBytes = 0xFFF8;
 
-ThreadBuffer* active_buffer() {
+// Inlined into every entry point: the hot path is one flag test, one TLS load and one compare.
+__attribute__((always_inline)) inline ThreadBuffer* active_buffer() {
   if (!moescope_recording) return nullptr;
   return Recorder::instance().thread_buffer();
 }
