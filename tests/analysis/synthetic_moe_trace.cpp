@@ -71,7 +71,9 @@ struct RankWriter {
   RecordBuffer cpu;  // stream 1: the training thread
   RecordBuffer gpu;  // stream 2: GPU activity (as the CUPTI thread writes it)
   int64_t skew = 0;
-  uint32_t next_correlation = 1;
+  // CUPTI ids grow large in real runs; small ones also trip HTA 0.5 under pandas 3 (it
+  // downcasts the correlation column to int8 and then stores event indices in it).
+  uint32_t next_correlation = 1u << 20;
   uint64_t next_address = 0x7f0000000000ull;
 
   uint64_t t(int64_t time) const { return static_cast<uint64_t>(time + skew); }

@@ -1,0 +1,40 @@
+"""Writes a PyTorch profiler (Kineto) Chrome trace of a tiny MoE-like CPU loop.
+
+usage: write_kineto_trace.py OUT.json [--gzip]
+Steps are marked with profiler.step() (ProfilerStep#N ranges); memory profiling is on.
+"""
+import gzip
+import shutil
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+
+def main() -> None:
+    out = sys.argv[1]
+    torch.manual_seed(0)
+    experts = [torch.nn.Linear(64, 64) for _ in range(4)]
+    router = torch.nn.Linear(64, 4)
+    tokens = torch.randn(256, 64)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=4, repeat=1)) as prof:
+        for _ in range(6):
+            with record_function("moe.layer"):
+                with record_function("moe.route"):
+                    choice = router(tokens).argmax(dim=1)
+                with record_function("moe.experts"):
+                    out_tokens = torch.zeros_like(tokens)
+                    for e, expert in enumerate(experts):
+                        mask = choice == e
+                        out_tokens[mask] = expert(tokens[mask])
+                out_tokens.sum().backward()
+            prof.step()
+    prof.export_chrome_trace(out)
+    if len(sys.argv) > 2 and sys.argv[2] == "--gzip":
+        with open(out, "rb") as plain, gzip.open(out + ".gz", "wb") as packed:
+            shutil.copyfileobj(plain, packed)
+
+
+if __name__ == "__main__":
+    main()
