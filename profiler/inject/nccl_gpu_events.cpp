@@ -47,9 +47,11 @@ auto on_device(GpuEventApi& api, int device, Body body) {
 }  // namespace
 
 bool CudaRuntimeEvents::resolve() {
+  int resolved = resolved_.load(std::memory_order_acquire);
+  if (resolved >= 0) return resolved == 1;  // every call after the first: one load
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (resolved_ >= 0) return resolved_ == 1;
+  if (resolved_.load(std::memory_order_relaxed) >= 0) return resolved_.load() == 1;
   bool ok = bind("cudaGetDevice", get_device_) && bind("cudaSetDevice", set_device_) &&
             bind("cudaEventCreateWithFlags", event_create_with_flags_) &&
             bind("cudaEventDestroy", event_destroy_) && bind("cudaEventRecord", event_record_) &&
@@ -58,7 +60,7 @@ bool CudaRuntimeEvents::resolve() {
             bind("cudaStreamCreateWithFlags", stream_create_with_flags_) &&
             bind("cudaStreamIsCapturing", stream_is_capturing_) &&
             bind("cudaThreadExchangeStreamCaptureMode", exchange_capture_mode_);
-  resolved_ = ok ? 1 : 0;
+  resolved_.store(ok ? 1 : 0, std::memory_order_release);
   return ok;
 }
 

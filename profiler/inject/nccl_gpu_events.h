@@ -6,6 +6,7 @@
 // CUDA itself. Handles are opaque pointers (cudaEvent_t / cudaStream_t).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace moescope::inject {
@@ -59,7 +60,7 @@ class CudaRuntimeEvents final : public GpuEventApi {
  private:
   bool resolve();
 
-  int resolved_ = -1;  // -1 not tried, 0 failed, 1 ok (guarded by resolve's once_flag)
+  std::atomic<int> resolved_{-1};  // -1 not tried, 0 failed, 1 ok
   int (*get_device_)(int*) = nullptr;
   int (*set_device_)(int) = nullptr;
   int (*event_create_with_flags_)(Event*, unsigned) = nullptr;
