@@ -2,8 +2,8 @@
 
 Run under `moescope record`. Each all-reduce is enqueued behind ~20 large matmuls, so its GPU
 start is far later than its enqueue: capture_verify checks that the recorded start/end come from
-the GPU (CUDA events) and line up with the CUPTI kernel times. Then one all-to-all. Prints the
-all-reduce size in bytes on its last line.
+the GPU (CUDA events) and line up with the CUPTI kernel times. Then one all-to-all. Prints
+"CAPTURE_BYTES <all-reduce bytes>".
 """
 import os
 import socket
@@ -33,4 +33,4 @@ dist.all_to_all_single(target, source)
 torch.cuda.synchronize()
 assert torch.equal(target, source)
 dist.destroy_process_group()
-print(elements * 4)
+print("CAPTURE_BYTES", elements * 4)

@@ -33,14 +33,14 @@ record() {
 failed=0
 start=$SECONDS
 bytes=$(record "$out/torch.moetrace" python3 "$root/tests/device/capture_torch_program.py" |
-  tee "$out/torch.log" | tail -1)
+  tee "$out/torch.log" | sed -n 's/^CAPTURE_BYTES //p' | tail -1)
 cat "$out/torch.log"
 echo "capture: torch program done in $((SECONDS - start)) s (tensor bytes: $bytes)"
 "$build/capture_verify" torch "$out/torch.moetrace" "${bytes:-0}" || failed=1
 
 start=$SECONDS
 bytes=$(record "$out/nccl.moetrace" python3 "$root/tests/device/capture_nccl_program.py" |
-  tee "$out/nccl.log" | tail -1)
+  tee "$out/nccl.log" | sed -n 's/^CAPTURE_BYTES //p' | tail -1)
 cat "$out/nccl.log"
 echo "capture: NCCL program done in $((SECONDS - start)) s (all-reduce bytes: $bytes)"
 "$build/capture_verify" nccl "$out/nccl.moetrace" "${bytes:-0}" || failed=1

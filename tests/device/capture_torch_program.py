@@ -2,7 +2,7 @@
 
 Run under `moescope record`; capture_verify then finds in its trace: an HtoD and a DtoH copy of
 exactly BYTES bytes, a device allocation of at least BYTES, the fill and matmul kernels (each
-correlated to its launch call) and the synchronization. Prints BYTES on its last line.
+correlated to its launch call) and the synchronization. Prints "CAPTURE_BYTES <bytes>".
 """
 import torch
 
@@ -18,6 +18,7 @@ w.fill_(0.5)  # a kernel
 for _ in range(5):
     y = x @ w  # matmul kernels
 torch.cuda.synchronize()  # a synchronization record
-out = y.cpu()  # DtoH memcpy of tensor_bytes
+out = torch.empty(n, n, pin_memory=True)
+out.copy_(y)  # DtoH memcpy of tensor_bytes (pinned: one copy, not staged chunks)
 assert out.shape == (n, n)
-print(tensor_bytes)
+print("CAPTURE_BYTES", tensor_bytes)
