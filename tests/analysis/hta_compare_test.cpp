@@ -56,10 +56,8 @@ TEST(HolisticTraceAnalysis, TemporalBreakdownAgreesWithOurs) {
   // Outside the trace directory: HTA reads every .json there.
   std::string expected_path = testing::test_directory("hta_expected") + "/expected.json";
   std::ofstream(expected_path) << expected.dump(2);
-  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
-  std::string command = "python3 " + std::string(source ? source : ".") +
-                        "/tests/analysis/hta_breakdown_check.py " + directory + " " +
-                        expected_path + " > " + directory + "/hta.log 2>&1";
+  std::string command = "python3 " + testing::helper_script("hta_breakdown_check.py") + " " +
+                        directory + " " + expected_path + " > " + directory + "/hta.log 2>&1";
   int status = std::system(command.c_str());
   std::ifstream log(directory + "/hta.log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

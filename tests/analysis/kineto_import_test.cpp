@@ -16,8 +16,7 @@ namespace moescope::analysis {
 namespace {
 
 std::string write_torch_trace(const std::string& directory) {
-  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
-  std::string script = std::string(source ? source : ".") + "/tests/analysis/write_kineto_trace.py";
+  std::string script = testing::helper_script("write_kineto_trace.py");
   std::string out = directory + "/torch_trace.json";
   std::string command = "python3 " + script + " " + out + " --gzip";
   int status = std::system(command.c_str());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -130,6 +131,12 @@ std::string test_directory(const std::string& name) {
   std::filesystem::remove_all(directory);
   std::filesystem::create_directories(directory);
   return directory;
+}
+
+std::string helper_script(const std::string& name) {
+  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
+  if (source && *source) return std::string(source) + "/tests/analysis/" + name;
+  return std::string(MOESCOPE_ANALYSIS_TEST_DIR) + "/" + name;
 }
 
 std::vector<std::string> write_synthetic_run(const std::string& directory, const std::string& stem,

@@ -61,4 +61,7 @@ std::vector<std::string> write_synthetic_run(const std::string& directory, const
 
 std::string test_directory(const std::string& name);
 
+// Path of a helper script in tests/analysis/.
+std::string helper_script(const std::string& name);
+
 }  // namespace moescope::testing
