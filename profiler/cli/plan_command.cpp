@@ -7,12 +7,14 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "moescope/runtime/expert_loads.h"
+#include "moescope/runtime/expert_migration.h"
 #include "moescope/runtime/expert_placement.h"
 
 namespace moescope::cli {
@@ -42,11 +44,17 @@ struct PlanOptions {
   std::string loads_file;
   std::vector<std::string> traces;
   std::string json_output;
+  std::string current_placement;  // JSON from --json: plan incrementally from it
+  double incremental_bound = 1.02;
 };
 
 struct LayerBalance {
-  std::vector<double> gpu_loads_before;
+  std::vector<double> gpu_loads_before;  // identity placement, or the current one with --current
   std::vector<double> gpu_loads_after;
+  // With --current: the copies the plan needs, and what a fresh plan would need and reach.
+  std::vector<runtime::ExpertMove> moves;
+  size_t fresh_plan_copies = 0;
+  double fresh_plan_max_over_mean = 0.0;
   runtime::GpuLoadBalance before;
   runtime::GpuLoadBalance after;
 };
@@ -67,6 +75,7 @@ std::string format_number(double value, const char* format) {
 struct PlanSummary {
   double mean_before = 0.0, mean_after = 0.0;    // max/mean per GPU, averaged over layers
   double worst_before = 0.0, worst_after = 0.0;  // the worst layer's
+  size_t copies = 0, fresh_plan_copies = 0;      // expert copies over all layers (--current)
 };
 
 PlanSummary summarize(const std::vector<LayerBalance>& balances) {
@@ -76,6 +85,8 @@ PlanSummary summarize(const std::vector<LayerBalance>& balances) {
     summary.mean_after += balance.after.max_over_mean() / static_cast<double>(balances.size());
     summary.worst_before = std::max(summary.worst_before, balance.before.max_over_mean());
     summary.worst_after = std::max(summary.worst_after, balance.after.max_over_mean());
+    summary.copies += balance.moves.size();
+    summary.fresh_plan_copies += balance.fresh_plan_copies;
   }
   return summary;
 }
@@ -86,7 +97,7 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
                            const std::vector<LayerBalance>& balances) {
   using ordered_json = nlohmann::ordered_json;
   const PlanSummary summary = summarize(balances);
-  const ordered_json header = {
+  ordered_json header = {
       {"num_layers", plan.num_layers},
       {"num_logical_experts", plan.num_logical_experts},
       {"num_physical_experts", plan.num_physical_experts},
@@ -96,12 +107,19 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
       {"max_replicas", plan.max_replicas},
       {"policy", std::string(runtime::placement_policy_name(plan.policy))},
       {"refine_packing", !options.greedy_only},
+      {"before", options.current_placement.empty() ? "identity" : "current"},
       {"summary",
        {{"mean_max_over_mean_before", summary.mean_before},
         {"mean_max_over_mean_after", summary.mean_after},
         {"worst_max_over_mean_before", summary.worst_before},
         {"worst_max_over_mean_after", summary.worst_after}}},
   };
+  if (!options.current_placement.empty()) {
+    header["current_placement"] = options.current_placement;
+    header["incremental_max_over_mean"] = options.incremental_bound;
+    header["summary"]["expert_copies"] = summary.copies;
+    header["summary"]["fresh_plan_expert_copies"] = summary.fresh_plan_copies;
+  }
   std::string text = "{\n";
   for (auto field = header.begin(); field != header.end(); ++field) {
     text += "  " + ordered_json(field.key()).dump() + ": " + field.value().dump() + ",\n";
@@ -116,7 +134,7 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
     }
     const auto phy2log = plan.phy2log(layer);
     const auto logcnt = plan.logcnt(layer);
-    const ordered_json entry = {
+    ordered_json entry = {
         {"layer", layer},
         {"max_over_mean_before", balance.before.max_over_mean()},
         {"max_over_mean_after", balance.after.max_over_mean()},
@@ -126,6 +144,16 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
         {"logcnt", std::vector<int32_t>(logcnt.begin(), logcnt.end())},
         {"log2phy", log2phy},
     };
+    if (!options.current_placement.empty()) {
+      ordered_json moves = ordered_json::array();
+      for (const runtime::ExpertMove& move : balance.moves) {
+        moves.push_back({move.logical_expert, move.from_gpu, move.to_gpu});
+      }
+      entry["expert_copies"] = balance.moves.size();
+      entry["moves"] = moves;  // [expert, from GPU, to GPU]
+      entry["fresh_plan_expert_copies"] = balance.fresh_plan_copies;
+      entry["fresh_plan_max_over_mean"] = balance.fresh_plan_max_over_mean;
+    }
     text += "    " + entry.dump() + (layer + 1 < plan.num_layers ? ",\n" : "\n");
   }
   text += "  ]\n}\n";
@@ -142,6 +170,13 @@ void print_placement(std::ostream& out, const PlanOptions& options,
       << (options.num_groups == 1 ? " group" : " groups") << ", policy "
       << runtime::placement_policy_name(plan.policy)
       << (options.greedy_only ? ", greedy packing" : ", refined packing") << "\n";
+  if (options.current_placement.empty()) {
+    out << "before: experts split contiguously over the GPUs, no replicas\n";
+  } else {
+    out << "before: the current placement " << options.current_placement
+        << "; incremental plan, experts stay while max/mean <= "
+        << format_number(options.incremental_bound, "%.4g") << "\n";
+  }
   for (int layer = 0; layer < plan.num_layers; ++layer) {
     const LayerBalance& balance = balances[static_cast<size_t>(layer)];
     out << "layer " << layer << ": max/mean per-GPU load "
@@ -150,6 +185,18 @@ void print_placement(std::ostream& out, const PlanOptions& options,
         << format_number(balance.before.max_gpu_load, "%.6g") << " -> "
         << format_number(balance.after.max_gpu_load, "%.6g") << ", mean "
         << format_number(balance.after.mean_gpu_load, "%.6g") << ")\n";
+    if (!options.current_placement.empty()) {
+      out << "  expert copies: " << balance.moves.size()
+          << " (a fresh plan: " << balance.fresh_plan_copies << " copies, max/mean "
+          << format_number(balance.fresh_plan_max_over_mean, "%.4f") << ")";
+      if (with_slots) {
+        for (const runtime::ExpertMove& move : balance.moves) {
+          out << (&move == balance.moves.data() ? ": " : ", ") << move.logical_expert << " gpu "
+              << move.from_gpu << " -> " << move.to_gpu;
+        }
+      }
+      out << "\n";
+    }
     if (!with_slots) continue;
 
     const auto phy2log = plan.phy2log(layer);
@@ -173,7 +220,54 @@ void print_placement(std::ostream& out, const PlanOptions& options,
   out << "all layers: max/mean per-GPU load mean " << format_number(summary.mean_before, "%.4f")
       << " -> " << format_number(summary.mean_after, "%.4f") << ", worst "
       << format_number(summary.worst_before, "%.4f") << " -> "
-      << format_number(summary.worst_after, "%.4f") << "\n";
+      << format_number(summary.worst_after, "%.4f");
+  if (!options.current_placement.empty()) {
+    out << "; expert copies " << summary.copies << " (a fresh plan: " << summary.fresh_plan_copies
+        << ")";
+  }
+  out << "\n";
+}
+
+// The placement in a JSON file written by `moescope plan --json`, checked against the loads.
+runtime::ExpertPlacement read_current_placement(const std::string& path,
+                                                const runtime::ExpertLoads& loads, int num_gpus) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error(path + ": cannot open the current placement");
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::runtime_error(path + ": invalid JSON: " + error.what());
+  }
+  int file_gpus = 0, file_experts = 0;
+  std::vector<int32_t> physical_to_logical;
+  size_t num_layers = 0;
+  try {
+    file_gpus = document.at("num_gpus").get<int>();
+    file_experts = document.at("num_logical_experts").get<int>();
+    for (const auto& layer : document.at("layers")) {
+      const auto phy2log = layer.at("phy2log").get<std::vector<int32_t>>();
+      physical_to_logical.insert(physical_to_logical.end(), phy2log.begin(), phy2log.end());
+      ++num_layers;
+    }
+  } catch (const nlohmann::json::exception& error) {
+    throw std::runtime_error(path + ": not a placement written by `moescope plan --json` (" +
+                             error.what() + ")");
+  }
+  if (file_gpus != num_gpus || file_experts != loads.num_experts ||
+      num_layers != static_cast<size_t>(loads.num_layers)) {
+    throw std::runtime_error(
+        path + ": the current placement has " + std::to_string(num_layers) + " layers x " +
+        std::to_string(file_experts) + " experts on " + std::to_string(file_gpus) +
+        " GPUs; the loads have " + std::to_string(loads.num_layers) + " x " +
+        std::to_string(loads.num_experts) + " and --gpus is " + std::to_string(num_gpus));
+  }
+  try {
+    return runtime::placement_from_physical_to_logical(loads.num_layers, loads.num_experts,
+                                                       num_gpus, physical_to_logical);
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(path + ": " + error.what());
+  }
 }
 
 void run_plan(const PlanOptions& options) {
@@ -191,13 +285,42 @@ void run_plan(const PlanOptions& options) {
   config.num_groups = options.num_groups;
   config.policy = parse_policy(options.policy);
   config.refine_packing = !options.greedy_only;
-  const runtime::ExpertPlacement plan = runtime::plan_expert_placement(loads, config);
+  config.incremental_max_over_mean = options.incremental_bound;
+  std::optional<runtime::ExpertPlacement> current;
+  if (!options.current_placement.empty()) {
+    current = read_current_placement(options.current_placement, loads, options.num_gpus);
+  }
+  runtime::ExpertPlacement plan =
+      current ? runtime::plan_expert_placement_incremental(loads, config, *current)
+              : runtime::plan_expert_placement(loads, config);
 
   std::vector<LayerBalance> balances(static_cast<size_t>(plan.num_layers));
+  if (current) {
+    // Renumbered to keep experts on their GPU, so the output is a drop-in next placement.
+    const int nodes =
+        plan.policy == runtime::PlacementPolicy::kHierarchical ? options.num_nodes : 1;
+    runtime::ExpertMigration migration = runtime::plan_expert_migration(*current, plan, nodes);
+    plan = std::move(migration.placement);
+    for (const runtime::ExpertMove& move : migration.moves) {
+      balances[static_cast<size_t>(move.layer)].moves.push_back(move);
+    }
+    const runtime::ExpertMigration fresh = runtime::plan_expert_migration(
+        *current, runtime::plan_expert_placement(loads, config), nodes);
+    for (const runtime::ExpertMove& move : fresh.moves) {
+      ++balances[static_cast<size_t>(move.layer)].fresh_plan_copies;
+    }
+    for (int layer = 0; layer < plan.num_layers; ++layer) {
+      balances[static_cast<size_t>(layer)].fresh_plan_max_over_mean =
+          runtime::summarize_gpu_loads(
+              runtime::gpu_loads_of_placement(loads.layer(layer), fresh.placement, layer))
+              .max_over_mean();
+    }
+  }
   for (int layer = 0; layer < plan.num_layers; ++layer) {
     LayerBalance& balance = balances[static_cast<size_t>(layer)];
     balance.gpu_loads_before =
-        runtime::gpu_loads_without_replicas(loads.layer(layer), plan.num_gpus);
+        current ? runtime::gpu_loads_of_placement(loads.layer(layer), *current, layer)
+                : runtime::gpu_loads_without_replicas(loads.layer(layer), plan.num_gpus);
     balance.gpu_loads_after = runtime::gpu_loads_of_placement(loads.layer(layer), plan, layer);
     balance.before = runtime::summarize_gpu_loads(balance.gpu_loads_before);
     balance.after = runtime::summarize_gpu_loads(balance.gpu_loads_after);
@@ -245,6 +368,13 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "hierarchical", "global"}));
   plan->add_flag("--greedy", options->greedy_only,
                  "greedy balanced packing only, exactly as published (no swap refinement)");
+  plan->add_option("--current", options->current_placement,
+                   "plan incrementally from this placement (a JSON written by --json): experts "
+                   "stay on their GPU where balance allows; prints the expert copies needed");
+  plan->add_option("--bound", options->incremental_bound,
+                   "with --current: keep experts in place while max/mean per GPU stays at or "
+                   "below this (default 1.02)")
+      ->check(CLI::Range(1.0, 1000.0));
   plan->add_option("--json", options->json_output,
                    "write the placement as JSON to this file ('-' for stdout)");
   CLI::Option* loads_option = plan->add_option(

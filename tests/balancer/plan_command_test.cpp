@@ -166,6 +166,71 @@ TEST_F(PlanCommand, WritesConsistentJsonFromCsv) {
             nlohmann::json({2, 2, 1, 1}));
 }
 
+TEST_F(PlanCommand, PlansIncrementallyFromTheCurrentPlacement) {
+  // Current: loads 8 4 2 2 -> expert 0 has 3 replicas, the GPUs hold {0 0 0} and {1 2 3}.
+  const std::string current = (dir_ / "current.json").string();
+  ASSERT_EQ(
+      run("--gpus 2 --slots 6 --json " + current + " --loads " + write("a.json", "[[8, 4, 2, 2]]"))
+          .exit_code,
+      0);
+  const auto current_phy2log =
+      nlohmann::json::parse(read_text(current))["layers"][0]["phy2log"].get<std::vector<int>>();
+  auto gpu_holding = [&](int expert) {
+    for (size_t slot = 0; slot < current_phy2log.size(); ++slot) {
+      if (current_phy2log[slot] == expert) return static_cast<int>(slot / 3);
+    }
+    return -1;
+  };
+
+  // Same loads: nothing moves.
+  CommandResult same = run("--gpus 2 --slots 6 --current " + current + " --loads " +
+                           write("a2.json", "[[8, 4, 2, 2]]"));
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.out.find("expert copies 0 (a fresh plan: 0)"), std::string::npos) << same.out;
+
+  // Expert 3 turns hot: on the current placement the GPU with {1 2 3} carries 2 + 4 + 8 = 14 of
+  // 16 (max/mean 1.75). Experts 3 and 2 now get two replicas each (4 + 4, 2 + 2) and expert 0
+  // one: the GPU with {1 2 3} keeps them (8) and the other receives 2 and 3 next to 0 (8).
+  const std::string next = (dir_ / "next.json").string();
+  CommandResult shifted = run("--gpus 2 --slots 6 --current " + current + " --json " + next +
+                              " --loads " + write("b.json", "[[2, 2, 4, 8]]"));
+  ASSERT_EQ(shifted.exit_code, 0) << shifted.err;
+  EXPECT_NE(shifted.out.find("layer 0: max/mean per-GPU load 1.7500 -> 1.0000"), std::string::npos)
+      << shifted.out;
+  EXPECT_NE(shifted.out.find("  expert copies: 2 (a fresh plan: 2 copies, max/mean 1.0000)"),
+            std::string::npos)
+      << shifted.out;
+  const nlohmann::json plan = nlohmann::json::parse(read_text(next));
+  EXPECT_EQ(plan["before"], "current");
+  EXPECT_EQ(plan["summary"]["expert_copies"], 2);
+  const auto& layer = plan["layers"][0];
+  EXPECT_EQ(layer["logcnt"], nlohmann::json({1, 1, 2, 2}));
+  const int gpu_of_3 = gpu_holding(3), gpu_of_0 = gpu_holding(0);
+  ASSERT_NE(gpu_of_3, gpu_of_0);
+  EXPECT_EQ(layer["moves"], nlohmann::json({{2, gpu_of_3, gpu_of_0}, {3, gpu_of_3, gpu_of_0}}))
+      << layer["moves"].dump();
+  // Renumbered to the current GPUs: the GPU that keeps 1, 2, 3 keeps them in their slots.
+  const auto phy2log = layer["phy2log"].get<std::vector<int>>();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(phy2log[static_cast<size_t>(gpu_of_3 * 3 + k)],
+              current_phy2log[static_cast<size_t>(gpu_of_3 * 3 + k)]);
+  }
+
+  CommandResult mismatch = run("--gpus 2 --slots 6 --current " + current + " --loads " +
+                               write("c.json", "[[1, 1, 1, 1], [1, 1, 1, 1]]"));
+  EXPECT_EQ(mismatch.exit_code, 1);
+  EXPECT_NE(mismatch.err.find(current + ": the current placement has 1 layers x 4 experts on 2 "
+                                        "GPUs; the loads have 2 x 4"),
+            std::string::npos)
+      << mismatch.err;
+  CommandResult not_a_plan = run("--gpus 2 --slots 6 --current " + write("x.json", "[1, 2]") +
+                                 " --loads " + write("a3.json", "[[8, 4, 2, 2]]"));
+  EXPECT_EQ(not_a_plan.exit_code, 1);
+  EXPECT_NE(not_a_plan.err.find("not a placement written by `moescope plan --json`"),
+            std::string::npos)
+      << not_a_plan.err;
+}
+
 TEST_F(PlanCommand, ReportsBadInputClearly) {
   const std::string loads = write("loads.json", kLoadsJson);
   CommandResult result = run("--gpus 2 --slots 5 --loads " + loads);
