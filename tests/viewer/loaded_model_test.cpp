@@ -182,3 +182,31 @@ TEST_F(LoadedSample, PanelAggregatesMatchWhatWasWritten) {
 
 }  // namespace
 }  // namespace moescope::viewer
+
+namespace moescope::viewer {
+namespace {
+
+TEST_F(LoadedSample, ArrowsLinkLaunchesToTheirKernels) {
+  auto kernels = search_events(*model_, *index_, "grouped_gemm_kernel");
+  ASSERT_FALSE(kernels.empty());
+  auto arrows = arrows_of_event(*model_, *index_, kernels.front(), 100);
+  ASSERT_EQ(arrows.size(), 1u) << "a kernel shows the call that launched it";
+  EventSummary kernel = summarize_event(*model_, *index_, kernels.front());
+  EXPECT_EQ(arrows[0].to_time, kernel.start_ns);
+  EXPECT_EQ(arrows[0].from.kind, analysis::TrackKind::kThread);
+  EXPECT_LT(arrows[0].from_time, arrows[0].to_time);
+  // The first "experts" span launches kernels_per_layer grouped GEMMs.
+  auto experts = search_events(*model_, *index_, "experts");
+  ASSERT_FALSE(experts.empty());
+  arrows = arrows_of_event(*model_, *index_, experts.front(), 100);
+  EXPECT_EQ(arrows.size(), static_cast<size_t>(shape_.kernels_per_layer));
+  // The whole first step launches (router + gemms + combine) per layer and pass.
+  auto steps = search_events(*model_, *index_, "train_step");
+  arrows = arrows_of_event(*model_, *index_, steps.front(), 10000);
+  EXPECT_EQ(arrows.size(),
+            static_cast<size_t>(shape_.num_layers * 2 * (shape_.kernels_per_layer + 2)));
+  EXPECT_EQ(arrows_of_event(*model_, *index_, steps.front(), 5).size(), 5u);
+}
+
+}  // namespace
+}  // namespace moescope::viewer

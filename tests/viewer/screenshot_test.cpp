@@ -18,7 +18,11 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
+#include "moescope/profiler/trace_loader.h"
+#include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/heatmap_layout.h"
+#include "moescope/viewer/time_axis.h"
+#include "report_findings.h"
 #include "sample_trace_writer.h"
 
 namespace moescope::viewer {
@@ -76,15 +80,15 @@ class ViewerScreenshots : public ::testing::Test {
   }
 
   // Renders `panel` and loads the PNG and its layout; `via_cli` goes through `moescope view`.
-  void render(const std::string& panel, Image& image, nlohmann::json& layout,
-              bool via_cli = false) {
-    std::string png = directory_ + "/" + panel + (via_cli ? "_cli" : "") + ".png";
+  void render(const std::string& panel, Image& image, nlohmann::json& layout, bool via_cli = false,
+              const std::string& extra = "", const std::string& tag = "") {
+    std::string png = directory_ + "/" + panel + (via_cli ? "_cli" : "") + tag + ".png";
     fs::remove(png);
     std::string command = "xvfb-run -a -s '-screen 0 1280x1024x24' " + build_dir_ +
                           (via_cli ? "/bin/moescope view" : "/bin/moescope-view");
     for (const std::string& file : trace_.files) command += " " + file;
     command += " --screenshot " + png + " --panel " + panel + " --size " + std::to_string(kWidth) +
-               "x" + std::to_string(kHeight) + " 2>&1";
+               "x" + std::to_string(kHeight) + " " + extra + " 2>&1";
     int status = std::system(command.c_str());
     ASSERT_EQ(status, 0) << command;
     int channels = 0;
@@ -190,6 +194,54 @@ TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
   // 3 kernel names + train_step, forward, backward, 4 layers, router, dispatch, experts, combine.
   EXPECT_EQ(layout["stats_rows"].get<int>(), 3 + 3 + shape_.num_layers + 4);
   render("report", image, layout);  // size and not blank are checked by render()
+}
+
+// Clicking the expert-imbalance finding (--finding N acts as that click) outlines the hot
+// expert in the heatmap and moves the timeline to the finding's window.
+TEST_F(ViewerScreenshots, FindingSelectsItsPlaceInHeatmapAndTimeline) {
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  std::vector<ViewerFinding> findings = compute_viewer_findings(model);
+  int row = 0;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    if (findings[i].kind == "expert_imbalance") row = static_cast<int>(i) + 1;
+  }
+  ASSERT_GT(row, 0) << "the sample's hot expert is reported";
+  std::string click = "--finding " + std::to_string(row);
+  Image image;
+  nlohmann::json layout;
+  render("experts", image, layout, false, click, "_finding");
+  EXPECT_EQ(layout["focus_layer"].get<int>(), shape_.hot_layer);
+  EXPECT_EQ(layout["focus_expert"].get<int>(), shape_.hot_expert);
+  GridLayout grid = grid_from(layout["expert_heatmap"]);
+  // The outline is a 2.5 px anti-aliased line just left of the cell: its most saturated pixel.
+  Rgb outline{};
+  for (float dx = 0.0f; dx <= 4.0f; dx += 1.0f) {
+    Rgb pixel = image.at(grid.cell_x(shape_.hot_expert) - dx, grid.centre_y(shape_.hot_layer));
+    if (pixel.b > outline.b) outline = pixel;
+  }
+  EXPECT_TRUE(near(outline, {80, 220, 255}, 12))
+      << int(outline.r) << "," << int(outline.g) << "," << int(outline.b);
+
+  render("timeline", image, layout, false, click, "_finding");
+  TimeFocus focus = finding_time_focus(model, findings[static_cast<size_t>(row - 1)]);
+  TimeAxis expected(static_cast<double>(model.begin), static_cast<double>(model.end), 1000.0);
+  expected.show_range(focus.begin_ns, focus.end_ns, 0.05);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+}
+
+// --search acts as typing in the search box and pressing Enter: the first match is selected
+// and brought into view.
+TEST_F(ViewerScreenshots, SearchSelectsTheFirstMatch) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "--search grouped_gemm", "_search");
+  EXPECT_GE(layout["selected_track"].get<int>(), 0);
+  // The stream runs router_topk (slot 0) then the first grouped GEMM (slot 1).
+  EXPECT_EQ(layout["selected_slot"].get<int64_t>(), 1);
+  double visible =
+      layout["timeline_end_ns"].get<double>() - layout["timeline_start_ns"].get<double>();
+  EXPECT_LT(visible, static_cast<double>(shape_.step_ns)) << "zoomed in to the kernel";
 }
 
 TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {

@@ -73,6 +73,8 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
                   label);
   }
   // Outline the layer/expert a finding pointed at.
+  layout_probe().focus_layer = state.focus_layer;
+  layout_probe().focus_expert = state.focus_expert;
   if (state.focus_layer >= 0) {
     auto layer_row = std::find(heatmap_.layer_ids.begin(), heatmap_.layer_ids.end(),
                                static_cast<uint32_t>(state.focus_layer));
@@ -144,6 +146,9 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
       draw->AddLine(ImVec2(x, plot_origin.y), ImVec2(x, plot_origin.y + plot_size.y - 16),
                     rebalance.applied ? IM_COL32(90, 230, 120, 200) : IM_COL32(150, 150, 150, 160),
                     1.5f);
+      draw->AddText(ImVec2(x + 4, plot_origin.y + 2),
+                    rebalance.applied ? IM_COL32(90, 230, 120, 255) : IM_COL32(150, 150, 150, 255),
+                    rebalance.applied ? "rebalanced" : "rebalance skipped");
       ImVec2 mouse_now = ImGui::GetIO().MousePos;
       if (std::fabs(mouse_now.x - x) < 3 && mouse_now.y > plot_origin.y &&
           mouse_now.y < plot_origin.y + plot_size.y) {

@@ -1,5 +1,6 @@
 // moescope-view: the desktop viewer. `moescope view` execs this binary.
-//   moescope-view [TRACE...] [--screenshot OUT.png [--panel NAME] [--size WxH]]
+//   moescope-view [TRACE...] [--screenshot OUT.png [--panel NAME] [--size WxH] [--finding N]
+//                 [--search TEXT]]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,9 +11,11 @@
 namespace {
 
 void print_usage() {
-  std::fprintf(stderr,
-               "usage: moescope-view [TRACE...] [--screenshot OUT.png] "
-               "[--panel timeline|experts|comm|memory|report|stats] [--size WxH]\n");
+  std::fprintf(
+      stderr,
+      "usage: moescope-view [TRACE...] [--screenshot OUT.png] "
+      "[--panel timeline|experts|comm|memory|report|stats] [--size WxH]\n"
+      "       [--finding N] [--search TEXT]   (screenshot mode: click report row N / search)\n");
 }
 
 }  // namespace
@@ -48,6 +51,14 @@ int main(int argc, char** argv) {
                      size);
         return 2;
       }
+    } else if (argument == "--finding") {
+      options.finding = std::atoi(value("--finding"));
+      if (options.finding < 1) {
+        std::fprintf(stderr, "moescope-view: --finding wants a report row number from 1\n");
+        return 2;
+      }
+    } else if (argument == "--search") {
+      options.search = value("--search");
     } else if (argument == "-h" || argument == "--help") {
       print_usage();
       return 0;

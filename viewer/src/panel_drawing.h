@@ -24,7 +24,11 @@ struct LayoutProbe {
   GridLayout comm_matrix;
   float memory_peak_x = -1.0f;  // x of the peak marker
   float memory_plot_top = 0, memory_plot_bottom = 0;
-  float timeline_area_x = 0, timeline_area_y = 0;  // top-left of the span area
+  float timeline_area_x = 0, timeline_area_y = 0;     // top-left of the span area
+  double timeline_start_ns = 0, timeline_end_ns = 0;  // visible time range
+  int selected_track = -1;                            // timeline selection
+  int64_t selected_slot = -1;
+  int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;
   int stats_rows = 0;
 };

@@ -51,6 +51,14 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"memory_plot_top", probe.memory_plot_top},
                          {"memory_plot_bottom", probe.memory_plot_bottom},
                          {"report_rows", probe.report_rows},
+                         {"timeline_start_ns", probe.timeline_start_ns},
+                         {"timeline_end_ns", probe.timeline_end_ns},
+                         {"timeline_area_x", probe.timeline_area_x},
+                         {"timeline_area_y", probe.timeline_area_y},
+                         {"selected_track", probe.selected_track},
+                         {"selected_slot", probe.selected_slot},
+                         {"focus_layer", probe.focus_layer},
+                         {"focus_expert", probe.focus_expert},
                          {"stats_rows", probe.stats_rows}};
   std::ofstream out(path);
   out << json.dump(2) << "\n";

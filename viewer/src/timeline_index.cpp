@@ -227,6 +227,62 @@ EventSummary summarize_event(const TraceModel& model, const TimelineIndex& index
   return summary;
 }
 
+std::vector<analysis::FlowArrow> arrows_of_event(const TraceModel& model,
+                                                 const TimelineIndex& index, const EventRef& ref,
+                                                 size_t max_arrows) {
+  std::vector<analysis::FlowArrow> arrows;
+  if (!ref.valid() || static_cast<size_t>(ref.track) >= index.tracks.size()) return arrows;
+  const TimelineTrack& track = index.tracks[static_cast<size_t>(ref.track)];
+  EventSummary summary = summarize_event(model, index, ref);
+  const ProcessTrack& process = model.processes[track.process];
+  auto launch_arrow = [&](uint32_t stream_index, const analysis::GpuOp& op) {
+    const auto& call = process.threads[op.launch_thread].api_calls[op.launch_call];
+    analysis::FlowArrow arrow;
+    arrow.from = {track.process, analysis::TrackKind::kThread, op.launch_thread};
+    arrow.from_time = call.start;
+    arrow.to = {track.process, analysis::TrackKind::kGpuStream, stream_index};
+    arrow.to_time = op.start;
+    arrow.id = op.correlation_id;
+    return arrow;
+  };
+  auto launched = [&](const analysis::GpuOp& op) {
+    return op.launch_thread < process.threads.size() &&
+           op.launch_call < process.threads[op.launch_thread].api_calls.size();
+  };
+  if (track.kind == TimelineTrackKind::kGpuStream) {
+    uint32_t event =
+        track.lanes[static_cast<size_t>(ref.lane)].event[static_cast<size_t>(ref.slot)];
+    const auto& op = process.gpu_streams[track.track].ops[event];
+    if (launched(op)) arrows.push_back(launch_arrow(track.track, op));
+  } else if (track.kind == TimelineTrackKind::kThread) {
+    for (uint32_t s = 0; s < process.gpu_streams.size(); ++s) {
+      for (const auto& op : process.gpu_streams[s].ops) {
+        if (arrows.size() >= max_arrows) break;
+        if (!launched(op) || op.launch_thread != track.track) continue;
+        analysis::TimeNs call_start =
+            process.threads[op.launch_thread].api_calls[op.launch_call].start;
+        if (call_start >= summary.start_ns && call_start <= summary.end_ns) {
+          arrows.push_back(launch_arrow(s, op));
+        }
+      }
+    }
+  }
+  // Explicit flows that start or end inside the selected event on its track.
+  for (const auto& flow : model.flows) {
+    if (arrows.size() >= max_arrows) break;
+    auto inside = [&](const analysis::TrackRef& at, analysis::TimeNs time) {
+      return at.process == track.process && index.find_track(at) == ref.track &&
+             time >= summary.start_ns && time <= summary.end_ns;
+    };
+    if (inside(flow.from, flow.from_time) || inside(flow.to, flow.to_time)) arrows.push_back(flow);
+  }
+  std::sort(arrows.begin(), arrows.end(),
+            [](const analysis::FlowArrow& a, const analysis::FlowArrow& b) {
+              return a.from_time < b.from_time;
+            });
+  return arrows;
+}
+
 std::vector<EventRef> search_events(const TraceModel& model, const TimelineIndex& index,
                                     const std::string& query) {
   std::vector<EventRef> found;

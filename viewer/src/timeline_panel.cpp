@@ -7,6 +7,7 @@
 
 #include <GLFW/glfw3.h>
 #include "moescope/recorder.h"
+#include "panel_drawing.h"
 
 namespace moescope::viewer {
 
@@ -140,7 +141,7 @@ void TimelinePanel::reset(const LoadedTrace& trace) {
   match_index_ = -1;
   searched_.clear();
   flows_for_ = {};
-  selected_flows_.clear();
+  selected_arrows_.clear();
 }
 
 void TimelinePanel::select_and_show(const LoadedTrace& trace, ViewerState& state,
@@ -157,8 +158,20 @@ void TimelinePanel::select_and_show(const LoadedTrace& trace, ViewerState& state
     axis_.show_range(centre - 0.5 * length, centre + 0.5 * length, 0.0);
   }
   if (ref.track >= 0 && static_cast<size_t>(ref.track) < rows_.size()) {
-    pending_scroll_y_ = std::max(rows_[static_cast<size_t>(ref.track)].top - 40.0f, 0.0f);
+    // Scroll so the rank's first track (its launching thread) shows above the selection.
+    size_t first = static_cast<size_t>(ref.track);
+    uint32_t process = trace.timeline.tracks[first].process;
+    while (first > 0 && trace.timeline.tracks[first - 1].process == process) --first;
+    pending_scroll_y_ = rows_[first].top;
   }
+}
+
+void TimelinePanel::search(LoadedTrace& trace, ViewerState& state, const std::string& text) {
+  std::snprintf(search_text_, sizeof(search_text_), "%s", text.c_str());
+  searched_ = search_text_;
+  matches_ = search_events(trace.model, trace.timeline, searched_);
+  match_index_ = matches_.empty() ? -1 : 0;
+  if (!matches_.empty()) select_and_show(trace, state, matches_.front());
 }
 
 void TimelinePanel::draw_toolbar(LoadedTrace& trace, ViewerState& state) {
@@ -275,22 +288,7 @@ void TimelinePanel::handle_keys(float width) {
 void TimelinePanel::update_selected_flows(const LoadedTrace& trace, const ViewerState& state) {
   if (flows_for_ == state.selected) return;
   flows_for_ = state.selected;
-  selected_flows_.clear();
-  if (!state.selected.valid()) return;
-  const TimelineTrack& track = trace.timeline.tracks[static_cast<size_t>(state.selected.track)];
-  EventSummary summary = summarize_event(trace.model, trace.timeline, state.selected);
-  for (uint32_t f = 0; f < trace.model.flows.size() && selected_flows_.size() < 500; ++f) {
-    const auto& flow = trace.model.flows[f];
-    // A selected span shows the launches made inside it; selected GPU work shows its launch.
-    auto matches = [&](const analysis::TrackRef& ref, analysis::TimeNs time) {
-      int timeline_track = trace.timeline.find_track(ref);
-      return timeline_track == state.selected.track && time >= summary.start_ns &&
-             time <= summary.end_ns;
-    };
-    if (flow.from.process != track.process && flow.to.process != track.process) continue;
-    if (matches(flow.from, flow.from_time) || matches(flow.to, flow.to_time))
-      selected_flows_.push_back(f);
-  }
+  selected_arrows_ = arrows_of_event(trace.model, trace.timeline, state.selected, 500);
 }
 
 void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float height) {
@@ -314,6 +312,13 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   float width = std::max(full_width - kLabelWidth, 50.0f);
   float content_top = window_pos.y - scroll_y;  // screen y of track-area y = 0
   axis_.set_width(width);
+  LayoutProbe& probe = layout_probe();
+  probe.timeline_area_x = area_x;
+  probe.timeline_area_y = window_pos.y;
+  probe.timeline_start_ns = axis_.start_ns();
+  probe.timeline_end_ns = axis_.end_ns();
+  probe.selected_track = state.selected.track;
+  probe.selected_slot = state.selected.slot;
 
   // Mouse interaction over the span area.
   bool hovered = ImGui::IsWindowHovered();
@@ -437,8 +442,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   }
   // Flow arrows of the selection: launch -> GPU work.
   update_selected_flows(trace, state);
-  for (uint32_t f : selected_flows_) {
-    const auto& flow = model.flows[f];
+  for (const analysis::FlowArrow& flow : selected_arrows_) {
     int from_track = index.find_track(flow.from), to_track = index.find_track(flow.to);
     if (from_track < 0 || to_track < 0) continue;
     auto lane_y = [&](int t, analysis::TimeNs time) {
@@ -551,7 +555,7 @@ void TimelinePanel::draw(LoadedTrace& trace, ViewerState& state) {
   (void)width;
   draw_ruler(trace, state, ImVec2(origin.x + kLabelWidth, origin.y),
              static_cast<float>(axis_.width_px()));
-  float details_height = 92.0f;
+  float details_height = 112.0f;
   float tracks_area = std::max(ImGui::GetContentRegionAvail().y - details_height, 60.0f);
   draw_tracks(trace, state, tracks_area);
   draw_details(trace, state);

@@ -21,6 +21,8 @@ class TimelinePanel {
   // Shows the whole trace.
   void reset(const LoadedTrace& trace);
   void draw(LoadedTrace& trace, ViewerState& state);
+  // Searches like the search box + Enter: selects the first match and brings it into view.
+  void search(LoadedTrace& trace, ViewerState& state, const std::string& text);
 
   // Pixels of fold width; spans narrower than this are folded.
   static constexpr double kFoldPx = 3.0;
@@ -52,7 +54,7 @@ class TimelinePanel {
   int match_index_ = -1;
   // Flows of the selected event, recomputed when the selection changes.
   EventRef flows_for_;
-  std::vector<uint32_t> selected_flows_;
+  std::vector<analysis::FlowArrow> selected_arrows_;
 };
 
 }  // namespace moescope::viewer

@@ -385,6 +385,17 @@ int ViewerApp::run() {
     std::fprintf(stderr, "moescope-view: warning: %s\n", problem.to_string().c_str());
   }
   state_.switch_to = options_.panel;
+  frame();  // lay the panels out once before acting on them
+  if (options_.finding > 0) {
+    if (static_cast<size_t>(options_.finding) > trace_->findings.size()) {
+      std::fprintf(stderr, "moescope-view: --finding %d but the report has %zu finding(s)\n",
+                   options_.finding, trace_->findings.size());
+      return 1;
+    }
+    focus_finding(*trace_, state_, options_.finding - 1);
+  }
+  if (!options_.search.empty()) timeline_.search(*trace_, state_, options_.search);
+  state_.switch_to = options_.panel;
   for (int i = 0; i < 6; ++i) frame();
   return write_screenshot() ? 0 : 1;
 }

@@ -22,6 +22,8 @@ struct ViewerOptions {
   std::string screenshot_path;  // non-empty: render, write the PNG and exit
   Panel panel = Panel::kTimeline;
   int width = 1600, height = 900;
+  int finding = 0;     // screenshot mode: act as if report row N (1-based) was clicked
+  std::string search;  // screenshot mode: act as if this was searched (first match selected)
 };
 
 class ViewerApp {

@@ -89,6 +89,13 @@ struct EventSummary {
 EventSummary summarize_event(const analysis::TraceModel& model, const TimelineIndex& index,
                              const EventRef& ref);
 
+// Arrows to draw for a selected event: launch -> GPU work links (from the model's correlation
+// of API calls and GPU ops) and explicit flows. A selected GPU op shows the call that launched
+// it; a selected CPU span shows every launch made inside it; at most `max_arrows`.
+std::vector<analysis::FlowArrow> arrows_of_event(const analysis::TraceModel& model,
+                                                 const TimelineIndex& index, const EventRef& ref,
+                                                 size_t max_arrows);
+
 // Every span/op whose name contains `query` (case-insensitive), sorted by start time.
 std::vector<EventRef> search_events(const analysis::TraceModel& model, const TimelineIndex& index,
                                     const std::string& query);
