@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   // Time to first frame: the load runs on its own thread; the UI's first frame only needs the
   // progress value, so it does not wait for the load.
   auto open_start = Clock::now();
+  std::clock_t open_cpu_start = std::clock();
   std::atomic<float> progress{0.0f};
   std::atomic<bool> loaded{false};
   moescope::analysis::TraceModel model;
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   double first_frame_s = seconds_since(open_start);
   loader.join();
   double loaded_s = seconds_since(open_start);
+  double loaded_cpu_s = double(std::clock() - open_cpu_start) / CLOCKS_PER_SEC;
 
   TimeAxis axis(double(index.begin_ns), double(index.end_ns), 1600.0);
   auto rows = moescope::viewer::layout_tracks(index.shapes(), {});
@@ -138,7 +141,8 @@ int main(int argc, char** argv) {
   std::printf("| measure | value | target |\n|---|---|---|\n");
   std::printf("| first frame (progress bar, load on its thread) | %.3f ms | <= 2 s |\n",
               first_frame_s * 1e3);
-  std::printf("| load + index (rest of the load, in the background) | %.2f s | |\n", loaded_s);
+  std::printf("| load + index (rest of the load, in the background), wall | %.2f s | |\n", loaded_s);
+  std::printf("| load + index, CPU time of all threads | %.2f s | |\n", loaded_cpu_s);
   std::printf("| first frame with data (load + index + draw list) | %.2f s | |\n",
               first_data_frame_s);
   std::printf("| draw list, fully zoomed out (%zu items) | %.3f ms | <= 10 ms |\n",
