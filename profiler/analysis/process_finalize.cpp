@@ -103,20 +103,53 @@ void link_launches(ProcessTrack& process) {
     }
   }
   if (!any_correlation) return;
-  std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> calls;
+  // Correlation ids are mostly dense and increasing: a direct table when the range is small,
+  // else a sorted list searched by binary search (no per-entry allocation either way).
+  struct CallRef {
+    uint32_t correlation, thread, call;
+  };
+  std::vector<CallRef> calls;
+  uint32_t low = UINT32_MAX, high = 0;
   for (uint32_t t = 0; t < process.threads.size(); ++t) {
     const auto& api_calls = process.threads[t].api_calls;
     for (uint32_t i = 0; i < api_calls.size(); ++i) {
-      if (api_calls[i].correlation_id) calls[api_calls[i].correlation_id] = {t, i};
+      uint32_t id = api_calls[i].correlation_id;
+      if (!id) continue;
+      calls.push_back({id, t, i});
+      low = std::min(low, id);
+      high = std::max(high, id);
     }
+  }
+  if (calls.empty()) return;
+  const uint64_t range = uint64_t(high) - low + 1;
+  std::vector<uint32_t> table;  // correlation - low -> index in calls + 1 (0 = none)
+  const bool dense = range <= 4 * calls.size() + 1024;
+  if (dense) {
+    table.assign(range, 0);
+    for (uint32_t i = 0; i < calls.size(); ++i) table[calls[i].correlation - low] = i + 1;
+  } else {
+    std::stable_sort(calls.begin(), calls.end(), [](const CallRef& a, const CallRef& b) {
+      return a.correlation < b.correlation;
+    });
   }
   for (auto& stream : process.gpu_streams) {
     for (GpuOp& op : stream.ops) {
       if (!op.correlation_id || op.kind == GpuOpKind::kSync) continue;
-      auto found = calls.find(op.correlation_id);
-      if (found == calls.end()) continue;
-      op.launch_thread = found->second.first;
-      op.launch_call = found->second.second;
+      const CallRef* found = nullptr;
+      if (dense) {
+        if (op.correlation_id >= low && op.correlation_id <= high &&
+            table[op.correlation_id - low]) {
+          found = &calls[table[op.correlation_id - low] - 1];
+        }
+      } else {
+        auto it = std::lower_bound(
+            calls.begin(), calls.end(), op.correlation_id,
+            [](const CallRef& call, uint32_t id) { return call.correlation < id; });
+        if (it != calls.end() && it->correlation == op.correlation_id) found = &*it;
+      }
+      if (!found) continue;
+      op.launch_thread = found->thread;
+      op.launch_call = found->call;
     }
   }
 }
