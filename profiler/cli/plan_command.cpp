@@ -2,6 +2,7 @@
 // with the balancer's EPLB-contract planner, and shows the per-GPU balance before and after.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "moescope/profiler/expert_load_analysis.h"
+#include "moescope/profiler/trace_loader.h"
 #include "moescope/runtime/expert_loads.h"
 #include "moescope/runtime/expert_migration.h"
 #include "moescope/runtime/expert_placement.h"
@@ -20,16 +23,50 @@
 namespace moescope::cli {
 
 /// Mean tokens per expert per step of every MoE layer ([num_layers, num_experts]) recorded in
-/// .moetrace files. Needs the analysis trace model, which this build does not link yet: it
-/// throws a std::runtime_error saying so.
+/// .moetrace files (any mix of ranks), through the analysis trace model: per step, the
+/// GLOBAL-scope sample of a layer, else the sum of every rank's LOCAL samples, averaged over
+/// the layer's steps. Layers are planned in the order of their ids. Throws std::runtime_error
+/// when no trace holds expert loads or layers disagree on the number of experts.
 runtime::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths);
 
 runtime::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths) {
-  throw std::runtime_error(
-      "reading loads from traces needs the analysis library, which this "
-      "build of moescope does not include (" +
-      std::to_string(trace_paths.size()) +
-      " trace(s) given); pass the loads with --loads FILE instead");
+  const analysis::TraceModel model = analysis::load_traces(trace_paths);
+  for (const analysis::LoadError& error : model.errors) {
+    std::cerr << "moescope plan: " << error.to_string() << "\n";
+  }
+  const analysis::ExpertLoadAnalysis per_layer = analysis::analyze_expert_load(model);
+  if (per_layer.empty()) {
+    throw std::runtime_error("no expert-load samples in the given trace(s) (" +
+                             std::to_string(trace_paths.size()) +
+                             " file(s)); record them with MoELayer or moescope_expert_load()");
+  }
+  const std::vector<std::vector<double>> tokens_over_steps =
+      analysis::expert_load_matrix(model, INT64_MIN, INT64_MAX);
+  runtime::ExpertLoads loads;
+  loads.num_experts = static_cast<int>(per_layer.layers.front().num_experts);
+  std::string layer_ids;
+  bool ids_are_dense = true;  // trace layer ids 0..n-1
+  for (const analysis::LayerLoad& layer : per_layer.layers) {
+    if (static_cast<int>(layer.num_experts) != loads.num_experts) {
+      throw std::runtime_error("trace layer " + std::to_string(layer.layer) + " has " +
+                               std::to_string(layer.num_experts) + " experts, layer " +
+                               std::to_string(per_layer.layers.front().layer) + " has " +
+                               std::to_string(loads.num_experts) +
+                               "; the planner needs the same number in every layer");
+    }
+    std::vector<double> row = tokens_over_steps[layer.layer];
+    row.resize(static_cast<size_t>(loads.num_experts), 0.0);
+    for (double& tokens : row) tokens /= std::max<uint32_t>(layer.num_steps, 1);
+    loads.values.insert(loads.values.end(), row.begin(), row.end());
+    layer_ids += (layer_ids.empty() ? "" : ", ") + std::to_string(layer.layer);
+    ids_are_dense = ids_are_dense && layer.layer == static_cast<uint32_t>(loads.num_layers);
+    ++loads.num_layers;
+  }
+  if (!ids_are_dense) {
+    std::cerr << "moescope plan: the traces hold layers " << layer_ids
+              << "; they are planned as layers 0.." << loads.num_layers - 1 << " in that order\n";
+  }
+  return loads;
 }
 
 namespace {

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "moescope/recorder.h"
+
 namespace {
 
 struct CommandResult {
@@ -231,6 +233,51 @@ TEST_F(PlanCommand, PlansIncrementallyFromTheCurrentPlacement) {
       << not_a_plan.err;
 }
 
+// Records expert loads with the recorder's C API, as MoELayer does, one file per rank.
+void record_expert_loads(const std::string& path, int rank, uint32_t scope,
+                         const std::vector<std::vector<std::vector<int64_t>>>& steps_layers) {
+  const std::string metadata = "{\"rank\": " + std::to_string(rank) + "}";
+  ASSERT_EQ(moescope_recorder_start(path.c_str(), metadata.c_str()), 0) << path;
+  for (size_t step = 0; step < steps_layers.size(); ++step) {
+    moescope_step(static_cast<int64_t>(step));
+    for (size_t layer = 0; layer < steps_layers[step].size(); ++layer) {
+      const auto& tokens = steps_layers[step][layer];
+      moescope_expert_load(static_cast<int64_t>(step), static_cast<uint32_t>(layer), rank, scope,
+                           tokens.data(), static_cast<uint32_t>(tokens.size()), 0);
+    }
+  }
+  moescope_recorder_stop();
+}
+
+TEST_F(PlanCommand, ReadsMeanLoadsFromTraces) {
+  // Two ranks record LOCAL loads; per step the planner sees their sum, averaged over the steps:
+  // layer 0 steps {3 1 1 1}+{3 1 1 1} and {5 3 1 1}+{5 3 1 1} -> mean 8 4 2 2 (the hand-checked
+  // case: 12 and 4 per GPU before, 8 and 8 after); layer 1 is uniform.
+  const std::string rank0 = (dir_ / "run.0.moetrace").string();
+  const std::string rank1 = (dir_ / "run.1.moetrace").string();
+  const std::vector<std::vector<std::vector<int64_t>>> per_rank = {{{3, 1, 1, 1}, {1, 1, 1, 1}},
+                                                                   {{5, 3, 1, 1}, {1, 1, 1, 1}}};
+  record_expert_loads(rank0, 0, MOESCOPE_EXPERTS_LOCAL, per_rank);
+  record_expert_loads(rank1, 1, MOESCOPE_EXPERTS_LOCAL, per_rank);
+
+  const CommandResult result = run("--gpus 2 --slots 6 --json - " + rank0 + " " + rank1);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const nlohmann::json plan = nlohmann::json::parse(result.out);
+  ASSERT_EQ(plan["num_layers"], 2);
+  EXPECT_EQ(plan["layers"][0]["gpu_loads_before"], nlohmann::json({12.0, 4.0}));
+  EXPECT_EQ(plan["layers"][0]["logcnt"], nlohmann::json({3, 1, 1, 1}));
+  EXPECT_DOUBLE_EQ(plan["layers"][0]["max_over_mean_after"].get<double>(), 1.0);
+  EXPECT_EQ(plan["layers"][1]["gpu_loads_before"], nlohmann::json({4.0, 4.0}));
+
+  // A trace without expert loads says so.
+  const std::string empty = (dir_ / "empty.moetrace").string();
+  record_expert_loads(empty, 0, MOESCOPE_EXPERTS_GLOBAL, {});
+  const CommandResult none = run("--gpus 2 --slots 4 " + empty);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("no expert-load samples in the given trace(s)"), std::string::npos)
+      << none.err;
+}
+
 TEST_F(PlanCommand, ReportsBadInputClearly) {
   const std::string loads = write("loads.json", kLoadsJson);
   CommandResult result = run("--gpus 2 --slots 5 --loads " + loads);
@@ -256,11 +303,10 @@ TEST_F(PlanCommand, ReportsBadInputClearly) {
   EXPECT_NE(result.err.find("line 1 column 3: 'x' is not a number"), std::string::npos)
       << result.err;
 
-  result = run("--gpus 2 --slots 4 " + (dir_ / "run.0.moetrace").string());
+  const std::string missing_trace = (dir_ / "run.0.moetrace").string();
+  result = run("--gpus 2 --slots 4 " + missing_trace);
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("reading loads from traces needs the analysis library"),
-            std::string::npos)
-      << result.err;
+  EXPECT_NE(result.err.find(missing_trace + ":0: cannot open"), std::string::npos) << result.err;
 
   result = run("--gpus 2 --slots 4");
   EXPECT_EQ(result.exit_code, 1);
