@@ -3,6 +3,8 @@
 // lane layout, finding -> timeline jump, and the panel aggregates.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "moescope/profiler/trace_loader.h"
@@ -19,16 +21,20 @@ class LoadedSample : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const char* build = std::getenv("MOESCOPE_BUILD_DIR");
-    std::string directory = std::string(build ? build : "/tmp") + "/tests/viewer_loaded_model";
+    std::string directory = std::string(build ? build : "/tmp") + "/tests/viewer_loaded_model_" +
+                            std::to_string(getpid());  // CTest may run tests in parallel
     std::filesystem::create_directories(directory);
     trace_ = testing::write_sample_trace(directory, shape_);
     model_ = new analysis::TraceModel(analysis::load_traces(trace_.files));
     index_ = new TimelineIndex(build_timeline_index(*model_));
+    directory_ = directory;
   }
   static void TearDownTestSuite() {
+    std::filesystem::remove_all(directory_);
     delete index_;
     delete model_;
   }
+  static inline std::string directory_;
   static inline testing::SampleTraceShape shape_;
   static inline testing::SampleTrace trace_;
   static inline analysis::TraceModel* model_ = nullptr;

@@ -4,9 +4,11 @@
 // geometry the panel reported for that very frame.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -74,9 +76,14 @@ class ViewerScreenshots : public ::testing::Test {
     const char* build = std::getenv("MOESCOPE_BUILD_DIR");
     ASSERT_NE(build, nullptr) << "MOESCOPE_BUILD_DIR is set by CTest";
     build_dir_ = build;
-    directory_ = build_dir_ + "/tests/viewer_screenshots";
+    // Per process: CTest may run several of these tests at once.
+    directory_ = build_dir_ + "/tests/viewer_screenshots_" + std::to_string(getpid());
     fs::create_directories(directory_);
     trace_ = testing::write_sample_trace(directory_, shape_);
+  }
+  // Set MOESCOPE_KEEP_SCREENSHOTS=1 to keep the PNGs for a look.
+  static void TearDownTestSuite() {
+    if (std::getenv("MOESCOPE_KEEP_SCREENSHOTS") == nullptr) fs::remove_all(directory_);
   }
 
   // Renders `panel` and loads the PNG and its layout; `via_cli` goes through `moescope view`.
