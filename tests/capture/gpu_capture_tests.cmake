@@ -23,6 +23,13 @@ moescope_add_test(NAME nccl_completion_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_test.cpp
   LIBS moescope_gpu_capture moescope_recorder LABELS capture)
 
+# The real CUDA runtime's functions resolve by name; without a GPU they fail softly.
+if(TARGET CUDA::cudart)
+  moescope_add_test(NAME nccl_runtime_events_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_runtime_events_test.cpp
+    LIBS moescope_gpu_capture moescope_recorder CUDA::cudart LABELS capture)
+endif()
+
 # NCCL interposition through the real shim, against a TEST-ONLY NCCL stand-in library.
 find_path(MOESCOPE_TEST_NCCL_INCLUDE_DIR nccl.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)
