@@ -251,6 +251,60 @@ TEST_F(ViewerScreenshots, SearchSelectsTheFirstMatch) {
   EXPECT_LT(visible, static_cast<double>(shape_.step_ns)) << "zoomed in to the kernel";
 }
 
+// Scripted mouse and keys (--input) drive the real timeline: zoom around the cursor, drag-pan,
+// right-drag box zoom, W, click-select and header collapse, checked against the axis maths.
+TEST_F(ViewerScreenshots, MouseAndKeysDriveTheTimeline) {
+  Image image;
+  nlohmann::json base;
+  render("timeline", image, base, false, "", "_input0");
+  const double start = base["timeline_start_ns"], end = base["timeline_end_ns"];
+  const double area_x = base["timeline_area_x"], area_y = base["timeline_area_y"];
+  const double width = base["timeline_width"];
+  ASSERT_GT(width, 500.0);
+  auto at = [](double x, double y) { return std::to_string(x) + " " + std::to_string(y); };
+  const double cursor_x = area_x + 0.25 * width, lane_y = area_y + 18 + 9;  // first track, lane 0
+  TimeAxis expected(start, end, width);
+
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "--input 'wheel " + at(cursor_x, lane_y) + " 2'",
+         "_input1");
+  expected.zoom_around(cursor_x - area_x, 1.25 * 1.25);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+
+  render("timeline", image, layout, false,
+         "--input 'wheel " + at(cursor_x, lane_y) + " 2; drag " + at(cursor_x, lane_y) + " " +
+             at(cursor_x + 100, lane_y) + "'",
+         "_input2");
+  expected.pan_pixels(100.0);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+  EXPECT_EQ(layout["selected_track"].get<int>(), -1) << "a drag is not a click";
+
+  render("timeline", image, layout, false,
+         "--input 'drag " + at(area_x + 200, lane_y) + " " + at(area_x + 500, lane_y) + " right'",
+         "_input3");
+  TimeAxis boxed(start, end, width);
+  boxed.box_zoom(200.0, 500.0);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), boxed.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), boxed.end_ns(), 1.0);
+
+  render("timeline", image, layout, false, "--input 'move " + at(cursor_x, lane_y) + "; key W 30'",
+         "_input4");
+  double zoomed =
+      layout["timeline_end_ns"].get<double>() - layout["timeline_start_ns"].get<double>();
+  EXPECT_NEAR((end - start) / zoomed, std::pow(1.05, 30), 0.01 * std::pow(1.05, 30));
+
+  render("timeline", image, layout, false,
+         "--input 'click " + at(area_x + 0.5 * width, lane_y) + "; click " +
+             at(area_x - 100, area_y + 9) + "'",
+         "_input5");
+  EXPECT_EQ(layout["selected_track"].get<int>(), 0);
+  EXPECT_EQ(layout["selected_lane"].get<int>(), 0);
+  EXPECT_GE(layout["selected_slot"].get<int64_t>(), 0);
+  EXPECT_EQ(layout["collapsed_tracks"].get<int>(), 1) << "clicking a track header collapses it";
+}
+
 TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {
   Image image;
   nlohmann::json layout;

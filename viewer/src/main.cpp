@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "viewer_app.h"
@@ -15,7 +16,9 @@ void print_usage() {
       stderr,
       "usage: moescope-view [TRACE...] [--screenshot OUT.png] "
       "[--panel timeline|experts|comm|memory|report|stats] [--size WxH]\n"
-      "       [--finding N] [--search TEXT]   (screenshot mode: click report row N / search)\n");
+      "       [--finding N] [--search TEXT] [--input SCRIPT]\n"
+      "  screenshot mode: --finding clicks report row N, --search searches, --input plays\n"
+      "  'move X Y; click X Y; wheel X Y N; drag X0 Y0 X1 Y1 [right]; key W|A|S|D FRAMES'\n");
 }
 
 }  // namespace
@@ -57,6 +60,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "moescope-view: --finding wants a report row number from 1\n");
         return 2;
       }
+    } else if (argument == "--input") {
+      options.input = value("--input");
     } else if (argument == "--search") {
       options.search = value("--search");
     } else if (argument == "-h" || argument == "--help") {
@@ -68,6 +73,12 @@ int main(int argc, char** argv) {
       return 2;
     } else {
       options.files.push_back(argument);
+    }
+  }
+  for (const std::string& file : options.files) {
+    if (!std::filesystem::exists(file)) {
+      std::fprintf(stderr, "moescope-view: cannot open %s: no such file\n", file.c_str());
+      return 2;
     }
   }
   if (!options.screenshot_path.empty() && options.files.empty()) {

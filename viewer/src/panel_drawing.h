@@ -26,7 +26,10 @@ struct LayoutProbe {
   float memory_plot_top = 0, memory_plot_bottom = 0;
   float timeline_area_x = 0, timeline_area_y = 0;     // top-left of the span area
   double timeline_start_ns = 0, timeline_end_ns = 0;  // visible time range
-  int selected_track = -1;                            // timeline selection
+  float timeline_width = 0;                           // px of the span area
+  int collapsed_tracks = 0;
+  int selected_lane = -1;
+  int selected_track = -1;  // timeline selection
   int64_t selected_slot = -1;
   int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;

@@ -272,13 +272,12 @@ void TimelinePanel::draw_ruler(const LoadedTrace& trace, ViewerState& state, ImV
   }
 }
 
-void TimelinePanel::handle_keys(float width) {
+void TimelinePanel::handle_keys(float area_x, float width) {
   ImGuiIO& io = ImGui::GetIO();
   if (io.WantTextInput) return;
   float dt = std::max(io.DeltaTime, 1.0f / 240.0f);
   ImVec2 mouse = io.MousePos;
-  ImVec2 area = ImGui::GetCursorScreenPos();
-  double anchor = mouse.x > area.x && mouse.x < area.x + width ? mouse.x - area.x : width * 0.5;
+  double anchor = mouse.x > area_x && mouse.x < area_x + width ? mouse.x - area_x : width * 0.5;
   if (ImGui::IsKeyDown(GLFW_KEY_W)) axis_.zoom_around(anchor, 1.0 + 3.0 * dt);
   if (ImGui::IsKeyDown(GLFW_KEY_S)) axis_.zoom_around(anchor, 1.0 / (1.0 + 3.0 * dt));
   if (ImGui::IsKeyDown(GLFW_KEY_A)) axis_.pan_pixels(width * 1.2 * dt);
@@ -319,6 +318,10 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   probe.timeline_end_ns = axis_.end_ns();
   probe.selected_track = state.selected.track;
   probe.selected_slot = state.selected.slot;
+  probe.selected_lane = state.selected.lane;
+  probe.timeline_width = width;
+  probe.collapsed_tracks = 0;
+  for (const TimelineTrack& track : index.tracks) probe.collapsed_tracks += track.collapsed;
 
   // Mouse interaction over the span area.
   bool hovered = ImGui::IsWindowHovered();
@@ -347,7 +350,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
       panning_ = false;
     }
   }
-  if (hovered) handle_keys(width);
+  if (hovered) handle_keys(area_x, width);
 
   // Draw list of the visible part.
   build_timeline_frame(model, index, rows_, scroll_y, scroll_y + visible_height, axis_, kFoldPx,

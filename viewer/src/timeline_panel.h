@@ -33,7 +33,7 @@ class TimelinePanel {
   void draw_ruler(const LoadedTrace& trace, ViewerState& state, ImVec2 origin, float width);
   void draw_tracks(LoadedTrace& trace, ViewerState& state, float height);
   void draw_details(const LoadedTrace& trace, const ViewerState& state);
-  void handle_keys(float width);
+  void handle_keys(float area_x, float width);
   void select_and_show(const LoadedTrace& trace, ViewerState& state, const EventRef& ref);
   void update_selected_flows(const LoadedTrace& trace, const ViewerState& state);
 

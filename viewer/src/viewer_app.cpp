@@ -312,6 +312,7 @@ void ViewerApp::frame() {
         ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
     io.DisplayFramebufferScale = ImVec2(1, 1);
   }
+  if (playing_script_) playing_script_ = scripted_input_.apply(io);
   ImGui::NewFrame();
   if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_O)) browser_.open();
   if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_Q)) glfwSetWindowShouldClose(window_, 1);
@@ -396,7 +397,15 @@ int ViewerApp::run() {
   }
   if (!options_.search.empty()) timeline_.search(*trace_, state_, options_.search);
   state_.switch_to = options_.panel;
-  for (int i = 0; i < 6; ++i) frame();
+  for (int i = 0; i < 3; ++i) frame();
+  std::string script_error;
+  if (!scripted_input_.parse(options_.input, script_error)) {
+    std::fprintf(stderr, "moescope-view: --input: %s\n", script_error.c_str());
+    return 1;
+  }
+  playing_script_ = !scripted_input_.empty();
+  while (playing_script_) frame();
+  for (int i = 0; i < 3; ++i) frame();
   return write_screenshot() ? 0 : 1;
 }
 

@@ -10,6 +10,7 @@
 #include "file_browser.h"
 #include "loaded_trace.h"
 #include "moe_panels.h"
+#include "scripted_input.h"
 #include "timeline_panel.h"
 #include "viewer_state.h"
 
@@ -24,6 +25,7 @@ struct ViewerOptions {
   int width = 1600, height = 900;
   int finding = 0;     // screenshot mode: act as if report row N (1-based) was clicked
   std::string search;  // screenshot mode: act as if this was searched (first match selected)
+  std::string input;   // screenshot mode: scripted mouse/keys (see scripted_input.h)
 };
 
 class ViewerApp {
@@ -59,6 +61,8 @@ class ViewerApp {
   ReportPanel report_;
   StatsPanel stats_;
   FileBrowser browser_;
+  ScriptedInput scripted_input_;
+  bool playing_script_ = false;
   // Offscreen target of screenshot mode.
   unsigned framebuffer_ = 0, colour_texture_ = 0;
 };
