@@ -38,16 +38,31 @@ void TraceLoadingJob::run() {
   progress_.store(0.9f);
   trace->timeline = build_timeline_index(trace->model);
   trace->steps = known_steps(trace->model);
-  stage_.store("statistics");
-  progress_.store(0.95f);
-  trace->kernel_stats = kernel_statistics(trace->model);
-  trace->range_stats = range_statistics(trace->model);
-  trace->findings = compute_viewer_findings(trace->model);
   trace->load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   result_ = std::move(trace);
   progress_.store(1.0f);
   done_.store(true, std::memory_order_release);
+}
+
+TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
+  thread_ = std::thread([this, &trace] {
+    tables_.kernel_stats = kernel_statistics(trace.model);
+    tables_.range_stats = range_statistics(trace.model);
+    tables_.findings = compute_viewer_findings(trace.model);
+    done_.store(true, std::memory_order_release);
+  });
+}
+
+TraceTablesJob::~TraceTablesJob() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void TraceTablesJob::move_into(LoadedTrace& trace) {
+  trace.kernel_stats = std::move(tables_.kernel_stats);
+  trace.range_stats = std::move(tables_.range_stats);
+  trace.findings = std::move(tables_.findings);
+  trace.tables_ready = true;
 }
 
 }  // namespace moescope::viewer

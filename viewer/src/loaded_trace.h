@@ -21,9 +21,35 @@ struct LoadedTrace {
   analysis::TraceModel model;
   TimelineIndex timeline;
   std::vector<int64_t> steps;  // known step numbers, ascending
+  // Filled by TraceTablesJob after the trace is on screen (findings on 10 M events take
+  // seconds); tables_ready says when.
+  bool tables_ready = false;
   std::vector<NameStatistics> kernel_stats, range_stats;
   std::vector<ViewerFinding> findings;
   double load_seconds = 0.0;
+};
+
+struct TraceTables {
+  std::vector<NameStatistics> kernel_stats, range_stats;
+  std::vector<ViewerFinding> findings;
+};
+
+// Computes the statistics tables and the findings of a shown trace on a background thread.
+// The trace must outlive the job (the destructor waits for the thread).
+class TraceTablesJob {
+ public:
+  explicit TraceTablesJob(const LoadedTrace& trace);
+  ~TraceTablesJob();
+  TraceTablesJob(const TraceTablesJob&) = delete;
+  TraceTablesJob& operator=(const TraceTablesJob&) = delete;
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // Moves the tables into `trace` once done().
+  void move_into(LoadedTrace& trace);
+
+ private:
+  TraceTables tables_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
 };
 
 // Loads traces on a background thread; the UI polls progress() and take_result().

@@ -28,6 +28,10 @@ void focus_finding(const LoadedTrace& trace, ViewerState& state, int finding_ind
 
 void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   layout_probe().report_rows = static_cast<int>(trace.findings.size());
+  if (!trace.tables_ready) {
+    ImGui::TextDisabled("Computing the findings...");
+    return;
+  }
   if (trace.findings.empty()) {
     ImGui::TextDisabled("No findings: nothing in this trace crossed a bottleneck rule.");
     return;
@@ -173,6 +177,10 @@ void StatsPanel::draw(const LoadedTrace& trace, ViewerState&) {
   }
   layout_probe().stats_rows =
       static_cast<int>(trace.kernel_stats.size() + trace.range_stats.size());
+  if (!trace.tables_ready) {
+    ImGui::TextDisabled("Computing the statistics...");
+    return;
+  }
   float half = std::max(ImGui::GetContentRegionAvail().y * 0.5f - 24.0f, 80.0f);
   ImGui::Text("GPU kernels and copies (%zu names)", trace.kernel_stats.size());
   statistics_table("kernels", trace, trace.kernel_stats, kernel_order_, ImVec2(0, half));

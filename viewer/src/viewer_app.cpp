@@ -88,6 +88,7 @@ ViewerApp::ViewerApp(ViewerOptions options) : options_(std::move(options)) {
 
 ViewerApp::~ViewerApp() {
   loading_.reset();
+  tables_.reset();
   if (window_ != nullptr) {
     if (framebuffer_ != 0) glDeleteFramebuffers(1, &framebuffer_);
     if (colour_texture_ != 0) glDeleteTextures(1, &colour_texture_);
@@ -297,9 +298,15 @@ void ViewerApp::draw_panels() {
 
 void ViewerApp::frame() {
   glfwPollEvents();
+  if (tables_ && tables_->done()) {
+    tables_->move_into(*trace_);
+    tables_.reset();
+  }
   if (loading_ && loading_->done()) {
+    tables_.reset();  // waits for the previous trace's tables before that trace goes
     trace_ = loading_->take_result();
     loading_.reset();
+    tables_ = std::make_unique<TraceTablesJob>(*trace_);
     state_ = ViewerState{};
     state_.switch_to = current_panel_;
     timeline_.reset(*trace_);
@@ -385,6 +392,7 @@ int ViewerApp::run() {
   for (const auto& problem : trace_->model.errors) {
     std::fprintf(stderr, "moescope-view: warning: %s\n", problem.to_string().c_str());
   }
+  while (tables_) frame();  // statistics and findings, so every panel is complete
   state_.switch_to = options_.panel;
   frame();  // lay the panels out once before acting on them
   if (options_.finding > 0) {

@@ -51,6 +51,7 @@ class ViewerApp {
   GLFWwindow* window_ = nullptr;
   std::unique_ptr<LoadedTrace> trace_;
   std::unique_ptr<TraceLoadingJob> loading_;
+  std::unique_ptr<TraceTablesJob> tables_;  // declared after trace_: destroyed first
   std::string load_error_;
   ViewerState state_;
   Panel current_panel_ = Panel::kTimeline;
