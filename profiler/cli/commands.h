@@ -12,6 +12,7 @@ void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_record_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 
 }  // namespace moescope::cli

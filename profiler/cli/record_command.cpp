@@ -1,0 +1,279 @@
+// `moescope record [-o PATTERN] [--fork=trace|skip] [--no-cuda] [--no-nccl] [--flush-ms N]
+//                  -- COMMAND ARGS...`
+// Runs COMMAND with the capture shim preloaded (docs/capture.md): every process it starts
+// writes its own trace. The command's stdin/stdout/stderr and exit code pass through unchanged
+// (128 + signal when it is killed); what moescope says goes to stderr.
+#include <glob.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "shim_trace_path.h"
+
+namespace moescope::cli {
+namespace {
+
+struct RecordOptions {
+  std::string output = "moescope.%r.moetrace";
+  std::string fork_mode = "trace";
+  bool no_cuda = false;
+  bool no_nccl = false;
+  int flush_ms = 0;  // 0 = the recorder's default
+  std::vector<std::string> command;
+};
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool readable_file(const std::string& path) {
+  return ::access(path.c_str(), R_OK) == 0;
+}
+
+// The shim next to this executable (build tree: bin/../lib, install: bin/../lib or the
+// configured libdir), or where MOESCOPE_INJECT_LIBRARY says.
+std::string find_inject_library(std::vector<std::string>& looked_in) {
+  if (const char* forced = std::getenv("MOESCOPE_INJECT_LIBRARY"); forced && *forced) {
+    looked_in.push_back(forced);
+    return readable_file(forced) ? std::string(forced) : std::string();
+  }
+  std::vector<std::string> candidates;
+  char self[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length > 0) {
+    self[length] = '\0';
+    candidates.push_back(directory_of(directory_of(self)) + "/lib/libmoescope_inject.so");
+  }
+#ifdef MOESCOPE_INSTALL_LIBDIR
+  candidates.push_back(std::string(MOESCOPE_INSTALL_LIBDIR) + "/libmoescope_inject.so");
+#endif
+  for (const auto& candidate : candidates) {
+    looked_in.push_back(candidate);
+    if (readable_file(candidate)) {
+      char resolved[PATH_MAX];
+      return ::realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
+    }
+  }
+  return {};
+}
+
+std::string absolute_pattern(const std::string& pattern) {
+  if (!pattern.empty() && pattern[0] == '/') return pattern;
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof(cwd))) return pattern;
+  return std::string(cwd) + "/" + pattern;
+}
+
+// LD_PRELOAD with the shim first (its recorder and interposed functions must win).
+std::string preload_with(const std::string& library) {
+  const char* existing = std::getenv("LD_PRELOAD");
+  if (!existing || !*existing) return library;
+  if (std::strstr(existing, library.c_str())) return existing;
+  return library + ":" + existing;
+}
+
+std::string session_id() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return std::string(host) + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
+}
+
+volatile sig_atomic_t g_child_pid = 0;
+
+// Forwards a signal sent to `moescope record` itself (kill, timeout, a job scheduler) to the
+// command. A terminal's Ctrl-C already reaches the whole process group: not sent twice.
+void forward_signal(int signal_number, siginfo_t* info, void*) {
+  bool sent_by_process = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
+  if (g_child_pid > 0 && sent_by_process) ::kill(g_child_pid, signal_number);
+}
+
+void install_forwarding() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_sigaction = &forward_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) {
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
+
+std::string glob_of(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      out += pattern[i + 1] == '%' ? "%" : "*";
+      ++i;
+    } else if (pattern[i] == '*' || pattern[i] == '?' || pattern[i] == '[') {
+      out += '\\';
+      out += pattern[i];
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// Trace files of this run: every expansion of the pattern (and of its per-pid variant) written
+// since the run started.
+std::vector<std::string> traces_written(const std::string& pattern, time_t since) {
+  std::set<std::string> found;
+  for (const std::string& variant : {pattern, inject::pattern_with_pid(pattern),
+                                     inject::pattern_for_process(pattern, false, true)}) {
+    glob_t matches;
+    if (::glob(glob_of(variant).c_str(), 0, nullptr, &matches) == 0) {
+      for (size_t i = 0; i < matches.gl_pathc; ++i) {
+        struct stat info;
+        if (::stat(matches.gl_pathv[i], &info) == 0 && info.st_mtime >= since) {
+          found.insert(matches.gl_pathv[i]);
+        }
+      }
+    }
+    ::globfree(&matches);
+  }
+  return {found.begin(), found.end()};
+}
+
+[[noreturn]] void exec_command(const RecordOptions& options, const std::string& library,
+                               const std::string& pattern, const std::string& session) {
+  ::setenv("LD_PRELOAD", preload_with(library).c_str(), 1);
+  ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
+  ::setenv("MOESCOPE_OUTPUT", pattern.c_str(), 1);
+  ::setenv("MOESCOPE_FORK", options.fork_mode.c_str(), 1);
+  ::setenv("MOESCOPE_CUDA", options.no_cuda ? "0" : "1", 1);
+  ::setenv("MOESCOPE_NCCL", options.no_nccl ? "0" : "1", 1);
+  ::setenv("MOESCOPE_SESSION", session.c_str(), 1);
+  ::setenv("MOESCOPE_ROOT_PID", std::to_string(::getpid()).c_str(), 1);
+  if (options.flush_ms > 0)
+    ::setenv("MOESCOPE_FLUSH_MS", std::to_string(options.flush_ms).c_str(), 1);
+  if (options.no_cuda) {
+    ::setenv("MOESCOPE_CUPTI", "off", 1);
+  } else {
+    // The CUDA driver calls the shim's InitializeInjection at cuInit: CUPTI starts early.
+    ::setenv("CUDA_INJECTION64_PATH", library.c_str(), 1);
+  }
+  std::vector<char*> argv;
+  for (const auto& argument : options.command) argv.push_back(const_cast<char*>(argument.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  int error = errno;
+  std::fprintf(stderr, "moescope record: cannot run '%s': %s\n", argv[0], std::strerror(error));
+  ::_exit(error == ENOENT ? 127 : 126);
+}
+
+int run_record(const RecordOptions& options) {
+  std::vector<std::string> looked_in;
+  std::string library = find_inject_library(looked_in);
+  if (library.empty()) {
+    std::string where;
+    for (const auto& path : looked_in) where += "\n  " + path;
+    std::fprintf(stderr,
+                 "moescope record: cannot find libmoescope_inject.so; looked in:%s\n"
+                 "(build the target moescope_inject, or set MOESCOPE_INJECT_LIBRARY)\n",
+                 where.c_str());
+    return 2;
+  }
+  if (const char* nvtx = std::getenv("NVTX_INJECTION64_PATH"); nvtx && *nvtx && library != nvtx) {
+    std::fprintf(stderr,
+                 "moescope record: replacing NVTX_INJECTION64_PATH=%s (only one NVTX tool can "
+                 "attach)\n",
+                 nvtx);
+  }
+  std::string pattern = absolute_pattern(options.output);
+  std::string session = session_id();
+  time_t started = ::time(nullptr);
+  std::fflush(nullptr);
+
+  pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "moescope record: fork failed: %s\n", std::strerror(errno));
+    return 2;
+  }
+  if (child == 0) exec_command(options, library, pattern, session);
+  g_child_pid = child;
+  install_forwarding();
+
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      std::fprintf(stderr, "moescope record: waitpid failed: %s\n", std::strerror(errno));
+      return 2;
+    }
+  }
+  int exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                  : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                        : 1;
+
+  std::vector<std::string> traces;
+  for (const auto& path : traces_written(pattern, started - 1)) {
+    if (inject::trace_is_empty_helper(path, session)) {
+      ::unlink(path.c_str());
+    } else {
+      traces.push_back(path);
+    }
+  }
+  if (traces.empty()) {
+    std::fprintf(stderr, "moescope record: no trace written (pattern %s)\n", pattern.c_str());
+  } else {
+    std::fprintf(stderr, "moescope record: %zu trace%s written:\n", traces.size(),
+                 traces.size() == 1 ? "" : "s");
+    for (const auto& path : traces) std::fprintf(stderr, "  %s\n", path.c_str());
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void add_record_command(CLI::App& app) {
+  auto options = std::make_shared<RecordOptions>();
+  auto* command = app.add_subcommand(
+      "record", "Run a command with NVTX/CUDA/NCCL capture; one trace per process");
+  command->add_option("-o,--output", options->output,
+                      "Trace path pattern: %r rank, %p pid, %h host (default "
+                      "moescope.%r.moetrace)");
+  command
+      ->add_option("--fork", options->fork_mode,
+                   "Forked children: 'trace' (own trace, pid in its name) or 'skip'")
+      ->check(CLI::IsMember({"trace", "skip"}));
+  command->add_flag("--no-cuda", options->no_cuda, "Do not capture CUDA activity (CUPTI)");
+  command->add_flag("--no-nccl", options->no_nccl, "Do not record NCCL calls");
+  command
+      ->add_option("--flush-ms", options->flush_ms,
+                   "Write buffered events at least this often (1..200 ms, default 100)")
+      ->check(CLI::Range(1, 200));
+  // Everything after "--" is the command, passed on untouched ("--" may be left out when the
+  // command has no options of its own).
+  auto positional = std::make_shared<std::vector<std::string>>();
+  command->add_option("command", *positional, "The command to run and its arguments");
+
+  command->footer(
+      "Example: moescope record -o run.%r.moetrace -- torchrun --nproc_per_node 2 train.py");
+  command->callback([options, positional] {
+    options->command = *positional;
+    if (options->command.empty()) {
+      throw CLI::ValidationError("record",
+                                 "no command given (moescope record [options] -- COMMAND ...)");
+    }
+    int code = run_record(*options);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace moescope::cli

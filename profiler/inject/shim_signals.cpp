@@ -1,0 +1,233 @@
+#include "shim_signals.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "shim_session.h"
+
+namespace moescope::inject {
+namespace {
+
+using SigactionFunction = int (*)(int, const struct sigaction*, struct sigaction*);
+
+constexpr int kWatchedSignals[] = {SIGINT, SIGTERM};
+constexpr long kFinalFlushWaitMs = 5000;
+
+enum FlushState : int { kIdle = 0, kRequested = 1, kDone = 2 };
+
+SigactionFunction g_real_sigaction = nullptr;
+std::atomic<bool> g_trampolines_installed{false};
+// What the program believes is installed, per watched signal (index in kWatchedSignals).
+struct sigaction g_program_action[2];
+// Whether the trampoline is installed in the kernel for that signal (false while SIG_IGN).
+std::atomic<bool> g_trampoline_active[2];
+
+std::atomic<int> g_wake_fd{-1};  // write end of the watcher's pipe; -1 without a watcher
+int g_watch_fd = -1;             // its read end
+std::atomic<int> g_flush_state{kIdle};
+
+int watched_index(int signal_number) {
+  for (int i = 0; i < 2; ++i) {
+    if (kWatchedSignals[i] == signal_number) return i;
+  }
+  return -1;
+}
+
+SigactionFunction real_sigaction() {
+  if (!g_real_sigaction) {
+    g_real_sigaction = reinterpret_cast<SigactionFunction>(dlsym(RTLD_NEXT, "sigaction"));
+  }
+  return g_real_sigaction;
+}
+
+bool is_function(const struct sigaction& action) {
+  return action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN;
+}
+
+// Async-signal-safe: asks the watcher thread for the final flush and waits a bounded time.
+void complete_trace_from_signal_handler() {
+  int fd = g_wake_fd.load();
+  if (fd < 0) return;
+  int expected = kIdle;
+  if (g_flush_state.compare_exchange_strong(expected, kRequested)) {
+    char byte = 1;
+    ssize_t ignored = ::write(fd, &byte, 1);
+    (void)ignored;
+  }
+  struct timespec pause = {0, 1000000};
+  for (long waited_ms = 0; g_flush_state.load() != kDone && waited_ms < kFinalFlushWaitMs;
+       ++waited_ms) {
+    nanosleep(&pause, nullptr);
+  }
+}
+
+void trampoline(int signal_number, siginfo_t* info, void* context) {
+  int saved_errno = errno;
+  int index = watched_index(signal_number);
+  if (index < 0) return;
+  struct sigaction program = g_program_action[index];
+  if (program.sa_flags & SA_RESETHAND) {
+    g_program_action[index].sa_handler = SIG_DFL;
+    g_program_action[index].sa_flags &= ~(SA_RESETHAND | SA_SIGINFO);
+  }
+  if (is_function(program)) {
+    if (program.sa_flags & SA_SIGINFO) {
+      program.sa_sigaction(signal_number, info, context);
+    } else {
+      program.sa_handler(signal_number);
+    }
+    errno = saved_errno;
+    return;
+  }
+  if (program.sa_handler == SIG_IGN) return;
+  // SIG_DFL: complete the trace, then let the default action (termination) happen.
+  complete_trace_from_signal_handler();
+  struct sigaction default_action;
+  std::memset(&default_action, 0, sizeof(default_action));
+  default_action.sa_handler = SIG_DFL;
+  real_sigaction()(signal_number, &default_action, nullptr);
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  sigaddset(&unblock, signal_number);
+  pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
+  raise(signal_number);
+  errno = saved_errno;
+}
+
+// Installs in the kernel what realises the program's `wanted` disposition for a watched signal.
+int install_for(int index, const struct sigaction& wanted) {
+  int signal_number = kWatchedSignals[index];
+  if (wanted.sa_handler == SIG_IGN) {
+    g_trampoline_active[index] = false;
+    return real_sigaction()(signal_number, &wanted, nullptr);
+  }
+  struct sigaction ours = wanted;
+  ours.sa_sigaction = &trampoline;
+  ours.sa_flags = (wanted.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+  g_trampoline_active[index] = true;
+  return real_sigaction()(signal_number, &ours, nullptr);
+}
+
+void* watcher_main(void* read_fd_pointer) {
+  int read_fd = static_cast<int>(reinterpret_cast<intptr_t>(read_fd_pointer));
+  for (;;) {
+    char byte;
+    ssize_t got = ::read(read_fd, &byte, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return nullptr;
+    try {
+      stop_capture_session();
+    } catch (...) {
+    }
+    g_flush_state = kDone;
+  }
+}
+
+}  // namespace
+
+void install_signal_trampolines() {
+  if (g_trampolines_installed.exchange(true) || !real_sigaction()) return;
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction current;
+    if (real_sigaction()(kWatchedSignals[i], nullptr, &current) != 0) continue;
+    g_program_action[i] = current;
+    if (current.sa_handler == SIG_IGN) continue;  // e.g. under nohup: stays ignored
+    install_for(i, current);
+  }
+}
+
+void start_signal_watcher() {
+  if (g_wake_fd.load() >= 0) return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "moescope: no signal watcher (%s); SIGINT/SIGTERM may cut the trace\n",
+                 std::strerror(errno));
+    return;
+  }
+  g_flush_state = kIdle;
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);  // the watcher inherits: it never runs handlers
+  pthread_t thread;
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attributes, 256 * 1024);
+  int rc = pthread_create(&thread, &attributes, &watcher_main,
+                          reinterpret_cast<void*>(static_cast<intptr_t>(fds[0])));
+  pthread_attr_destroy(&attributes);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (rc != 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::fprintf(stderr, "moescope: no signal watcher thread; SIGINT/SIGTERM may cut the trace\n");
+    return;
+  }
+  pthread_setname_np(thread, "moescope-signal");
+  g_watch_fd = fds[0];
+  g_wake_fd = fds[1];
+}
+
+void forget_signal_watcher_after_fork() {
+  int fd = g_wake_fd.exchange(-1);
+  if (fd >= 0) ::close(fd);
+  if (g_watch_fd >= 0) ::close(g_watch_fd);
+  g_watch_fd = -1;
+  g_flush_state = kIdle;
+}
+
+}  // namespace moescope::inject
+
+// ---- interposed libc functions -----------------------------------------------------------------
+
+extern "C" {
+
+__attribute__((visibility("default"))) int sigaction(int signal_number,
+                                                     const struct sigaction* action,
+                                                     struct sigaction* old_action) {
+  using namespace moescope::inject;
+  SigactionFunction real = real_sigaction();
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int index = watched_index(signal_number);
+  if (index < 0 || !g_trampolines_installed.load()) return real(signal_number, action, old_action);
+  struct sigaction previous = g_program_action[index];
+  if (action) {
+    int rc = install_for(index, *action);
+    if (rc != 0) return rc;
+    g_program_action[index] = *action;
+  }
+  if (old_action) *old_action = previous;
+  return 0;
+}
+
+__attribute__((visibility("default"))) sighandler_t signal(int signal_number,
+                                                           sighandler_t handler) {
+  using namespace moescope::inject;
+  if (watched_index(signal_number) < 0 || !g_trampolines_installed.load()) {
+    using SignalFunction = sighandler_t (*)(int, sighandler_t);
+    static auto real_signal = reinterpret_cast<SignalFunction>(dlsym(RTLD_NEXT, "signal"));
+    if (!real_signal) return SIG_ERR;
+    return real_signal(signal_number, handler);
+  }
+  struct sigaction action, previous;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = handler;
+  action.sa_flags = SA_RESTART;  // glibc's signal() has BSD semantics
+  sigemptyset(&action.sa_mask);
+  if (sigaction(signal_number, &action, &previous) != 0) return SIG_ERR;
+  return previous.sa_handler;
+}
+
+}  // extern "C"

@@ -1,0 +1,140 @@
+// samples/nvtx_ranges under `moescope record`: every NVTX range is in the trace with the right
+// nesting, thread, domain and name, and `moescope info --json` counts them.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "capture_test_support.h"
+
+namespace moescope::testing {
+namespace {
+
+using trace::RecordKind;
+
+std::string nvtx_sample() {
+  return build_dir() + "/bin/nvtx_ranges";
+}
+
+TEST(CaptureNvtx, SampleRangesAreRecordedWithNestingThreadAndDomain) {
+  TempDir dir;
+  std::string pattern = dir / "nvtx.moetrace";
+  RunResult plain = run_program({nvtx_sample(), "--steps", "4"});
+  RunResult recorded = run_program(record_command(pattern, {nvtx_sample(), "--steps", "4"}));
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  EXPECT_EQ(recorded.out, plain.out);  // the program's output is untouched
+  EXPECT_NE(recorded.err.find(pattern), std::string::npos) << recorded.err;
+
+  LoadedTrace trace = load_trace(pattern);
+  ASSERT_TRUE(trace.opened);
+  EXPECT_TRUE(trace.complete);
+  EXPECT_TRUE(trace.errors.empty());
+
+  auto threads = thread_names(trace);
+  std::vector<RebuiltSpan> spans = rebuild_spans(trace);
+  ASSERT_EQ(spans.size(), 4u * 3 + 4u * 2);
+  uint32_t trainer_stream = 0, loader_stream = 0;
+  std::map<std::string, int> count;
+  for (const auto& span : spans) {
+    EXPECT_TRUE(span.closed) << span.name;
+    ++count[span.name];
+    if (span.name == "step") {
+      EXPECT_EQ(span.depth, 0);
+      EXPECT_EQ(span.domain, "");
+      trainer_stream = span.stream;
+    } else if (span.name == "forward" || span.name == "backward") {
+      EXPECT_EQ(span.depth, 1);
+      EXPECT_EQ(span.parent, "step");
+      EXPECT_EQ(span.domain, "");
+    } else if (span.name == "load_batch") {  // a registered string
+      EXPECT_EQ(span.depth, 0);
+      EXPECT_EQ(span.domain, "sample.io");
+      loader_stream = span.stream;
+    } else if (span.name == "decode") {
+      EXPECT_EQ(span.depth, 1);
+      EXPECT_EQ(span.parent, "load_batch");
+      EXPECT_EQ(span.domain, "sample.io");
+    } else {
+      ADD_FAILURE() << "unexpected span " << span.name;
+    }
+  }
+  EXPECT_EQ(count["step"], 4);
+  EXPECT_EQ(count["forward"], 4);
+  EXPECT_EQ(count["backward"], 4);
+  EXPECT_EQ(count["load_batch"], 4);
+  EXPECT_EQ(count["decode"], 4);
+  // Each thread's spans are on its own stream, named by nvtxNameOsThread.
+  ASSERT_NE(trainer_stream, loader_stream);
+  EXPECT_EQ(threads[trainer_stream], "trainer");
+  EXPECT_EQ(threads[loader_stream], "loader");
+  for (const auto& span : spans) {
+    bool trainer_span = span.name == "step" || span.name == "forward" || span.name == "backward";
+    EXPECT_EQ(span.stream, trainer_span ? trainer_stream : loader_stream) << span.name;
+  }
+
+  // NVTX marks are instants of the NVTX domain; the shim's own notes (e.g. "no CUDA driver")
+  // are in the "moescope" domain.
+  std::vector<OwnedRecord> marks;
+  for (const auto& instant : trace.of_kind(RecordKind::kInstant)) {
+    if (name_of(trace, instant.as<trace::InstantRecord>().domain) != "moescope") {
+      marks.push_back(instant);
+    }
+  }
+  ASSERT_EQ(marks.size(), 1u);
+  EXPECT_EQ(name_of(trace, marks[0].header().name), "done");
+  EXPECT_EQ(marks[0].stream, trainer_stream);
+  auto starts = trace.of_kind(RecordKind::kRangeStart);
+  auto ends = trace.of_kind(RecordKind::kRangeEnd);
+  ASSERT_EQ(starts.size(), 1u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(name_of(trace, starts[0].header().name), "epoch");
+  EXPECT_EQ(starts[0].as<trace::RangeStartRecord>().range_id,
+            ends[0].as<trace::RangeEndRecord>().range_id);
+  EXPECT_LE(starts[0].header().time, ends[0].header().time);
+
+  RunResult info = run_program({moescope_binary(), "info", "--json", pattern});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto json = nlohmann::json::parse(info.out);
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json[0]["events_per_kind"]["span_begin"], 20);
+  EXPECT_EQ(json[0]["events_per_kind"]["span_end"], 20);
+  EXPECT_EQ(json[0]["events_per_kind"]["instant"], trace.of_kind(RecordKind::kInstant).size());
+  EXPECT_EQ(json[0]["events_per_kind"]["range_start"], 1);
+  EXPECT_EQ(json[0]["events_per_kind"]["range_end"], 1);
+  EXPECT_EQ(json[0]["complete"], true);
+  EXPECT_EQ(json[0]["metadata"]["capture"]["tool"], "moescope record");
+}
+
+TEST(CaptureNvtx, WithoutRecordTheShimStaysIdle) {
+  // Preloaded without MOESCOPE_OUTPUT (e.g. by the Python module's search): no file, same run.
+  TempDir dir;
+  std::string library = build_dir() + "/lib/libmoescope_inject.so";
+  RunOptions options;
+  options.environment = {{"LD_PRELOAD", library}, {"NVTX_INJECTION64_PATH", library}};
+  options.unset_environment = {"MOESCOPE_OUTPUT"};
+  RunResult plain = run_program({nvtx_sample()});
+  RunResult preloaded =
+      run_program({"sh", "-c", "cd " + dir.path() + " && " + nvtx_sample()}, options);
+  EXPECT_EQ(preloaded.exit_code, 0);
+  EXPECT_EQ(preloaded.out, plain.out);
+  EXPECT_EQ(preloaded.err, "");
+  EXPECT_TRUE(dir.files("").empty());
+}
+
+TEST(CaptureNvtx, RecordReportsBadUsageAndMissingCommands) {
+  RunResult no_command = run_program({moescope_binary(), "record", "-o", "/tmp/x.moetrace"});
+  EXPECT_NE(no_command.exit_code, 0);
+  EXPECT_NE(no_command.err.find("no command given"), std::string::npos) << no_command.err;
+  TempDir dir;
+  RunResult missing =
+      run_program(record_command(dir / "x.moetrace", {dir / "no_such_program", "arg"}));
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.err.find("cannot run"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("no_such_program"), std::string::npos) << missing.err;
+  RunResult bad_fork =
+      run_program(record_command(dir / "x.moetrace", {"true"}, {"--fork", "sometimes"}));
+  EXPECT_NE(bad_fork.exit_code, 0);
+  EXPECT_NE(bad_fork.err.find("--fork"), std::string::npos) << bad_fork.err;
+}
+
+}  // namespace
+}  // namespace moescope::testing

@@ -1,0 +1,171 @@
+// The ends of a process's life under `moescope record`: fork (trace / skip), exit() from another
+// thread, SIGTERM/SIGINT, exit codes, a full disk, an unwritable path, setuid programs.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "capture_test_support.h"
+
+namespace moescope::testing {
+namespace {
+
+using trace::RecordKind;
+
+std::string life_program() {
+  return build_dir() + "/tests/capture_life_program";
+}
+
+int count_spans(const LoadedTrace& trace, const std::string& name) {
+  int count = 0;
+  for (const auto& span : rebuild_spans(trace)) count += span.name == name && span.closed;
+  return count;
+}
+
+nlohmann::json metadata_of(const LoadedTrace& trace) {
+  return nlohmann::json::parse(trace.metadata_json);
+}
+
+TEST(CaptureProcessLife, ForkTraceGivesTheChildItsOwnTrace) {
+  TempDir dir;
+  RunResult run =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "fork"}, {"--fork=trace"}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  int parent_pid = 0, child_pid = 0, child_status = -1;
+  ASSERT_EQ(std::sscanf(run.out.c_str(), "parent %d child %d status %d", &parent_pid, &child_pid,
+                        &child_status),
+            3)
+      << run.out;
+  EXPECT_EQ(child_status, 0);
+  // The parent keeps the name asked for; the child's name gets its pid before the extension.
+  std::vector<std::string> expected = {dir / "run.moetrace",
+                                       dir / ("run." + std::to_string(child_pid) + ".moetrace")};
+  std::sort(expected.begin(), expected.end());
+  ASSERT_EQ(dir.files(), expected) << run.err;
+
+  LoadedTrace parent = load_trace(dir / "run.moetrace");
+  LoadedTrace child = load_trace(dir / ("run." + std::to_string(child_pid) + ".moetrace"));
+  EXPECT_TRUE(parent.complete);
+  EXPECT_TRUE(child.complete);
+  EXPECT_EQ(count_spans(parent, "parent_work"), 1);
+  EXPECT_EQ(count_spans(parent, "child_work"), 0);
+  EXPECT_EQ(count_spans(child, "child_work"), 1);
+  EXPECT_EQ(metadata_of(parent)["pid"], parent_pid);
+  EXPECT_EQ(metadata_of(child)["pid"], child_pid);
+  EXPECT_EQ(metadata_of(child)["capture"]["forked_child"], true);
+}
+
+TEST(CaptureProcessLife, ForkSkipRecordsOnlyTheParent) {
+  TempDir dir;
+  RunResult run =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "fork"}, {"--fork=skip"}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(dir.files(), std::vector<std::string>{dir / "run.moetrace"});
+  LoadedTrace parent = load_trace(dir / "run.moetrace");
+  EXPECT_TRUE(parent.complete);
+  EXPECT_EQ(count_spans(parent, "parent_work"), 1);
+  EXPECT_EQ(count_spans(parent, "child_work"), 0);
+}
+
+TEST(CaptureProcessLife, ExitFromAnotherThreadCompletesTheTrace) {
+  TempDir dir;
+  RunResult run =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "exit-from-thread"}));
+  EXPECT_EQ(run.exit_code, 3);
+  EXPECT_EQ(run.out, "exiting from a thread\n");
+  LoadedTrace trace = load_trace(dir / "run.moetrace");
+  EXPECT_TRUE(trace.complete) << "no closing chunk";
+  EXPECT_TRUE(trace.errors.empty());
+  EXPECT_GE(count_spans(trace, "main_loop"), 1);
+  bool last_words = false;
+  for (const auto& mark : trace.of_kind(RecordKind::kInstant)) {
+    last_words |= name_of(trace, mark.header().name) == "last_words";
+  }
+  EXPECT_TRUE(last_words);
+}
+
+void expect_signal_completes_trace(int signal_number) {
+  TempDir dir;
+  RunOptions options;
+  options.signal_after_output = "ready\n";
+  options.signal_number = signal_number;
+  RunResult run = run_program(
+      record_command(dir / "run.moetrace", {life_program(), "wait-for-signal"}), options);
+  EXPECT_FALSE(run.timed_out);
+  // `moescope record` forwarded the signal, the program died of it, the code says which.
+  EXPECT_EQ(run.exit_code, 128 + signal_number) << run.err;
+  EXPECT_EQ(run.out, "ready\n");
+  LoadedTrace trace = load_trace(dir / "run.moetrace");
+  EXPECT_TRUE(trace.complete) << "no closing chunk after signal " << signal_number;
+  EXPECT_TRUE(trace.errors.empty());
+  EXPECT_GE(count_spans(trace, "busy"), 1);
+}
+
+TEST(CaptureProcessLife, SigtermCompletesTheTraceThenTerminates) {
+  expect_signal_completes_trace(SIGTERM);
+}
+
+TEST(CaptureProcessLife, SigintCompletesTheTraceThenTerminates) {
+  expect_signal_completes_trace(SIGINT);
+}
+
+TEST(CaptureProcessLife, OutputAndExitCodePassThrough) {
+  TempDir dir;
+  RunResult plain = run_program({life_program(), "lines", "5", "7"});
+  RunResult recorded =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "lines", "5", "7"}));
+  EXPECT_EQ(plain.exit_code, 7);
+  EXPECT_EQ(recorded.exit_code, 7);
+  EXPECT_EQ(recorded.out, plain.out);
+  EXPECT_EQ(count_spans(load_trace(dir / "run.moetrace"), "line"), 5);
+}
+
+TEST(CaptureProcessLife, FullDiskWarnsOnceAndTheProgramRunsOn) {
+  TempDir dir;
+  RunOptions options;
+  options.file_size_limit = 4096;  // RLIMIT_FSIZE: writes past 4 KB fail with EFBIG
+  const std::string lines = "20000";
+  RunResult plain = run_program({life_program(), "lines", lines});
+  RunResult recorded =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "lines", lines}), options);
+  EXPECT_EQ(recorded.exit_code, 0) << recorded.err;  // not killed by SIGXFSZ
+  EXPECT_EQ(recorded.out, plain.out);
+  EXPECT_EQ(count_occurrences(recorded.err, "moescope: cannot write trace"), 1u) << recorded.err;
+  struct stat info;
+  ASSERT_EQ(stat((dir / "run.moetrace").c_str(), &info), 0);
+  EXPECT_LE(info.st_size, 4096);
+  // What was written is still readable.
+  EXPECT_TRUE(load_trace(dir / "run.moetrace").opened);
+}
+
+TEST(CaptureProcessLife, UnwritablePathWarnsOnceAndTheProgramRunsOn) {
+  TempDir dir;
+  std::string pattern = dir / "no_such_dir/run.moetrace";
+  RunResult plain = run_program({life_program(), "lines", "3", "5"});
+  RunResult recorded = run_program(record_command(pattern, {life_program(), "lines", "3", "5"}));
+  EXPECT_EQ(recorded.exit_code, 5);
+  EXPECT_EQ(recorded.out, plain.out);
+  EXPECT_EQ(count_occurrences(recorded.err, "moescope: not recording"), 1u) << recorded.err;
+  EXPECT_NE(recorded.err.find("no_such_dir"), std::string::npos) << recorded.err;
+}
+
+TEST(CaptureProcessLife, SetuidProgramIsLeftAlone) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a test program another owner";
+  TempDir dir;
+  // World-writable, so a missing trace means the shim declined, not that it could not write.
+  ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);
+  std::string program = dir / "setuid_life_program";
+  std::filesystem::copy_file(life_program(), program);
+  ASSERT_EQ(chown(program.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(program.c_str(), 04755), 0);
+  RunResult plain = run_program({program, "lines", "3"});
+  RunResult recorded = run_program(record_command(dir / "run.moetrace", {program, "lines", "3"}));
+  EXPECT_EQ(recorded.exit_code, 0) << recorded.err;
+  EXPECT_EQ(recorded.out, plain.out);
+  EXPECT_TRUE(dir.files().empty()) << recorded.err;
+}
+
+}  // namespace
+}  // namespace moescope::testing

@@ -1,0 +1,166 @@
+// Python programs under `moescope record`: a PyTorch CPU training script annotated with the
+// `nvtx` package and moescope's Python module, and two ranks launched by torchrun.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "capture_test_support.h"
+
+namespace moescope::testing {
+namespace {
+
+using trace::RecordKind;
+
+std::string train_script() {
+  return source_dir() + "/tests/capture/torch_nvtx_train.py";
+}
+
+RunOptions python_options() {
+  RunOptions options;
+  options.environment = {{"PYTHONPATH", source_dir() + "/profiler/python"},
+                         {"OMP_NUM_THREADS", "1"}};
+  options.timeout_seconds = 120;
+  return options;
+}
+
+class CapturePython : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* module : {"torch", "nvtx"}) {
+      if (!python_has_module(module)) {
+        GTEST_SKIP() << "python3 lacks the '" << module
+                     << "' module (scripts/setup.sh installs it)";
+      }
+    }
+  }
+};
+
+// The one trace of the training script: wrapper scripts (pyenv's python3) exec the real
+// interpreter in the same process, so there is exactly one file.
+LoadedTrace only_trace(const TempDir& dir) {
+  auto files = dir.files();
+  EXPECT_EQ(files.size(), 1u);
+  return files.empty() ? LoadedTrace{} : load_trace(files[0]);
+}
+
+void expect_training_recorded(const LoadedTrace& trace, int steps) {
+  std::map<std::string, int> spans;
+  for (const auto& span : rebuild_spans(trace)) {
+    if (!span.closed) continue;
+    ++spans[span.name];
+    if (span.name == "train_step" || span.name == "router") {
+      EXPECT_EQ(span.domain, "train");
+    }
+    if (span.name == "forward") {
+      EXPECT_EQ(span.parent, "train_step");
+    }
+    if (span.name == "router") {
+      EXPECT_EQ(span.parent, "forward");
+    }
+  }
+  EXPECT_EQ(spans["train_step"], steps);  // nvtx.annotate
+  EXPECT_EQ(spans["router"], steps);
+  EXPECT_EQ(spans["experts"], steps);
+  EXPECT_EQ(spans["forward"], steps);  // moescope.range
+  EXPECT_EQ(spans["backward"], steps);
+  auto loads = trace.of_kind(RecordKind::kExpertLoad);
+  ASSERT_EQ(loads.size(), static_cast<size_t>(steps));
+  for (int step = 0; step < steps; ++step) {
+    auto load = loads[step].as<trace::ExpertLoadRecord>();
+    EXPECT_EQ(load.step, step);
+    EXPECT_EQ(load.layer, 0u);
+    ASSERT_EQ(load.num_experts, 4u);
+    uint32_t tokens = 0;
+    for (uint32_t e = 0; e < 4; ++e) {
+      tokens += loads[step].tail<uint32_t>(sizeof(trace::ExpertLoadRecord), e);
+    }
+    EXPECT_EQ(tokens, 64u);  // every token routed to one expert
+  }
+  auto step_records = trace.of_kind(RecordKind::kStep);
+  ASSERT_EQ(step_records.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(trace.of_kind(RecordKind::kCounter).size(), static_cast<size_t>(steps));
+}
+
+TEST_F(CapturePython, TrainingScriptRangesAndAnnotationsAreRecordedOutputUnchanged) {
+  TempDir dir;
+  RunResult plain = run_program({"python3", train_script(), "--exit-code", "4"}, python_options());
+  RunResult recorded = run_program(
+      record_command(dir / "train.%r.moetrace", {"python3", train_script(), "--exit-code", "4"}),
+      python_options());
+  EXPECT_EQ(plain.exit_code, 4) << plain.err;
+  EXPECT_EQ(recorded.exit_code, 4) << recorded.err;
+  EXPECT_EQ(recorded.out, plain.out);
+  ASSERT_NE(plain.out.find("step 3 loss"), std::string::npos) << plain.out;
+  LoadedTrace trace = only_trace(dir);
+  EXPECT_TRUE(trace.complete);
+  expect_training_recorded(trace, 4);
+  bool done_mark = false;
+  for (const auto& mark : trace.of_kind(RecordKind::kInstant)) {
+    done_mark |= name_of(trace, mark.header().name) == "done";
+  }
+  EXPECT_TRUE(done_mark);
+}
+
+TEST_F(CapturePython, InterruptedTrainingLeavesACompleteTrace) {
+  TempDir dir;
+  RunOptions options = python_options();
+  options.signal_after_output = "waiting\n";
+  options.signal_number = SIGINT;
+  RunResult recorded =
+      run_program(record_command(dir / "train.moetrace",
+                                 {"python3", train_script(), "--steps", "4", "--wait-after", "1"}),
+                  options);
+  EXPECT_FALSE(recorded.timed_out);
+  // Python turns SIGINT into KeyboardInterrupt; uncaught, it ends by SIGINT itself.
+  EXPECT_EQ(recorded.exit_code, 128 + SIGINT) << recorded.err;
+  EXPECT_NE(recorded.err.find("KeyboardInterrupt"), std::string::npos) << recorded.err;
+  LoadedTrace trace = only_trace(dir);
+  EXPECT_TRUE(trace.complete) << "no closing chunk after SIGINT";
+  expect_training_recorded(trace, 2);
+}
+
+TEST_F(CapturePython, ModuleIsANoOpWithoutRecorder) {
+  RunResult run = run_program({"python3", "-c",
+                               "import moescope\n"
+                               "assert not moescope.recording()\n"
+                               "moescope.step(1)\n"
+                               "with moescope.range('x'):\n"
+                               "    moescope.expert_load(0, [1, 2, 3])\n"
+                               "moescope.counter('c', 1.0)\n"
+                               "print('ok')\n"},
+                              python_options());
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "ok\n");
+}
+
+TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {
+  TempDir dir;
+  RunResult run = run_program(
+      record_command(dir / "run.%r.moetrace",
+                     {"python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                      "2", source_dir() + "/tests/capture/torchrun_ranks.py"}),
+      python_options());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("rank 0 of 2 sum 3"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("rank 1 of 2 sum 3"), std::string::npos) << run.out;
+  // The launcher and helper processes recorded nothing and leave no file.
+  ASSERT_EQ(dir.files(), (std::vector<std::string>{dir / "run.0.moetrace", dir / "run.1.moetrace"}))
+      << run.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    LoadedTrace trace = load_trace(dir / ("run." + std::to_string(rank) + ".moetrace"));
+    EXPECT_TRUE(trace.complete);
+    auto metadata = nlohmann::json::parse(trace.metadata_json);
+    EXPECT_EQ(metadata["rank"], rank);
+    EXPECT_EQ(metadata["world_size"], 2);
+    int allreduce_spans = 0;
+    for (const auto& span : rebuild_spans(trace)) allreduce_spans += span.name == "allreduce_step";
+    EXPECT_EQ(allreduce_spans, 1);
+    auto loads = trace.of_kind(RecordKind::kExpertLoad);
+    ASSERT_EQ(loads.size(), 1u);
+    EXPECT_EQ(loads[0].as<trace::ExpertLoadRecord>().rank, rank);
+    EXPECT_EQ(loads[0].tail<uint32_t>(sizeof(trace::ExpertLoadRecord), 2), 20u + rank);
+  }
+}
+
+}  // namespace
+}  // namespace moescope::testing
