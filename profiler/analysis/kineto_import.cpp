@@ -261,6 +261,8 @@ FileLoad load_kineto_file(const std::string& path) {
   KinetoLoader loader(out);
   loader.load(root);
   loader.finish();
+  out.process.streams =
+      static_cast<uint32_t>(out.process.threads.size() + out.process.gpu_streams.size());
   finalize_process(out);
   return out;
 }

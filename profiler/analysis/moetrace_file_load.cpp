@@ -137,6 +137,7 @@ class MoetraceFileLoader {
         break;
     }
     ++process_.events;
+    ++process_.events_per_kind[header.kind & 31];
     switch (record.kind()) {
       case RecordKind::kSpanBegin: {
         uint32_t t = thread_of(stream);
@@ -488,8 +489,15 @@ FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progre
     loader.read_metadata(reader.metadata_json());
     trace::Chunk chunk;
     uint64_t reported = 0;
+    std::vector<bool> seen_streams;
     while (reader.next_chunk(chunk)) {
       loader.read_chunk(chunk);
+      ++out.process.chunks;
+      if (chunk.stream < (1u << 20)) {
+        if (chunk.stream >= seen_streams.size()) seen_streams.resize(chunk.stream + 1);
+        if (!seen_streams[chunk.stream]) ++out.process.streams;
+        seen_streams[chunk.stream] = true;
+      }
       if (progress && reader.position() - reported >= (4u << 20)) {
         reported = reader.position();
         progress(reported, reader.file_size());

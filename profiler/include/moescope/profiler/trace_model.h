@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -257,7 +258,11 @@ struct ProcessTrack {
   TimeNs clock_offset = 0;    // added to every time of this file to reach the global clock
   bool complete = false;      // the writer closed the file cleanly
   uint64_t dropped_events = 0;
-  uint64_t events = 0;  // records read (strings excluded)
+  uint64_t events = 0;  // records read (strings and statistics excluded)
+  // Records per trace::RecordKind value (moetrace files), for `moescope info`.
+  std::array<uint64_t, 32> events_per_kind{};
+  uint64_t chunks = 0;   // intact chunks read
+  uint32_t streams = 0;  // distinct recorder streams (Kineto: threads + GPU streams)
 
   std::vector<CpuThreadTrack> threads;
   std::vector<GpuStreamTrack> gpu_streams;  // sorted by (device, stream)
