@@ -88,12 +88,13 @@ class ViewerScreenshots : public ::testing::Test {
 
   // Renders `panel` and loads the PNG and its layout; `via_cli` goes through `moescope view`.
   void render(const std::string& panel, Image& image, nlohmann::json& layout, bool via_cli = false,
-              const std::string& extra = "", const std::string& tag = "") {
+              const std::string& extra = "", const std::string& tag = "",
+              const std::vector<std::string>* files = nullptr) {
     std::string png = directory_ + "/" + panel + (via_cli ? "_cli" : "") + tag + ".png";
     fs::remove(png);
     std::string command = "xvfb-run -a -s '-screen 0 1280x1024x24' " + build_dir_ +
                           (via_cli ? "/bin/moescope view" : "/bin/moescope-view");
-    for (const std::string& file : trace_.files) command += " " + file;
+    for (const std::string& file : files ? *files : trace_.files) command += " " + file;
     command += " --screenshot " + png + " --panel " + panel + " --size " + std::to_string(kWidth) +
                "x" + std::to_string(kHeight) + " " + extra + " 2>&1";
     int status = std::system(command.c_str());
@@ -303,6 +304,20 @@ TEST_F(ViewerScreenshots, MouseAndKeysDriveTheTimeline) {
   EXPECT_EQ(layout["selected_lane"].get<int>(), 0);
   EXPECT_GE(layout["selected_slot"].get<int64_t>(), 0);
   EXPECT_EQ(layout["collapsed_tracks"].get<int>(), 1) << "clicking a track header collapses it";
+}
+
+// Opening rank 0 alone, then dropping both ranks' files on the window loads them together.
+TEST_F(ViewerScreenshots, DroppedFilesOpenTogether) {
+  Image image;
+  nlohmann::json layout;
+  std::vector<std::string> first_rank{trace_.files[0]};
+  render("timeline", image, layout, false, "", "_one_rank", &first_rank);
+  EXPECT_EQ(layout["ranks"].get<int>(), 1);
+  render("comm", image, layout, false,
+         "--input 'drop " + trace_.files[0] + " " + trace_.files[1] + "'", "_dropped", &first_rank);
+  EXPECT_EQ(layout["files"].get<int>(), 2);
+  EXPECT_EQ(layout["ranks"].get<int>(), 2);
+  EXPECT_EQ(layout["comm_matrix"]["rows"].get<int>(), 2);
 }
 
 TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {

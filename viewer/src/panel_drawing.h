@@ -33,6 +33,7 @@ struct LayoutProbe {
   int64_t selected_slot = -1;
   int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;
+  int files = 0, ranks = 0;  // of the trace on screen
   int stats_rows = 0;
 };
 LayoutProbe& layout_probe();

@@ -51,6 +51,8 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"memory_plot_top", probe.memory_plot_top},
                          {"memory_plot_bottom", probe.memory_plot_bottom},
                          {"report_rows", probe.report_rows},
+                         {"files", probe.files},
+                         {"ranks", probe.ranks},
                          {"timeline_start_ns", probe.timeline_start_ns},
                          {"timeline_end_ns", probe.timeline_end_ns},
                          {"timeline_area_x", probe.timeline_area_x},

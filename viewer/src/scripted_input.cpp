@@ -54,6 +54,12 @@ bool ScriptedInput::parse(const std::string& script, std::string& error) {
       }
       at.left = at.right = false;
       frames_.push_back(at);
+    } else if (verb == "drop") {
+      std::string path;
+      while (words >> path) at.drop.push_back(path);
+      if (at.drop.empty()) return fail();
+      frames_.push_back(at);
+      at.drop.clear();
     } else if (verb == "key") {
       std::string key;
       int count;
@@ -75,9 +81,10 @@ bool ScriptedInput::parse(const std::string& script, std::string& error) {
   return true;
 }
 
-bool ScriptedInput::apply(ImGuiIO& io) {
+bool ScriptedInput::apply(ImGuiIO& io, std::vector<std::string>& dropped) {
   if (next_ >= frames_.size()) return false;
   const FrameInput& input = frames_[next_++];
+  dropped = input.drop;
   io.MousePos = ImVec2(input.x, input.y);
   io.MouseDown[0] = input.left;
   io.MouseDown[1] = input.right;

@@ -1,6 +1,7 @@
 // Scripted mouse and keyboard input for screenshot mode, so tests drive the real panels the way
 // a person does (wheel, drag, click, keys) and then capture the result. Commands, separated by
 // ';':  move X Y | click X Y | wheel X Y NOTCHES | drag X0 Y0 X1 Y1 [right] | key W|A|S|D FRAMES
+// | drop PATH... (files dropped on the window, as GLFW's drop callback delivers them)
 #pragma once
 
 #include <string>
@@ -16,7 +17,8 @@ class ScriptedInput {
   bool parse(const std::string& script, std::string& error);
   // Sets this frame's input on `io` (call between the backend's NewFrame and ImGui::NewFrame).
   // Returns false once the script is done.
-  bool apply(ImGuiIO& io);
+  // `dropped` receives the files of a drop command.
+  bool apply(ImGuiIO& io, std::vector<std::string>& dropped);
   bool empty() const { return frames_.empty(); }
 
  private:
@@ -25,6 +27,7 @@ class ScriptedInput {
     bool left = false, right = false;
     float wheel = 0;
     int key = -1;  // GLFW key code held this frame
+    std::vector<std::string> drop;
   };
   std::vector<FrameInput> frames_;
   size_t next_ = 0;

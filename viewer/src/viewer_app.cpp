@@ -319,7 +319,11 @@ void ViewerApp::frame() {
         ImVec2(static_cast<float>(options_.width), static_cast<float>(options_.height));
     io.DisplayFramebufferScale = ImVec2(1, 1);
   }
-  if (playing_script_) playing_script_ = scripted_input_.apply(io);
+  if (playing_script_) {
+    std::vector<std::string> dropped;
+    playing_script_ = scripted_input_.apply(io, dropped);
+    if (!dropped.empty()) on_files_dropped(std::move(dropped));
+  }
   ImGui::NewFrame();
   if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_O)) browser_.open();
   if (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_Q)) glfwSetWindowShouldClose(window_, 1);
@@ -351,6 +355,8 @@ void ViewerApp::frame() {
 }
 
 bool ViewerApp::write_screenshot() {
+  layout_probe().files = trace_ ? static_cast<int>(trace_->files.size()) : 0;
+  layout_probe().ranks = trace_ ? static_cast<int>(trace_->model.processes.size()) : 0;
   std::vector<uint8_t> pixels(static_cast<size_t>(options_.width) * options_.height * 4);
   glBindFramebuffer(GL_FRAMEBUFFER, framebuffer_);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
@@ -413,6 +419,7 @@ int ViewerApp::run() {
   }
   playing_script_ = !scripted_input_.empty();
   while (playing_script_) frame();
+  while (loading_ || tables_) frame();  // a dropped trace loads like the first one
   for (int i = 0; i < 3; ++i) frame();
   return write_screenshot() ? 0 : 1;
 }
