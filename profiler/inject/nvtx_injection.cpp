@@ -22,6 +22,7 @@
 
 #include "moescope/recorder.h"
 #include "nvtx_handles.h"
+#include "recorder/recorder.h"
 
 namespace moescope::inject {
 namespace {
@@ -34,8 +35,55 @@ NvtxDomain& domain_of(nvtxDomainHandle_t handle) {
   return handle ? *reinterpret_cast<NvtxDomain*>(handle) : default_nvtx_domain();
 }
 
+// ASCII messages are nearly always string literals: a per-thread cache keyed by the pointer
+// skips hashing. An entry is trusted only if its stored copy still equals the text (the same
+// address may hold another string later) and it belongs to the current recording.
+struct AsciiNameCache {
+  struct Entry {
+    const char* pointer = nullptr;
+    uint64_t generation = 0;
+    moescope_name_t id = 0;
+    char text[52] = {};
+  };
+  Entry entries[64];
+};
+// A pointer in static TLS (the cache itself is on the heap): a few bytes, so the shim still
+// loads with dlopen (static TLS left for dlopen'ed libraries is small).
+__attribute__((tls_model("initial-exec"))) thread_local AsciiNameCache* t_ascii_names = nullptr;
+// Frees the thread's cache when the thread exits (touched once, when the cache is created).
+struct AsciiNameCacheOwner {
+  ~AsciiNameCacheOwner() {
+    delete t_ascii_names;
+    t_ascii_names = nullptr;
+  }
+};
+thread_local AsciiNameCacheOwner t_ascii_names_owner;
+
 moescope_name_t intern_ascii(const char* text) {
-  return text ? moescope_intern_n(text, std::strlen(text)) : 0;
+  if (!text) return 0;
+  AsciiNameCache* cache = t_ascii_names;
+  if (!cache) {
+    cache = t_ascii_names = new (std::nothrow) AsciiNameCache;
+    if (!cache) return moescope_intern_n(text, std::strlen(text));
+    (void)&t_ascii_names_owner;
+  }
+  auto& entry = cache->entries[(reinterpret_cast<uintptr_t>(text) >> 3) & 63];
+  uint64_t generation = recorder::Recorder::instance().generation();
+  if (entry.pointer == text && entry.generation == generation &&
+      std::strcmp(entry.text, text) == 0) {
+    return entry.id;
+  }
+  size_t length = std::strlen(text);
+  moescope_name_t id = moescope_intern_n(text, length);
+  if (length < sizeof(entry.text)) {
+    std::memcpy(entry.text, text, length + 1);
+    entry.pointer = text;
+    entry.generation = generation;
+    entry.id = id;
+  } else {
+    entry.pointer = nullptr;
+  }
+  return id;
 }
 
 moescope_name_t intern_wide(const wchar_t* text) {
