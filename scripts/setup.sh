@@ -30,6 +30,6 @@ if [ "${MOESCOPE_SKIP_TORCH:-0}" != 1 ]; then
     echo "setup: installing torch==$TORCH_VERSION from PyPI (found: ${have:-none})"
     "$PYTHON" -m pip install -q "torch==$TORCH_VERSION" numpy
   fi
-  "$PYTHON" -c 'import numpy, psutil, hta.trace_analysis' >/dev/null 2>&1 || "$PYTHON" -m pip install -q numpy psutil HolisticTraceAnalysis
+  "$PYTHON" -c 'import numpy, psutil, hta.trace_analysis, nvtx' >/dev/null 2>&1 || "$PYTHON" -m pip install -q numpy psutil HolisticTraceAnalysis nvtx
 fi
 echo "setup: ok"
