@@ -169,11 +169,13 @@ void finalize_process(FileLoad& file) {
                    [](const Instant& a, const Instant& b) { return a.time < b.time; });
     sort_if_needed(thread.api_calls,
                    [](const ApiCall& a, const ApiCall& b) { return a.start < b.start; });
-    for (const auto& depth0 :
-         thread.spans_by_depth.empty() ? std::vector<uint32_t>() : thread.spans_by_depth[0]) {
-      cover(thread.spans[depth0].start, thread.spans[depth0].end);
+    // Top-level spans hold their children; the sorted arrays' ends bound the rest.
+    if (!thread.spans_by_depth.empty()) {
+      for (uint32_t index : thread.spans_by_depth[0]) {
+        cover(thread.spans[index].start, thread.spans[index].end);
+      }
     }
-    for (const auto& instant : thread.instants) cover(instant.time, instant.time);
+    if (!thread.instants.empty()) cover(thread.instants.front().time, thread.instants.back().time);
     for (const auto& call : thread.api_calls) cover(call.start, call.end);
   }
   // Kernel details move with their ops, so sort ops and re-point details.

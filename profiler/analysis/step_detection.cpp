@@ -9,30 +9,29 @@
 namespace moescope::analysis {
 namespace {
 
-// Latest end of any activity on the process that starts in [from, until).
+// Latest end of any activity on the process that starts in [from, until); sorted tracks are
+// entered by binary search.
 TimeNs last_activity_end(const ProcessTrack& process, TimeNs from, TimeNs until) {
   TimeNs last = from;
+  auto scan = [&](const auto& items) {
+    auto it = std::lower_bound(items.begin(), items.end(), from,
+                               [](const auto& item, TimeNs time) { return item.start < time; });
+    for (; it != items.end() && it->start < until; ++it) last = std::max(last, it->end);
+  };
   for (const auto& thread : process.threads) {
     if (!thread.spans_by_depth.empty()) {
-      for (uint32_t index : thread.spans_by_depth[0]) {
-        const Span& span = thread.spans[index];
-        if (span.start >= from && span.start < until) last = std::max(last, span.end);
+      const auto& top = thread.spans_by_depth[0];
+      auto it = std::lower_bound(top.begin(), top.end(), from, [&](uint32_t index, TimeNs time) {
+        return thread.spans[index].start < time;
+      });
+      for (; it != top.end() && thread.spans[*it].start < until; ++it) {
+        last = std::max(last, thread.spans[*it].end);
       }
     }
-    for (const auto& call : thread.api_calls) {
-      if (call.start >= from && call.start < until) last = std::max(last, call.end);
-    }
+    scan(thread.api_calls);
   }
-  for (const auto& stream : process.gpu_streams) {
-    for (const auto& op : stream.ops) {
-      if (op.start >= from && op.start < until) last = std::max(last, op.end);
-    }
-  }
-  for (const auto& comm : process.communicators) {
-    for (const auto& op : comm.ops) {
-      if (op.start >= from && op.start < until) last = std::max(last, op.end);
-    }
-  }
+  for (const auto& stream : process.gpu_streams) scan(stream.ops);
+  for (const auto& comm : process.communicators) scan(comm.ops);
   return last;
 }
 
