@@ -173,6 +173,10 @@ TEST(CuptiCapture, ThePoolCapRefusesBuffersUntilOneComesBack) {
   EXPECT_EQ(again, buffers[0]);
   EXPECT_EQ(size, 4096u);
   EXPECT_EQ(capture.pool().allocated_buffers(), 2u);
+  // Hand everything back, as CUPTI does at the final flush (the pool frees idle buffers).
+  api.completed(nullptr, 0, again, 4096, 0);
+  api.completed(nullptr, 0, buffers[1], 4096, 0);
+  EXPECT_EQ(capture.pool().buffers_in_use(), 0u);
 }
 
 TEST(CuptiCapture, StopFlushesForcedDisablesAndFinalizesOnce) {
@@ -229,7 +233,10 @@ TEST(CuptiBufferPool, IgnoresUnknownAndDoubleReleases) {
   pool.release(buffer);
   EXPECT_EQ(pool.buffers_in_use(), 0u);
   EXPECT_EQ(pool.acquire(), buffer);
-  EXPECT_NE(pool.acquire(), buffer);  // the idle list held it once, not twice
+  uint8_t* second = pool.acquire();
+  EXPECT_NE(second, buffer);  // the idle list held it once, not twice
+  pool.release(buffer);
+  pool.release(second);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <link.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -76,6 +77,22 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// Under AddressSanitizer its runtime must come first in the preload list of the child.
+std::string preload_list(const std::string& library) {
+  std::string asan_runtime;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libasan.so") != std::string::npos) {
+          *static_cast<std::string*>(out) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &asan_runtime);
+  return asan_runtime.empty() ? library : asan_runtime + ":" + library;
+}
+
 struct ProgramRun {
   int exit_code = -1;
   std::string stdout_text;
@@ -142,10 +159,10 @@ class NcclInterposition : public ::testing::Test {
     plain_ = new ProgramRun(run_program(MOESCOPE_NCCL_PROGRAM, "", temp_path("plain.log")));
     trace_path_ = new std::string(temp_path("nccl_interposed.moetrace"));
     std::remove(trace_path_->c_str());
-    shimmed_ = new ProgramRun(run_program(
-        MOESCOPE_NCCL_PROGRAM,
-        "LD_PRELOAD='" MOESCOPE_INJECT_LIBRARY "' MOESCOPE_OUTPUT='" + *trace_path_ + "'",
-        temp_path("shimmed.log")));
+    shimmed_ = new ProgramRun(run_program(MOESCOPE_NCCL_PROGRAM,
+                                          "LD_PRELOAD='" + preload_list(MOESCOPE_INJECT_LIBRARY) +
+                                              "' MOESCOPE_OUTPUT='" + *trace_path_ + "'",
+                                          temp_path("shimmed.log")));
     trace_ = new LoadedTrace(load_trace(*trace_path_));
   }
   static void TearDownTestSuite() {
@@ -325,10 +342,10 @@ TEST_F(NcclInterposition, TheTraceNamesTheInterposedNcclAndTheMissingDriver) {
 TEST(NcclRealLibrary, HostOnlyCallsGoThroughTheShimToTheRealNccl) {
   std::string trace_path = temp_path("nccl_real.moetrace");
   std::remove(trace_path.c_str());
-  ProgramRun run =
-      run_program(MOESCOPE_REAL_NCCL_PROGRAM,
-                  "LD_PRELOAD='" MOESCOPE_INJECT_LIBRARY "' MOESCOPE_OUTPUT='" + trace_path + "'",
-                  temp_path("real.log"));
+  ProgramRun run = run_program(MOESCOPE_REAL_NCCL_PROGRAM,
+                               "LD_PRELOAD='" + preload_list(MOESCOPE_INJECT_LIBRARY) +
+                                   "' MOESCOPE_OUTPUT='" + trace_path + "'",
+                               temp_path("real.log"));
   ASSERT_EQ(run.exit_code, 0) << run.stdout_text;
   int version_result = -1, version = -1, direct_result = -1, direct = -2, id_result = -1,
       id_filled = 0;

@@ -11,6 +11,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -31,7 +32,8 @@ namespace {
 constexpr int kStandinVersion = 29999;
 
 std::mutex g_mutex;
-std::vector<nccl::Comm*> g_comms;
+// Owned until exit (never freed at destroy, so a stale handle still logs its ordinal).
+std::vector<std::unique_ptr<nccl::Comm>> g_comms;
 
 void log_line(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void log_line(const char* format, ...) {
@@ -50,9 +52,9 @@ void log_line(const char* format, ...) {
 
 nccl::Comm* new_comm(int rank, int num_ranks, int device) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto* comm = new nccl::Comm{static_cast<int>(g_comms.size()) + 1, rank, num_ranks, device};
-  g_comms.push_back(comm);
-  return comm;
+  g_comms.push_back(std::make_unique<nccl::Comm>(
+      nccl::Comm{static_cast<int>(g_comms.size()) + 1, rank, num_ranks, device}));
+  return g_comms.back().get();
 }
 
 int ordinal(nccl::CommHandle comm) {
