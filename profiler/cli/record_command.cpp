@@ -78,12 +78,38 @@ std::string absolute_pattern(const std::string& pattern) {
   return std::string(cwd) + "/" + pattern;
 }
 
-// LD_PRELOAD with the shim first (its recorder and interposed functions must win).
+bool is_sanitizer_runtime(const std::string& library) {
+  std::string name = library.substr(library.rfind('/') + 1);
+  for (const char* prefix : {"libasan", "libtsan", "libubsan", "liblsan", "libclang_rt."}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// LD_PRELOAD with the shim first (its recorder and interposed functions must win), after a
+// sanitizer runtime if one is preloaded (those must come first of all).
 std::string preload_with(const std::string& library) {
   const char* existing = std::getenv("LD_PRELOAD");
-  if (!existing || !*existing) return library;
-  if (std::strstr(existing, library.c_str())) return existing;
-  return library + ":" + existing;
+  std::vector<std::string> first, rest;
+  if (existing) {
+    std::string entries = existing;
+    for (char& c : entries) c = c == ' ' ? ':' : c;
+    size_t begin = 0;
+    while (begin <= entries.size()) {
+      size_t end = entries.find(':', begin);
+      if (end == std::string::npos) end = entries.size();
+      std::string entry = entries.substr(begin, end - begin);
+      if (!entry.empty() && entry != library) {
+        (is_sanitizer_runtime(entry) ? first : rest).push_back(entry);
+      }
+      begin = end + 1;
+    }
+  }
+  first.push_back(library);
+  first.insert(first.end(), rest.begin(), rest.end());
+  std::string joined;
+  for (const auto& entry : first) joined += (joined.empty() ? "" : ":") + entry;
+  return joined;
 }
 
 std::string session_id() {

@@ -54,6 +54,16 @@ double now_seconds() {
   dup2(err_fd, 2);
   for (const auto& name : options.unset_environment) unsetenv(name.c_str());
   for (const auto& [name, value] : options.environment) setenv(name.c_str(), value.c_str(), 1);
+#ifdef MOESCOPE_TEST_SANITIZER_RUNTIME
+  // Sanitizer builds: the shim is instrumented, so every program it enters needs the runtime
+  // loaded first (`moescope record` keeps it in front); leaks of the hosts are not ours.
+  std::string preload = MOESCOPE_TEST_SANITIZER_RUNTIME;
+  if (const char* existing = getenv("LD_PRELOAD"); existing && *existing) {
+    preload += std::string(":") + existing;
+  }
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+#endif
   if (options.file_size_limit >= 0) {
     struct rlimit limit = {static_cast<rlim_t>(options.file_size_limit),
                            static_cast<rlim_t>(options.file_size_limit)};
