@@ -3,6 +3,9 @@
 // graph capture, failures, shutdown.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -312,6 +315,38 @@ TEST(NcclCompletion, ThePollerThreadEmitsCompletedOps) {
   h.tracker.stop_poller();
   ASSERT_EQ(h.emitted(), 1u);
   EXPECT_EQ(h.gpu.current, 1);  // the poller made the ops' device current first
+}
+
+TEST(NcclCompletion, AForkedChildForgetsThePollerAndPendingOpsWithoutHanging) {
+  NcclCompletionTracker::Options options;
+  options.poll_interval_ms = 1;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.tracker.start_poller();
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  ASSERT_EQ(h.tracker.pending(), 1u);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // What the shim's fork handler does, then what its exit path does.
+    h.tracker.abandon_after_fork();
+    h.tracker.stop_poller();  // must not join the parent's thread
+    h.tracker.drain();
+    _exit(h.tracker.pending() == 0 && h.emitted() == 0 ? 0 : 3);
+  }
+  int status = 0;
+  for (int waited = 0; waited < 500 && waitpid(child, &status, WNOHANG) == 0; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waitpid(child, &status, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  h.tracker.stop_poller();
+  EXPECT_EQ(h.tracker.pending(), 1u);  // the parent still owns its op
 }
 
 TEST(NcclCompletion, UnknownCommunicatorsAreAskedAboutLazily) {
