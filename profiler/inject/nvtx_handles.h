@@ -63,4 +63,8 @@ void name_os_thread(uint32_t os_thread_id, const std::string& name);
 // Applies a pending name for the calling thread; costs one relaxed load when none changed.
 void apply_pending_thread_name();
 
+// In a forked child (on the thread that forked): ranges the parent pushed were recorded into
+// the parent's trace; their pops must not close spans of the child's trace.
+void forget_recorded_nvtx_ranges();
+
 }  // namespace moescope::inject

@@ -28,8 +28,11 @@ namespace moescope::inject {
 namespace {
 
 // NVTX's push/pop levels per thread, returned to the caller as NVTX defines them (0-based
-// level of the range pushed or popped; negative when nothing was open).
+// level of the range pushed or popped; negative when nothing was open). Of these, the innermost
+// `t_recorded_depth` were recorded: a pop of a range pushed before recording started (or by the
+// parent of a forked child) writes no unmatched span end.
 __attribute__((tls_model("initial-exec"))) thread_local int t_push_depth = 0;
+__attribute__((tls_model("initial-exec"))) thread_local int t_recorded_depth = 0;
 
 NvtxDomain& domain_of(nvtxDomainHandle_t handle) {
   return handle ? *reinterpret_cast<NvtxDomain*>(handle) : default_nvtx_domain();
@@ -126,12 +129,16 @@ moescope_name_t event_domain(NvtxDomain& domain, const nvtxEventAttributes_t* at
 
 int push(moescope_name_t domain, moescope_name_t name) {
   moescope_span_begin_impl(domain, name);
+  ++t_recorded_depth;
   return t_push_depth++;
 }
 
 int pop() {
   if (t_push_depth <= 0) return -1;
-  if (moescope_recording) moescope_span_end_impl();
+  if (t_recorded_depth > 0) {
+    --t_recorded_depth;
+    if (moescope_recording) moescope_span_end_impl();
+  }
   return --t_push_depth;
 }
 
@@ -311,6 +318,11 @@ bool install_module(const NvtxExportTableCallbacks* callbacks, NvtxCallbackModul
 }
 
 }  // namespace
+
+void forget_recorded_nvtx_ranges() {
+  t_recorded_depth = 0;
+}
+
 }  // namespace moescope::inject
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(

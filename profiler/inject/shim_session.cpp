@@ -15,6 +15,7 @@
 #include <string>
 
 #include "moescope/recorder.h"
+#include "nvtx_handles.h"
 #include "recorder/recorder.h"
 #include "recorder/trace_path.h"
 #include "shim_options.h"
@@ -102,6 +103,7 @@ void after_fork_in_child() {
   Session& state = session();
   new (&state.mutex) std::mutex;  // the parent's lock holder does not exist here
   forget_signal_watcher_after_fork();
+  forget_recorded_nvtx_ranges();
   if (!state.active.load()) return;
   state.active = false;
   recorder::Recorder::instance().abandon_after_fork();

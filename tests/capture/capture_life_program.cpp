@@ -1,8 +1,9 @@
 // capture_life_program: an NVTX-annotated program that exercises the ends of a process's life
 // under `moescope record` (see capture_process_life_test.cpp). Modes:
 //
-//   fork               parent range "parent_work", forks; the child records "child_work" and
-//                      exits; prints "parent <pid> child <pid>"
+//   fork               parent range "parent_work", forks; the child records "child_work", pops
+//                      the inherited "parent_work" too and exits; prints "parent <pid> child
+//                      <pid> status <code>"
 //   exit-from-thread   a second thread records "last_words" and calls exit(3) while the main
 //                      thread keeps recording
 //   wait-for-signal    records ranges in a loop; prints "ready" once, runs until a signal
@@ -33,7 +34,8 @@ int run_fork() {
     nvtxRangePushA("child_work");
     sleep_ms(20);
     nvtxRangePop();
-    std::exit(0);  // exit(): the child's trace is closed by the shim's atexit handler
+    nvtxRangePop();  // closes "parent_work", pushed before the fork: not in the child's trace
+    std::exit(0);    // exit(): the child's trace is closed by the shim's atexit handler
   }
   int status = 0;
   waitpid(child, &status, 0);

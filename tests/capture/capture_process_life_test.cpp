@@ -52,6 +52,9 @@ TEST(CaptureProcessLife, ForkTraceGivesTheChildItsOwnTrace) {
   EXPECT_EQ(count_spans(parent, "parent_work"), 1);
   EXPECT_EQ(count_spans(parent, "child_work"), 0);
   EXPECT_EQ(count_spans(child, "child_work"), 1);
+  // The child's pop of the parent's range leaves no unmatched end in the child's trace.
+  EXPECT_EQ(child.of_kind(RecordKind::kSpanEnd).size(),
+            child.of_kind(RecordKind::kSpanBegin).size());
   EXPECT_EQ(metadata_of(parent)["pid"], parent_pid);
   EXPECT_EQ(metadata_of(child)["pid"], child_pid);
   EXPECT_EQ(metadata_of(child)["capture"]["forked_child"], true);
