@@ -92,8 +92,8 @@ class ViewerScreenshots : public ::testing::Test {
               const std::vector<std::string>* files = nullptr) {
     std::string png = directory_ + "/" + panel + (via_cli ? "_cli" : "") + tag + ".png";
     fs::remove(png);
-    std::string command = "xvfb-run -a -s '-screen 0 1280x1024x24' " + build_dir_ +
-                          (via_cli ? "/bin/moescope view" : "/bin/moescope-view");
+    std::string command = "cd " + directory_ + " && xvfb-run -a -s '-screen 0 1280x1024x24' " +
+                          build_dir_ + (via_cli ? "/bin/moescope view" : "/bin/moescope-view");
     for (const std::string& file : files ? *files : trace_.files) command += " " + file;
     command += " --screenshot " + png + " --panel " + panel + " --size " + std::to_string(kWidth) +
                "x" + std::to_string(kHeight) + " " + extra + " 2>&1";
@@ -318,6 +318,31 @@ TEST_F(ViewerScreenshots, DroppedFilesOpenTogether) {
   EXPECT_EQ(layout["files"].get<int>(), 2);
   EXPECT_EQ(layout["ranks"].get<int>(), 2);
   EXPECT_EQ(layout["comm_matrix"]["rows"].get<int>(), 2);
+}
+
+// Ctrl+O opens the file browser on the working directory; ticking both ranks' files and
+// pressing "Open ticked" opens them together.
+TEST_F(ViewerScreenshots, FileBrowserOpensTickedRanks) {
+  Image image;
+  nlohmann::json layout;
+  std::vector<std::string> first_rank{trace_.files[0]};
+  render("timeline", image, layout, false, "--input 'ctrl O'", "_browser", &first_rank);
+  ASSERT_TRUE(layout["browser_open"].get<bool>());
+  auto names = layout["browser_traces"].get<std::vector<std::string>>();
+  ASSERT_EQ(names, (std::vector<std::string>{"sample.0.moetrace", "sample.1.moetrace"}));
+  std::string script = "ctrl O";
+  for (const auto& box : layout["browser_checkboxes"]) {
+    script += "; click " + std::to_string(box[0].get<float>()) + " " +
+              std::to_string(box[1].get<float>());
+  }
+  const auto& button = layout["browser_open_button"];
+  script += "; click " + std::to_string(button[0].get<float>()) + " " +
+            std::to_string(button[1].get<float>());
+  render("timeline", image, layout, false, "--input '" + script + "'", "_browser_opened",
+         &first_rank);
+  EXPECT_FALSE(layout["browser_open"].get<bool>());
+  EXPECT_EQ(layout["files"].get<int>(), 2);
+  EXPECT_EQ(layout["ranks"].get<int>(), 2);
 }
 
 TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {

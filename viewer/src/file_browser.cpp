@@ -55,9 +55,14 @@ void FileBrowser::list_directory() {
 }
 
 bool FileBrowser::draw(std::vector<std::string>& chosen) {
+  LayoutProbe& probe = layout_probe();
+  probe.browser_open = open_;
+  probe.browser_traces.clear();
+  probe.browser_checkboxes.clear();
   if (!open_) return false;
   bool confirmed = false;
   ImGui::SetNextWindowSize(ImVec2(640, 440), ImGuiCond_FirstUseEver);
+  ImGui::SetNextWindowBgAlpha(1.0f);  // opaque over the timeline
   if (ImGui::Begin("Open traces", &open_)) {
     ImGui::TextWrapped("%s", directory_.c_str());
     if (ImGui::Button("Up")) {
@@ -78,6 +83,10 @@ bool FileBrowser::draw(std::vector<std::string>& chosen) {
         }
       } else if (entry.is_trace) {
         ImGui::Checkbox(entry.name.c_str(), &entry.ticked);
+        ImVec2 box_min = ImGui::GetItemRectMin();
+        float box = ImGui::GetFrameHeight();
+        probe.browser_traces.push_back(entry.name);
+        probe.browser_checkboxes.emplace_back(box_min.x + 0.5f * box, box_min.y + 0.5f * box);
         ImGui::SameLine();
         ImGui::TextDisabled("%s", format_bytes(static_cast<double>(entry.bytes)).c_str());
       } else {
@@ -89,7 +98,11 @@ bool FileBrowser::draw(std::vector<std::string>& chosen) {
       directory_ = (fs::path(directory_) / enter).string();
       list_directory();
     }
-    if (ImGui::Button("Open ticked")) {
+    bool open_clicked = ImGui::Button("Open ticked");
+    ImVec2 button_min = ImGui::GetItemRectMin(), button_max = ImGui::GetItemRectMax();
+    probe.browser_open_button = {0.5f * (button_min.x + button_max.x),
+                                 0.5f * (button_min.y + button_max.y)};
+    if (open_clicked) {
       chosen.clear();
       for (const Entry& entry : entries_) {
         if (entry.ticked) chosen.push_back((fs::path(directory_) / entry.name).string());

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <imgui.h>
 
@@ -34,6 +36,12 @@ struct LayoutProbe {
   int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;
   int files = 0, ranks = 0;  // of the trace on screen
+  // The file browser: whether it is open, the trace files it lists with the centres of their
+  // checkboxes, and the centre of its "Open ticked" button.
+  bool browser_open = false;
+  std::vector<std::string> browser_traces;
+  std::vector<std::pair<float, float>> browser_checkboxes;
+  std::pair<float, float> browser_open_button{0, 0};
   int stats_rows = 0;
 };
 LayoutProbe& layout_probe();

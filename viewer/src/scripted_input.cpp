@@ -54,6 +54,15 @@ bool ScriptedInput::parse(const std::string& script, std::string& error) {
       }
       at.left = at.right = false;
       frames_.push_back(at);
+    } else if (verb == "ctrl") {
+      std::string key;
+      if (!(words >> key) || key.size() != 1 || key[0] < 'A' || key[0] > 'Z') return fail();
+      at.ctrl = true;
+      at.key = GLFW_KEY_A + (key[0] - 'A');
+      frames_.push_back(at);
+      at.ctrl = false;
+      at.key = -1;
+      frames_.push_back(at);
     } else if (verb == "drop") {
       std::string path;
       while (words >> path) at.drop.push_back(path);
@@ -89,8 +98,8 @@ bool ScriptedInput::apply(ImGuiIO& io, std::vector<std::string>& dropped) {
   io.MouseDown[0] = input.left;
   io.MouseDown[1] = input.right;
   io.MouseWheel = input.wheel;
-  for (int key : {GLFW_KEY_W, GLFW_KEY_A, GLFW_KEY_S, GLFW_KEY_D})
-    io.KeysDown[key] = key == input.key;
+  for (int key = GLFW_KEY_A; key <= GLFW_KEY_Z; ++key) io.KeysDown[key] = key == input.key;
+  io.KeyCtrl = input.ctrl;
   // A fixed frame time, so held keys move the view by the same amount on every machine.
   io.DeltaTime = 1.0f / 60.0f;
   return true;

@@ -2,6 +2,7 @@
 // a person does (wheel, drag, click, keys) and then capture the result. Commands, separated by
 // ';':  move X Y | click X Y | wheel X Y NOTCHES | drag X0 Y0 X1 Y1 [right] | key W|A|S|D FRAMES
 // | drop PATH... (files dropped on the window, as GLFW's drop callback delivers them)
+// | ctrl KEY (a Ctrl+letter shortcut, e.g. ctrl O opens the file browser)
 #pragma once
 
 #include <string>
@@ -28,6 +29,7 @@ class ScriptedInput {
     float wheel = 0;
     int key = -1;  // GLFW key code held this frame
     std::vector<std::string> drop;
+    bool ctrl = false;
   };
   std::vector<FrameInput> frames_;
   size_t next_ = 0;
