@@ -79,6 +79,9 @@ TEST(RulerTicks, NiceStepsWithMinimumSpacing) {
   EXPECT_DOUBLE_EQ(ticks.times_ns[3], 3e5);
   ticks = ruler_ticks(axis, 150.0);  // 150 us -> 200 us
   EXPECT_DOUBLE_EQ(ticks.step_ns, 2e5);
+  ticks = ruler_ticks(axis, 80.0, 33.0);  // whole steps from the trace start
+  EXPECT_DOUBLE_EQ(ticks.times_ns[0], 33.0);
+  EXPECT_DOUBLE_EQ(ticks.times_ns[1], 1e5 + 33.0);
 }
 
 TEST(FormatDuration, PicksUnits) {

@@ -29,7 +29,8 @@ void draw_colour_legend(ImDrawList* draw, ImVec2 top_left, ImVec2 size, double m
                 IM_COL32(160, 160, 160, 255));
   char label[48];
   for (double fraction : {1.0, 0.5, 0.0}) {
-    std::snprintf(label, sizeof(label), "%.4g %s", max_value * fraction, unit);
+    double value = max_value * fraction;
+    std::snprintf(label, sizeof(label), value >= 10.0 ? "%.0f %s" : "%.3g %s", value, unit);
     float y = top_left.y + size.y * static_cast<float>(1.0 - fraction) - 7.0f;
     draw->AddText(ImVec2(top_left.x + size.x + 6, y), IM_COL32(220, 220, 220, 255), label);
   }

@@ -69,7 +69,7 @@ void TimeAxis::clamp_to_bounds() {
   end_ns_ = start_ns_ + length;
 }
 
-RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px) {
+RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px, double origin_ns) {
   RulerTicks ticks;
   double min_step = std::max(min_spacing_px * axis.ns_per_px(), 1.0);
   double power = std::pow(10.0, std::floor(std::log10(min_step)));
@@ -79,7 +79,8 @@ RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px) {
       break;
     }
   }
-  double first = std::ceil(axis.start_ns() / ticks.step_ns) * ticks.step_ns;
+  double first =
+      origin_ns + std::ceil((axis.start_ns() - origin_ns) / ticks.step_ns) * ticks.step_ns;
   for (double t = first; t <= axis.end_ns() && ticks.times_ns.size() < 1000; t += ticks.step_ns) {
     ticks.times_ns.push_back(t);
   }

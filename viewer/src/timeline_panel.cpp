@@ -219,7 +219,7 @@ void TimelinePanel::draw_ruler(const LoadedTrace& trace, ViewerState& state, ImV
   const float tick_height = 20.0f, step_height = 18.0f;
   draw->AddRectFilled(origin, ImVec2(origin.x + width, origin.y + tick_height),
                       IM_COL32(36, 38, 44, 255));
-  RulerTicks ticks = ruler_ticks(axis_, 90.0);
+  RulerTicks ticks = ruler_ticks(axis_, 90.0, static_cast<double>(trace.model.begin));
   for (double time : ticks.times_ns) {
     float x = origin.x + static_cast<float>(axis_.time_to_x(time));
     draw->AddLine(ImVec2(x, origin.y + tick_height - 6), ImVec2(x, origin.y + tick_height),
@@ -250,7 +250,8 @@ void TimelinePanel::draw_ruler(const LoadedTrace& trace, ViewerState& state, ImV
                               std::min(axis_.time_to_x(static_cast<double>(it->end)), width + 1.0));
     bool selected = state.filter.step_first >= 0 && state.filter.has_step(it->step);
     ImU32 fill = selected ? IM_COL32(70, 110, 170, 255)
-                          : (it->step % 2 ? IM_COL32(58, 62, 72, 255) : IM_COL32(48, 52, 60, 255));
+                          : ((it - steps.begin()) % 2 ? IM_COL32(58, 62, 72, 255)
+                                                      : IM_COL32(48, 52, 60, 255));
     draw->AddRectFilled(ImVec2(x0, step_top + 1),
                         ImVec2(std::max(x1, x0 + 1), step_top + step_height - 1), fill);
     if (x1 - x0 > 50) {
@@ -359,11 +360,15 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
                      ImVec2(area_x + width, window_pos.y + visible_height), true);
   // Alternate step shading behind the spans, to read step boundaries across tracks.
   if (!model.processes.empty()) {
-    for (const auto& step : model.processes[0].steps) {
-      if (static_cast<double>(step.end) < axis_.start_ns() ||
-          static_cast<double>(step.start) > axis_.end_ns())
-        continue;
-      if (step.step % 2) continue;
+    const auto& steps = model.processes[0].steps;
+    // Every other step by position (step numbers may repeat or skip); binary search the first.
+    auto first = std::upper_bound(
+        steps.begin(), steps.end(), axis_.start_ns(),
+        [](double t, const analysis::StepInterval& s) { return t < static_cast<double>(s.end); });
+    for (auto it = first; it != steps.end() && static_cast<double>(it->start) < axis_.end_ns();
+         ++it) {
+      const auto& step = *it;
+      if ((it - steps.begin()) % 2) continue;
       float x0 = area_x + static_cast<float>(axis_.time_to_x(static_cast<double>(step.start)));
       float x1 = area_x + static_cast<float>(axis_.time_to_x(static_cast<double>(step.end)));
       draw->AddRectFilled(ImVec2(x0, window_pos.y), ImVec2(x1, window_pos.y + visible_height),

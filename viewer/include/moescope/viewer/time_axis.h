@@ -54,12 +54,13 @@ class TimeAxis {
 };
 
 // Ruler ticks: a "nice" step (1, 2 or 5 x 10^k ns) giving at least `min_spacing_px` between
-// ticks, and the tick times inside the visible range.
+// ticks, and the tick times inside the visible range, at whole steps from `origin_ns` (the
+// trace start, so labels relative to it read 0, 2 ms, 4 ms...).
 struct RulerTicks {
   double step_ns = 0.0;
   std::vector<double> times_ns;
 };
-RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px);
+RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px, double origin_ns = 0.0);
 
 // "1.25 ms", "340 ns", "2.5 s": a duration with a unit that keeps 3 significant digits.
 void format_duration(double ns, char* out, int out_size);
