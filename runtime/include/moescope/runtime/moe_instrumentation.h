@@ -1,0 +1,90 @@
+// What the MoE runtime tells the outside world: NVTX ranges in a "moescope" domain (seen by
+// Nsight Systems and by moescope's own NVTX injection) and events through the recorder's C API
+// (moescope/recorder.h). Both are no-ops unless a tool or recorder listens; statistics that need
+// a host sync are only computed while a recorder is active.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace moescope::runtime {
+
+/// The phases of one MoE layer forward, in order.
+enum class MoEPhase {
+  kLayer,             // the whole forward
+  kRoute,             // gate, scores, top-k, losses
+  kPermute,           // capacity + gather into expert order
+  kDispatchAllToAll,  // counts exchange + rows to the experts' ranks
+  kExperts,           // grouped SwiGLU of the local experts
+  kSharedExperts,     // the shared experts
+  kCombineAllToAll,   // rows back to their home ranks
+  kUnpermute,         // weighted scatter back into tokens
+};
+
+const char* phase_name(MoEPhase phase);
+
+/// True while a moescope recorder writes a trace in this process.
+bool is_trace_recording();
+
+/// An NVTX range plus a recorder span for the lifetime of the object.
+class PhaseRange {
+ public:
+  explicit PhaseRange(MoEPhase phase);
+  ~PhaseRange();
+  PhaseRange(const PhaseRange&) = delete;
+  PhaseRange& operator=(const PhaseRange&) = delete;
+
+ private:
+  bool span_open_ = false;
+};
+
+/// Marks the start of a training step: records moescope_step(step) and makes `step` the step
+/// that later per-layer events carry. Call it once per step on every rank.
+void set_training_step(int64_t step);
+int64_t current_training_step();
+
+/// Times one all-to-all and reports it with its per-destination byte split when finish() runs.
+class CommunicationRecord {
+ public:
+  /// split_rows [num_ranks] rows sent to each rank, row_bytes bytes per row, `like` gives the
+  /// dtype and device.
+  CommunicationRecord(const char* name, int rank, int num_ranks,
+                      const std::vector<int64_t>& split_rows, int64_t row_bytes,
+                      const at::Tensor& like);
+  void finish();
+
+ private:
+  bool active_ = false;
+  const char* name_;
+  int rank_, num_ranks_;
+  std::vector<uint64_t> split_bytes_;
+  uint32_t dtype_ = 0;
+  int32_t device_ = -1;
+  uint64_t start_ns_ = 0;
+};
+
+/// Everything recorded per layer and step.
+struct LayerStepReport {
+  int64_t layer = 0;
+  int64_t rank = 0;
+  at::Tensor local_tokens_per_expert;     // [E] this rank's routed assignments (before drops)
+  at::Tensor received_tokens_per_expert;  // [E_local] rows each local expert computed
+  int64_t num_dropped = 0;
+  at::Tensor aux_loss, z_loss;  // 0-dim or undefined
+  at::Tensor scores;            // [T, E] router scores, for the entropy
+  at::Tensor logits;            // [T, E], for the NaN/Inf count
+  at::Tensor expert_output;     // [R, H] expert rows, for the NaN/Inf count
+  at::Tensor expert_bias;       // [E] or undefined
+  bool global_scope = false;    // local counts are also global (one process)
+};
+
+/// Emits expert loads, router statistics and NaN/Inf events of one layer forward. Does nothing
+/// (and forces no sync) unless a recorder is active.
+void record_layer_step(const LayerStepReport& report);
+
+/// Emits the expert bias after an aux-loss-free update.
+void record_expert_bias(int64_t layer, int64_t rank, const at::Tensor& expert_bias);
+
+}  // namespace moescope::runtime

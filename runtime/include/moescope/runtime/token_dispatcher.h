@@ -1,0 +1,64 @@
+// Token dispatch and combine on one rank: capacity dropping, the permutation of token copies
+// into expert-contiguous rows, and the weighted un-permutation back to tokens.
+//
+// Layout: each token t picks K experts, giving A = T*K assignments numbered a = t*K + k. Kept
+// assignments become R rows sorted by expert (stable, so by token inside an expert):
+//
+//   rows:  [ expert 0: tokens... | expert 1: tokens... | ... | expert E-1: tokens... ]
+//           <- counts[0] rows ->   <- counts[1] rows ->
+//
+// With expert parallelism the experts of one rank are contiguous, so the same order is also
+// grouped by destination rank.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "moescope/runtime/moe_config.h"
+
+namespace moescope::runtime {
+
+/// Which assignments survive the capacity limit.
+struct CapacityResult {
+  at::Tensor keep_mask;     // [T, K] bool, false for dropped assignments
+  int64_t num_dropped = 0;  // assignments dropped in this forward
+};
+
+/// Applies `capacity` (assignments per expert) with `policy`. `top_k_weights` [T, K] orders
+/// assignments for DropPolicy::kByProbability. Costs one host sync (the dropped count).
+CapacityResult apply_expert_capacity(const at::Tensor& top_k_indices,
+                                     const at::Tensor& top_k_weights, int64_t num_experts,
+                                     int64_t capacity, DropPolicy policy);
+
+/// Where every row of the expert-contiguous layout comes from.
+struct DispatchPlan {
+  int64_t num_tokens = 0;                // T
+  int64_t top_k = 0;                     // K
+  at::Tensor row_to_assignment;          // [R] int64, a = t*K + k of each row
+  at::Tensor row_to_token;               // [R] int64, t of each row
+  at::Tensor tokens_per_expert;          // [E] int64 rows per expert (kept assignments only)
+  std::vector<int64_t> rows_per_expert;  // the same on the host (grouped GEMM, all-to-all splits)
+};
+
+/// Builds the plan from top_k_indices [T, K] and an optional keep_mask [T, K] (undefined =
+/// keep everything). One host sync for the counts.
+DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tensor& keep_mask,
+                                 int64_t num_experts);
+
+/// Gathers token copies into expert order: hidden [T, H] -> rows [R, H]. Backward scatters the
+/// row gradients back with one index_add (custom autograd Function).
+at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token);
+
+/// Weighted sum of rows back into tokens: out[t] = sum over rows r of t of w[r] * rows[r].
+/// rows [R, H], row_weights [R] (same dtype as rows) -> [num_tokens, H]. Backward gives the
+/// gradient of both rows and weights without materialising the weighted rows.
+at::Tensor unpermute_tokens(const at::Tensor& rows, const at::Tensor& row_weights,
+                            const at::Tensor& row_to_token, int64_t num_tokens);
+
+/// Rows' combine weights from the router's [T, K] weights: [R], cast to `dtype`.
+at::Tensor gather_row_weights(const at::Tensor& top_k_weights, const DispatchPlan& plan,
+                              at::ScalarType dtype);
+
+}  // namespace moescope::runtime

@@ -1,0 +1,241 @@
+#include "moescope/runtime/grouped_experts.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/init.h>
+
+#include <atomic>
+#include <numeric>
+
+namespace moescope::runtime {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Set once at::_grouped_mm has refused our operands (old GPU, build without it): from then on
+// the loop path runs, with one warning instead of one failure per step.
+std::atomic<bool> g_device_grouped_mm_broken{false};
+
+void check_group_rows(int64_t total_rows, int64_t num_groups,
+                      const std::vector<int64_t>& rows_per_group, const char* op) {
+  TORCH_CHECK(static_cast<int64_t>(rows_per_group.size()) == num_groups, op, ": ",
+              rows_per_group.size(), " group sizes given for ", num_groups, " groups");
+  const int64_t sum = std::accumulate(rows_per_group.begin(), rows_per_group.end(), int64_t{0});
+  TORCH_CHECK(sum == total_rows, op, ": group sizes add up to ", sum, " but there are ", total_rows,
+              " rows");
+}
+
+bool aligned_for_grouped_mm(int64_t elements) {
+  return elements % 8 == 0;
+}
+
+at::Tensor cumulative_group_ends(const std::vector<int64_t>& rows_per_group,
+                                 const at::Device& device) {
+  std::vector<int32_t> ends(rows_per_group.size());
+  int64_t running = 0;
+  for (size_t g = 0; g < rows_per_group.size(); ++g) {
+    running += rows_per_group[g];
+    ends[g] = static_cast<int32_t>(running);
+  }
+  return at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(device, /*non_blocking=*/true);
+}
+
+bool grouped_mm_operands_supported(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_cuda() && a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
+         a.size(0) > 0 && aligned_for_grouped_mm(a.size(1)) && aligned_for_grouped_mm(b.size(-1)) &&
+         !g_device_grouped_mm_broken.load();
+}
+
+void disable_device_grouped_mm(const c10::Error& error) {
+  g_device_grouped_mm_broken.store(true);
+  TORCH_WARN_ONCE("moescope: at::_grouped_mm failed (", error.what_without_backtrace(),
+                  "); the experts fall back to a loop of matmuls");
+}
+
+// The SwiGLU activation of gate_up [R, 2F]; elementwise math in at least fp32.
+at::Tensor swiglu_activation(const at::Tensor& gate_up) {
+  const int64_t ffn = gate_up.size(1) / 2;
+  const at::Tensor gate = gate_up.narrow(1, 0, ffn);
+  const at::Tensor up = gate_up.narrow(1, ffn, ffn);
+  return at::silu(gate) * up;
+}
+
+struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows,
+                            const at::Tensor& w_gate_up, const at::Tensor& w_down,
+                            const std::vector<int64_t>& rows_per_expert) {
+    at::Tensor gate_up = grouped_mm(rows, w_gate_up, rows_per_expert);  // [R, 2F]
+    at::Tensor out = grouped_mm(swiglu_activation(gate_up), w_down, rows_per_expert);
+    ctx->save_for_backward({rows, w_gate_up, w_down, gate_up});
+    ctx->saved_data["rows_per_expert"] = rows_per_expert;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& rows = saved[0];
+    const at::Tensor& w_gate_up = saved[1];
+    const at::Tensor& w_down = saved[2];
+    const at::Tensor& gate_up = saved[3];
+    const std::vector<int64_t> rows_per_expert = ctx->saved_data["rows_per_expert"].toIntVector();
+    const at::Tensor grad_out = grad_outputs[0].contiguous();
+    const int64_t ffn = w_down.size(1);
+
+    // Recompute the activation from the saved pre-activation, in at least fp32.
+    const at::ScalarType math_dtype =
+        gate_up.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const at::Tensor gate = gate_up.narrow(1, 0, ffn).to(math_dtype);
+    const at::Tensor up = gate_up.narrow(1, ffn, ffn).to(math_dtype);
+    const at::Tensor sigmoid_gate = at::sigmoid(gate);
+    const at::Tensor silu_gate = gate * sigmoid_gate;
+    const at::Tensor activation = (silu_gate * up).to(rows.scalar_type());
+
+    // down projection
+    const at::Tensor grad_activation =
+        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert).to(math_dtype);
+    at::Tensor grad_w_down;
+    if (ctx->needs_input_grad(2)) {
+      grad_w_down = grouped_mm_weight_grad(activation, grad_out, rows_per_expert);
+    }
+    // SwiGLU: d silu(g) / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
+    const at::Tensor grad_gate =
+        grad_activation * up * sigmoid_gate * (1 + gate * (1 - sigmoid_gate));
+    const at::Tensor grad_up = grad_activation * silu_gate;
+    const at::Tensor grad_gate_up = at::cat({grad_gate, grad_up}, 1).to(rows.scalar_type());
+    // gate/up projection
+    at::Tensor grad_rows;
+    if (ctx->needs_input_grad(0)) {
+      grad_rows = grouped_mm(grad_gate_up, w_gate_up.transpose(1, 2), rows_per_expert);
+    }
+    at::Tensor grad_w_gate_up;
+    if (ctx->needs_input_grad(1)) {
+      grad_w_gate_up = grouped_mm_weight_grad(rows, grad_gate_up, rows_per_expert);
+    }
+    return {grad_rows, grad_w_gate_up, grad_w_down, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool uses_device_grouped_mm(const at::Tensor& a, const at::Tensor& b) {
+  return grouped_mm_operands_supported(a, b);
+}
+
+at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
+                      const std::vector<int64_t>& rows_per_group) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1), "grouped_mm: expected a ",
+              "[R, K] and b [G, K, N], got a ", a.sizes(), " and b ", b.sizes());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: a is ", a.scalar_type(),
+              " but b is ", b.scalar_type());
+  check_group_rows(a.size(0), b.size(0), rows_per_group, "grouped_mm");
+  if (grouped_mm_operands_supported(a, b)) {
+    try {
+      return at::_grouped_mm(a.contiguous(), b, cumulative_group_ends(rows_per_group, a.device()));
+    } catch (const c10::Error& error) {
+      disable_device_grouped_mm(error);
+    }
+  }
+  at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
+  int64_t start = 0;
+  for (size_t g = 0; g < rows_per_group.size(); ++g) {
+    const int64_t count = rows_per_group[g];
+    if (count > 0) {
+      at::Tensor out_rows = out.narrow(0, start, count);
+      at::mm_out(out_rows, a.narrow(0, start, count), b.select(0, static_cast<int64_t>(g)));
+    }
+    start += count;
+  }
+  return out;
+}
+
+at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
+                                  const std::vector<int64_t>& rows_per_group) {
+  TORCH_CHECK(a.dim() == 2 && d.dim() == 2 && a.size(0) == d.size(0),
+              "grouped_mm_weight_grad: expected a [R, K] and d [R, N], got a ", a.sizes(),
+              " and d ", d.sizes());
+  const auto num_groups = static_cast<int64_t>(rows_per_group.size());
+  check_group_rows(a.size(0), num_groups, rows_per_group, "grouped_mm_weight_grad");
+  if (grouped_mm_operands_supported(a, d)) {
+    try {
+      return at::_grouped_mm(a.contiguous().t(), d.contiguous(),
+                             cumulative_group_ends(rows_per_group, a.device()));
+    } catch (const c10::Error& error) {
+      disable_device_grouped_mm(error);
+    }
+  }
+  at::Tensor out = at::empty({num_groups, a.size(1), d.size(1)}, a.options());
+  int64_t start = 0;
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t count = rows_per_group[static_cast<size_t>(g)];
+    at::Tensor out_group = out.select(0, g);
+    if (count > 0) {
+      at::mm_out(out_group, a.narrow(0, start, count).t(), d.narrow(0, start, count));
+    } else {
+      out_group.zero_();
+    }
+    start += count;
+  }
+  return out;
+}
+
+at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
+                          const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert) {
+  TORCH_CHECK(w_gate_up.dim() == 3 && w_down.dim() == 3 &&
+                  w_gate_up.size(2) == 2 * w_down.size(1) && w_gate_up.size(0) == w_down.size(0) &&
+                  w_gate_up.size(1) == w_down.size(2),
+              "grouped_swiglu: expected w_gate_up [G, H, 2F] and w_down [G, F, H], got ",
+              w_gate_up.sizes(), " and ", w_down.sizes());
+  TORCH_CHECK(rows.dim() == 2 && rows.size(1) == w_gate_up.size(1), "grouped_swiglu: rows ",
+              rows.sizes(), " do not have the experts' hidden size ", w_gate_up.size(1));
+  return GroupedSwiGLUFunction::apply(rows.contiguous(), w_gate_up, w_down, rows_per_expert);
+}
+
+at::Tensor swiglu_expert(const at::Tensor& x, const at::Tensor& w_gate_up,
+                         const at::Tensor& w_down) {
+  const at::Tensor gate_up = x.mm(w_gate_up);
+  const int64_t ffn = w_down.size(0);
+  return (at::silu(gate_up.narrow(1, 0, ffn)) * gate_up.narrow(1, ffn, ffn)).mm(w_down);
+}
+
+at::Tensor swiglu_experts_loop_oracle(const at::Tensor& hidden, const at::Tensor& top_k_indices,
+                                      const at::Tensor& top_k_weights, const at::Tensor& keep_mask,
+                                      const at::Tensor& w_gate_up, const at::Tensor& w_down) {
+  const int64_t num_experts = w_gate_up.size(0);
+  const int64_t top_k = top_k_indices.size(1);
+  at::Tensor out = at::zeros_like(hidden);
+  const at::Tensor flat_weights = top_k_weights.flatten();
+  for (int64_t e = 0; e < num_experts; ++e) {
+    at::Tensor chosen = top_k_indices == e;
+    if (keep_mask.defined()) chosen = chosen.logical_and(keep_mask);
+    const at::Tensor positions = chosen.nonzero();  // [n, 2]: token, slot
+    if (positions.size(0) == 0) continue;
+    const at::Tensor tokens = positions.select(1, 0);
+    const at::Tensor slots = positions.select(1, 1);
+    const at::Tensor expert_out =
+        swiglu_expert(hidden.index_select(0, tokens), w_gate_up[e], w_down[e]);
+    const at::Tensor weights = flat_weights.index_select(0, tokens * top_k + slots);
+    out = out.index_add(0, tokens, expert_out * weights.to(hidden.scalar_type()).unsqueeze(1));
+  }
+  return out;
+}
+
+GroupedExpertsImpl::GroupedExpertsImpl(int64_t num_local_experts, int64_t hidden_size,
+                                       int64_t ffn_hidden_size, double init_std) {
+  TORCH_CHECK(num_local_experts > 0 && hidden_size > 0 && ffn_hidden_size > 0,
+              "GroupedExperts: num_local_experts, hidden_size and ffn_hidden_size must be > 0");
+  w_gate_up = register_parameter("w_gate_up",
+                                 at::empty({num_local_experts, hidden_size, 2 * ffn_hidden_size}));
+  w_down =
+      register_parameter("w_down", at::empty({num_local_experts, ffn_hidden_size, hidden_size}));
+  torch::nn::init::normal_(w_gate_up, 0.0, init_std);
+  torch::nn::init::normal_(w_down, 0.0, init_std);
+}
+
+at::Tensor GroupedExpertsImpl::forward(const at::Tensor& rows,
+                                       const std::vector<int64_t>& rows_per_expert) {
+  return grouped_swiglu(rows, w_gate_up, w_down, rows_per_expert);
+}
+
+}  // namespace moescope::runtime

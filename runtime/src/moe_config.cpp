@@ -1,0 +1,70 @@
+#include "moescope/runtime/moe_config.h"
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+namespace moescope::runtime {
+
+void validate_moe_config(const MoEConfig& config, int64_t ep_size) {
+  TORCH_CHECK(config.hidden_size > 0, "MoEConfig.hidden_size must be > 0, got ",
+              config.hidden_size);
+  TORCH_CHECK(config.ffn_hidden_size > 0, "MoEConfig.ffn_hidden_size must be > 0, got ",
+              config.ffn_hidden_size);
+  TORCH_CHECK(config.num_experts > 0, "MoEConfig.num_experts must be > 0, got ",
+              config.num_experts);
+  TORCH_CHECK(config.top_k >= 1 && config.top_k <= config.num_experts,
+              "MoEConfig.top_k must be in [1, num_experts=", config.num_experts, "], got ",
+              config.top_k);
+  TORCH_CHECK(ep_size >= 1, "expert-parallel group size must be >= 1, got ", ep_size);
+  TORCH_CHECK(config.num_experts % ep_size == 0, "MoEConfig.num_experts (", config.num_experts,
+              ") must be divisible by the expert-parallel group size (", ep_size, ")");
+  TORCH_CHECK(config.num_groups >= 1, "MoEConfig.num_groups must be >= 1, got ", config.num_groups);
+  TORCH_CHECK(config.num_experts % config.num_groups == 0, "MoEConfig.num_groups (",
+              config.num_groups, ") must divide num_experts (", config.num_experts, ")");
+  TORCH_CHECK(config.group_top_k >= 1 && config.group_top_k <= config.num_groups,
+              "MoEConfig.group_top_k must be in [1, num_groups=", config.num_groups, "], got ",
+              config.group_top_k);
+  if (config.num_groups > 1) {
+    const int64_t experts_per_group = config.num_experts / config.num_groups;
+    TORCH_CHECK(config.group_top_k * experts_per_group >= config.top_k, "MoEConfig: group_top_k (",
+                config.group_top_k, ") groups of ", experts_per_group,
+                " experts hold fewer than top_k (", config.top_k, ") experts");
+  }
+  TORCH_CHECK(std::isfinite(config.routed_scaling_factor) && config.routed_scaling_factor > 0,
+              "MoEConfig.routed_scaling_factor must be finite and > 0, got ",
+              config.routed_scaling_factor);
+  TORCH_CHECK(config.aux_loss_coeff >= 0, "MoEConfig.aux_loss_coeff must be >= 0");
+  TORCH_CHECK(config.seq_aux_loss_coeff >= 0, "MoEConfig.seq_aux_loss_coeff must be >= 0");
+  TORCH_CHECK(config.z_loss_coeff >= 0, "MoEConfig.z_loss_coeff must be >= 0");
+  TORCH_CHECK(config.expert_bias_update_rate >= 0,
+              "MoEConfig.expert_bias_update_rate must be >= 0");
+  TORCH_CHECK(config.gate_logit_skew.empty() ||
+                  static_cast<int64_t>(config.gate_logit_skew.size()) == config.num_experts,
+              "MoEConfig.gate_logit_skew must be empty or hold num_experts (", config.num_experts,
+              ") values, got ", config.gate_logit_skew.size());
+  TORCH_CHECK(std::isfinite(config.capacity_factor), "MoEConfig.capacity_factor must be finite");
+  TORCH_CHECK(config.num_shared_experts >= 0, "MoEConfig.num_shared_experts must be >= 0");
+  TORCH_CHECK(config.shared_ffn_hidden_size >= 0, "MoEConfig.shared_ffn_hidden_size must be >= 0");
+  TORCH_CHECK(config.init_std > 0, "MoEConfig.init_std must be > 0");
+}
+
+std::vector<double> make_gate_skew(int64_t num_experts, double strength) {
+  TORCH_CHECK(num_experts > 0, "make_gate_skew: num_experts must be > 0");
+  std::vector<double> skew(static_cast<size_t>(num_experts), 0.0);
+  if (num_experts == 1) return skew;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    skew[static_cast<size_t>(e)] =
+        strength * static_cast<double>(num_experts - 1 - e) / static_cast<double>(num_experts - 1);
+  }
+  return skew;
+}
+
+int64_t expert_capacity(const MoEConfig& config, int64_t num_tokens) {
+  if (config.capacity_factor <= 0) return -1;
+  const double slots = static_cast<double>(num_tokens) * static_cast<double>(config.top_k) *
+                       config.capacity_factor / static_cast<double>(config.num_experts);
+  return static_cast<int64_t>(std::ceil(slots));
+}
+
+}  // namespace moescope::runtime

@@ -1,0 +1,209 @@
+#include "moescope/runtime/moe_instrumentation.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+
+#include "moescope/recorder.h"
+
+namespace moescope::runtime {
+namespace {
+
+std::atomic<int64_t> g_training_step{0};
+
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("moescope");
+  return domain;
+}
+
+// Registered once per phase so NVTX tools compare handles, not strings.
+nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
+  static nvtxStringHandle_t handles[8] = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int p = 0; p < 8; ++p) {
+      handles[p] = nvtxDomainRegisterStringA(nvtx_domain(), phase_name(static_cast<MoEPhase>(p)));
+    }
+  });
+  return handles[static_cast<int>(phase)];
+}
+
+std::vector<int64_t> to_host_vector(const at::Tensor& tensor) {
+  const at::Tensor host = tensor.to(at::kCPU, at::kLong).contiguous();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+}
+
+float scalar_or_nan(const at::Tensor& tensor) {
+  return tensor.defined() ? tensor.detach().to(at::kCPU).item<float>() : NAN;
+}
+
+uint32_t count_nonfinite(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.numel() == 0) return 0;
+  return static_cast<uint32_t>(at::isfinite(tensor.detach()).logical_not().sum().item<int64_t>());
+}
+
+float max_over_mean(const std::vector<int64_t>& counts) {
+  if (counts.empty()) return NAN;
+  const double total =
+      static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0}));
+  if (total <= 0) return NAN;
+  const double max = static_cast<double>(*std::max_element(counts.begin(), counts.end()));
+  return static_cast<float>(max / (total / static_cast<double>(counts.size())));
+}
+
+}  // namespace
+
+const char* phase_name(MoEPhase phase) {
+  switch (phase) {
+    case MoEPhase::kLayer:
+      return "moe.layer";
+    case MoEPhase::kRoute:
+      return "moe.route";
+    case MoEPhase::kPermute:
+      return "moe.permute";
+    case MoEPhase::kDispatchAllToAll:
+      return "moe.dispatch_a2a";
+    case MoEPhase::kExperts:
+      return "moe.experts";
+    case MoEPhase::kSharedExperts:
+      return "moe.shared_experts";
+    case MoEPhase::kCombineAllToAll:
+      return "moe.combine_a2a";
+    case MoEPhase::kUnpermute:
+      return "moe.unpermute";
+  }
+  return "moe.unknown";
+}
+
+bool is_trace_recording() {
+  return moescope_recording != 0;
+}
+
+PhaseRange::PhaseRange(MoEPhase phase) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  attributes.message.registered = nvtx_phase_string(phase);
+  nvtxDomainRangePushEx(nvtx_domain(), &attributes);
+  if (is_trace_recording()) {
+    // Interned per use: ids belong to one recording, and a recorder may restart.
+    moescope_span_begin(moescope_intern("moescope"), moescope_intern(phase_name(phase)));
+    span_open_ = true;
+  }
+}
+
+PhaseRange::~PhaseRange() {
+  if (span_open_) moescope_span_end();
+  nvtxDomainRangePop(nvtx_domain());
+}
+
+void set_training_step(int64_t step) {
+  g_training_step.store(step);
+  moescope_step(step);
+}
+
+int64_t current_training_step() {
+  return g_training_step.load();
+}
+
+CommunicationRecord::CommunicationRecord(const char* name, int rank, int num_ranks,
+                                         const std::vector<int64_t>& split_rows, int64_t row_bytes,
+                                         const at::Tensor& like)
+    : active_(is_trace_recording()), name_(name), rank_(rank), num_ranks_(num_ranks) {
+  if (!active_) return;
+  split_bytes_.reserve(split_rows.size());
+  for (int64_t rows : split_rows) split_bytes_.push_back(static_cast<uint64_t>(rows * row_bytes));
+  dtype_ = static_cast<uint32_t>(like.scalar_type()) + 100;  // torch ScalarType + 100
+  device_ = like.is_cuda() ? static_cast<int32_t>(like.get_device()) : -1;
+  start_ns_ = moescope_now_ns();
+}
+
+void CommunicationRecord::finish() {
+  if (!active_) return;
+  moescope_comm_op_info op{};
+  op.kind = MOESCOPE_COMM_ALL_TO_ALL;
+  op.dtype = dtype_;
+  op.bytes = std::accumulate(split_bytes_.begin(), split_bytes_.end(), uint64_t{0});
+  op.count = 0;
+  op.rank = rank_;
+  op.num_ranks = num_ranks_;
+  op.peer = -1;
+  op.root = -1;
+  op.device = device_;
+  op.enqueue_ns = start_ns_;
+  op.start_ns = start_ns_;
+  op.end_ns = moescope_now_ns();  // the host waited for completion
+  op.split_bytes = split_bytes_.data();
+  op.num_splits = static_cast<uint32_t>(split_bytes_.size());
+  op.name = moescope_intern(name_);
+  moescope_comm_op(&op);
+  active_ = false;
+}
+
+void record_layer_step(const LayerStepReport& report) {
+  if (!is_trace_recording()) return;
+  at::NoGradGuard no_grad;
+  const int64_t step = current_training_step();
+  const auto layer = static_cast<uint32_t>(report.layer);
+  const auto rank = static_cast<int32_t>(report.rank);
+  std::vector<int64_t> local = to_host_vector(report.local_tokens_per_expert);
+  moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_LOCAL, local.data(),
+                       static_cast<uint32_t>(local.size()),
+                       static_cast<uint64_t>(report.num_dropped));
+  if (report.global_scope) {
+    moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_GLOBAL, local.data(),
+                         static_cast<uint32_t>(local.size()),
+                         static_cast<uint64_t>(report.num_dropped));
+  }
+  if (report.received_tokens_per_expert.defined()) {
+    std::vector<int64_t> received = to_host_vector(report.received_tokens_per_expert);
+    moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_RECEIVED, received.data(),
+                         static_cast<uint32_t>(received.size()), 0);
+  }
+
+  moescope_layer_stats stats{};
+  stats.step = step;
+  stats.layer = layer;
+  stats.rank = rank;
+  stats.aux_loss = scalar_or_nan(report.aux_loss);
+  stats.z_loss = scalar_or_nan(report.z_loss);
+  stats.router_entropy = NAN;
+  if (report.scores.defined() && report.scores.size(0) > 0) {
+    const at::Tensor probs =
+        report.scores / report.scores.sum(-1, /*keepdim=*/true).clamp_min(1e-20);
+    stats.router_entropy =
+        -(probs * probs.clamp_min(1e-20).log()).sum(-1).mean().to(at::kCPU).item<float>();
+  }
+  stats.max_over_mean = max_over_mean(local);
+  stats.nonfinite_logits = count_nonfinite(report.logits);
+  stats.nonfinite_outputs = count_nonfinite(report.expert_output);
+  moescope_layer_stats_record(&stats);
+  if (stats.nonfinite_logits > 0 || stats.nonfinite_outputs > 0) {
+    moescope_instant(moescope_intern("moescope"), moescope_intern("moe.nonfinite"));
+  }
+
+  if (report.scores.defined() && report.scores.size(0) > 0) {
+    const at::Tensor mean_prob = report.scores.mean(0).to(at::kCPU, at::kFloat).contiguous();
+    moescope_expert_values(step, layer, rank, MOESCOPE_QUANTITY_MEAN_PROB,
+                           mean_prob.data_ptr<float>(), static_cast<uint32_t>(mean_prob.numel()));
+  }
+  if (report.expert_bias.defined())
+    record_expert_bias(report.layer, report.rank, report.expert_bias);
+}
+
+void record_expert_bias(int64_t layer, int64_t rank, const at::Tensor& expert_bias) {
+  if (!is_trace_recording()) return;
+  const at::Tensor bias = expert_bias.detach().to(at::kCPU, at::kFloat).contiguous();
+  moescope_expert_values(current_training_step(), static_cast<uint32_t>(layer),
+                         static_cast<int32_t>(rank), MOESCOPE_QUANTITY_ROUTER_BIAS,
+                         bias.data_ptr<float>(), static_cast<uint32_t>(bias.numel()));
+}
+
+}  // namespace moescope::runtime

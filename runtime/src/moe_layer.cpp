@@ -1,0 +1,213 @@
+#include "moescope/runtime/moe_layer.h"
+
+#include <ATen/ATen.h>
+
+#include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/runtime/token_dispatcher.h"
+
+namespace moescope::runtime {
+
+MoELayerImpl::MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group)
+    : config_(config), group_(std::move(group)) {
+  validate_moe_config(config_, group_.size());
+  router = register_module("router", Router(config_));
+  experts = register_module("experts", GroupedExperts(num_local_experts(), config_.hidden_size,
+                                                      config_.ffn_hidden_size, config_.init_std));
+  if (config_.num_shared_experts > 0) {
+    const int64_t width = config_.num_shared_experts * (config_.shared_ffn_hidden_size > 0
+                                                            ? config_.shared_ffn_hidden_size
+                                                            : config_.ffn_hidden_size);
+    shared_experts = register_module(
+        "shared_experts", GroupedExperts(1, config_.hidden_size, width, config_.init_std));
+  }
+  accumulated_load =
+      register_buffer("accumulated_load", at::zeros({config_.num_experts}, at::kLong));
+}
+
+void MoELayerImpl::check_input(const at::Tensor& hidden) const {
+  TORCH_CHECK(hidden.defined(), "MoELayer: input hidden states are undefined");
+  TORCH_CHECK(hidden.dim() == 2 || hidden.dim() == 3,
+              "MoELayer: input must be [num_tokens, hidden] or [batch, seq, hidden], got ",
+              hidden.sizes());
+  TORCH_CHECK(hidden.size(-1) == config_.hidden_size, "MoELayer: input hidden size ",
+              hidden.size(-1), " does not match MoEConfig.hidden_size ", config_.hidden_size);
+  TORCH_CHECK(at::isFloatingType(hidden.scalar_type()),
+              "MoELayer: input dtype must be floating point, got ", hidden.scalar_type());
+  TORCH_CHECK(hidden.scalar_type() == experts->w_gate_up.scalar_type(), "MoELayer: input dtype ",
+              hidden.scalar_type(), " does not match the expert weights' dtype ",
+              experts->w_gate_up.scalar_type(), " (convert the input or the module)");
+  TORCH_CHECK(hidden.device() == experts->w_gate_up.device(), "MoELayer: input is on ",
+              hidden.device(), " but the expert weights are on ", experts->w_gate_up.device());
+}
+
+RoutingResult MoELayerImpl::route(const at::Tensor& tokens, int64_t sequence_length) {
+  PhaseRange range(MoEPhase::kRoute);
+  std::optional<at::Tensor> replayed;
+  if (replay_ && replay_->mode() == RoutingReplay::Mode::kReplay) {
+    replayed = replay_->replay(config_.layer_index);
+  }
+  RoutingResult routing = router->forward(tokens, sequence_length, replayed);
+  if (replay_ && replay_->mode() == RoutingReplay::Mode::kRecord) {
+    replay_->record(config_.layer_index, routing.top_k_indices);
+  }
+  if (config_.enable_expert_bias && is_training()) {
+    accumulated_load.add_(routing.tokens_per_expert.to(accumulated_load.device()));
+  }
+  return routing;
+}
+
+at::Tensor MoELayerImpl::add_shared_experts(const at::Tensor& routed_output,
+                                            const at::Tensor& tokens, bool use_oracle) {
+  if (!shared_experts) return routed_output;
+  PhaseRange range(MoEPhase::kSharedExperts);
+  const at::Tensor shared =
+      use_oracle ? swiglu_expert(tokens, shared_experts->w_gate_up[0], shared_experts->w_down[0])
+                 : shared_experts->forward(tokens, {tokens.size(0)});
+  return routed_output + shared;
+}
+
+MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
+  check_input(hidden);
+  PhaseRange layer_range(MoEPhase::kLayer);
+  const int64_t sequence_length = hidden.dim() == 3 ? hidden.size(1) : 0;
+  const at::Tensor tokens = hidden.reshape({-1, config_.hidden_size});
+  const int64_t num_tokens = tokens.size(0);
+
+  // ---- route
+  RoutingResult routing = route(tokens, sequence_length);
+
+  // ---- dispatch: capacity, permute into expert order, send rows to the experts' ranks
+  CapacityResult capacity;
+  DispatchPlan plan;
+  at::Tensor rows;
+  {
+    PhaseRange range(MoEPhase::kPermute);
+    const int64_t capacity_per_expert = expert_capacity(config_, num_tokens);
+    if (capacity_per_expert >= 0) {
+      capacity =
+          apply_expert_capacity(routing.top_k_indices, routing.top_k_weights, config_.num_experts,
+                                capacity_per_expert, config_.drop_policy);
+    }
+    plan = build_dispatch_plan(routing.top_k_indices, capacity.keep_mask, config_.num_experts);
+    rows = permute_tokens(tokens, plan.row_to_token);  // [R, H]
+  }
+  const at::Tensor row_weights =
+      gather_row_weights(routing.top_k_weights, plan, tokens.scalar_type());  // [R]
+
+  at::Tensor expert_rows = rows;
+  std::vector<int64_t> rows_per_local_expert = plan.rows_per_expert;
+  ExpertParallelPlan ep_plan;
+  if (group_.is_distributed()) {
+    PhaseRange range(MoEPhase::kDispatchAllToAll);
+    ep_plan = plan_expert_parallel(plan.rows_per_expert, group_, tokens.device());
+    const at::Tensor received =
+        all_to_all_rows(rows, ep_plan.send_splits, ep_plan.recv_splits, group_, "a2a.dispatch");
+    expert_rows = permute_tokens(received, ep_plan.source_to_expert_order);
+    rows_per_local_expert = ep_plan.rows_per_local_expert;
+  }
+
+  // ---- compute
+  at::Tensor expert_output;
+  {
+    PhaseRange range(MoEPhase::kExperts);
+    expert_output = experts->forward(expert_rows, rows_per_local_expert);  // [R_local, H]
+  }
+
+  // ---- combine: rows back home, weighted sum into tokens, shared experts
+  at::Tensor returned_rows = expert_output;
+  if (group_.is_distributed()) {
+    PhaseRange range(MoEPhase::kCombineAllToAll);
+    const at::Tensor source_ordered = permute_tokens(expert_output, ep_plan.expert_to_source_order);
+    returned_rows = all_to_all_rows(source_ordered, ep_plan.recv_splits, ep_plan.send_splits,
+                                    group_, "a2a.combine");
+  }
+  at::Tensor output;
+  {
+    PhaseRange range(MoEPhase::kUnpermute);
+    output = unpermute_tokens(returned_rows, row_weights, plan.row_to_token, num_tokens);
+  }
+  output = add_shared_experts(output, tokens, /*use_oracle=*/false);
+
+  if (is_trace_recording()) {
+    LayerStepReport report;
+    report.layer = config_.layer_index;
+    report.rank = group_.rank();
+    report.local_tokens_per_expert = routing.tokens_per_expert;
+    report.received_tokens_per_expert =
+        at::tensor(rows_per_local_expert, at::TensorOptions().dtype(at::kLong));
+    report.num_dropped = capacity.num_dropped;
+    report.aux_loss = routing.losses.aux_loss;
+    report.z_loss = routing.losses.z_loss;
+    report.scores = routing.scores.detach();
+    report.logits = routing.logits.detach();
+    report.expert_output = expert_output.detach();
+    report.global_scope = !group_.is_distributed();
+    if (config_.enable_expert_bias) report.expert_bias = router->expert_bias;
+    record_layer_step(report);
+  }
+
+  MoEOutput result;
+  result.output = output.view(hidden.sizes());
+  result.aux_loss = routing.losses.total(tokens.options());
+  result.losses = routing.losses;
+  result.tokens_per_expert = routing.tokens_per_expert;
+  result.num_dropped = capacity.num_dropped;
+  return result;
+}
+
+MoEOutput MoELayerImpl::forward_loop_oracle(const at::Tensor& hidden) {
+  check_input(hidden);
+  TORCH_CHECK(!group_.is_distributed(),
+              "MoELayer::forward_loop_oracle runs in one process only (the layer is spread over ",
+              group_.size(), " ranks)");
+  const int64_t sequence_length = hidden.dim() == 3 ? hidden.size(1) : 0;
+  const at::Tensor tokens = hidden.reshape({-1, config_.hidden_size});
+  RoutingResult routing = route(tokens, sequence_length);
+  CapacityResult capacity;
+  const int64_t capacity_per_expert = expert_capacity(config_, tokens.size(0));
+  if (capacity_per_expert >= 0) {
+    capacity = apply_expert_capacity(routing.top_k_indices, routing.top_k_weights,
+                                     config_.num_experts, capacity_per_expert, config_.drop_policy);
+  }
+  at::Tensor output =
+      swiglu_experts_loop_oracle(tokens, routing.top_k_indices, routing.top_k_weights,
+                                 capacity.keep_mask, experts->w_gate_up, experts->w_down);
+  output = add_shared_experts(output, tokens, /*use_oracle=*/true);
+  MoEOutput result;
+  result.output = output.view(hidden.sizes());
+  result.aux_loss = routing.losses.total(tokens.options());
+  result.losses = routing.losses;
+  result.tokens_per_expert = routing.tokens_per_expert;
+  result.num_dropped = capacity.num_dropped;
+  return result;
+}
+
+void MoELayerImpl::update_expert_bias() {
+  TORCH_CHECK(config_.enable_expert_bias, "MoELayer::update_expert_bias: layer ",
+              config_.layer_index, " was built with MoEConfig.enable_expert_bias = false");
+  at::NoGradGuard no_grad;
+  at::Tensor load = accumulated_load.clone();
+  all_reduce_sum(load, group_);
+  router->update_expert_bias(load);
+  accumulated_load.zero_();
+  record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
+}
+
+void MoELayerImpl::load_full_expert_weights(const at::Tensor& w_gate_up, const at::Tensor& w_down) {
+  const int64_t num_experts = config_.num_experts;
+  TORCH_CHECK(w_gate_up.dim() == 3 && w_gate_up.size(0) == num_experts &&
+                  w_gate_up.size(1) == config_.hidden_size &&
+                  w_gate_up.size(2) == 2 * config_.ffn_hidden_size,
+              "load_full_expert_weights: w_gate_up must be [", num_experts, ", ",
+              config_.hidden_size, ", ", 2 * config_.ffn_hidden_size, "], got ", w_gate_up.sizes());
+  TORCH_CHECK(w_down.dim() == 3 && w_down.size(0) == num_experts &&
+                  w_down.size(1) == config_.ffn_hidden_size &&
+                  w_down.size(2) == config_.hidden_size,
+              "load_full_expert_weights: w_down must be [", num_experts, ", ",
+              config_.ffn_hidden_size, ", ", config_.hidden_size, "], got ", w_down.sizes());
+  at::NoGradGuard no_grad;
+  experts->w_gate_up.copy_(w_gate_up.narrow(0, first_local_expert(), num_local_experts()));
+  experts->w_down.copy_(w_down.narrow(0, first_local_expert(), num_local_experts()));
+}
+
+}  // namespace moescope::runtime

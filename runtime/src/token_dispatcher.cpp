@@ -1,0 +1,134 @@
+#include "moescope/runtime/token_dispatcher.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace moescope::runtime {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// rows = hidden[row_to_token]; the backward is a single index_add into a zero [T, H] buffer.
+struct PermuteTokensFunction : public torch::autograd::Function<PermuteTokensFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& row_to_token) {
+    ctx->save_for_backward({row_to_token});
+    ctx->saved_data["num_tokens"] = hidden.size(0);
+    return hidden.index_select(0, row_to_token);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const at::Tensor row_to_token = ctx->get_saved_variables()[0];
+    const at::Tensor& grad_rows = grad_outputs[0];
+    const int64_t num_tokens = ctx->saved_data["num_tokens"].toInt();
+    at::Tensor grad_hidden = at::zeros({num_tokens, grad_rows.size(1)}, grad_rows.options());
+    grad_hidden.index_add_(0, row_to_token, grad_rows);
+    return {grad_hidden, at::Tensor()};
+  }
+};
+
+// out = sum_r w[r] * rows[r] into token row_to_token[r]. Saves rows and weights; the weighted
+// rows (an [R, H] temporary in the autograd composition) exist only inside the forward.
+struct UnpermuteTokensFunction : public torch::autograd::Function<UnpermuteTokensFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows,
+                            const at::Tensor& row_weights, const at::Tensor& row_to_token,
+                            int64_t num_tokens) {
+    ctx->save_for_backward({rows, row_weights, row_to_token});
+    at::Tensor out = at::zeros({num_tokens, rows.size(1)}, rows.options());
+    out.index_add_(0, row_to_token, rows * row_weights.unsqueeze(1));
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& rows = saved[0];
+    const at::Tensor& row_weights = saved[1];
+    const at::Tensor& row_to_token = saved[2];
+    const at::Tensor grad_tokens_rows = grad_outputs[0].index_select(0, row_to_token);
+    at::Tensor grad_rows = grad_tokens_rows * row_weights.unsqueeze(1);
+    at::Tensor grad_weights = (grad_tokens_rows * rows).sum(1);
+    return {grad_rows, grad_weights, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+CapacityResult apply_expert_capacity(const at::Tensor& top_k_indices,
+                                     const at::Tensor& top_k_weights, int64_t num_experts,
+                                     int64_t capacity, DropPolicy policy) {
+  TORCH_CHECK(capacity >= 0, "apply_expert_capacity: capacity must be >= 0, got ", capacity);
+  TORCH_CHECK(top_k_indices.sizes() == top_k_weights.sizes(),
+              "apply_expert_capacity: top_k_indices ", top_k_indices.sizes(), " and top_k_weights ",
+              top_k_weights.sizes(), " differ in shape");
+  const at::Tensor experts = top_k_indices.flatten();
+  const int64_t num_assignments = experts.numel();
+  // Order assignments by expert, and inside an expert by priority: position (a = t*K + k)
+  // for kByPosition, descending weight for kByProbability. Stable sorts keep ties by position.
+  at::Tensor order;
+  if (policy == DropPolicy::kByProbability) {
+    at::Tensor by_weight = std::get<1>(
+        at::sort(top_k_weights.detach().flatten(), /*stable=*/true, 0, /*descending=*/true));
+    at::Tensor by_expert =
+        std::get<1>(at::sort(experts.index_select(0, by_weight), /*stable=*/true, 0, false));
+    order = by_weight.index_select(0, by_expert);
+  } else {
+    order = std::get<1>(at::sort(experts, /*stable=*/true, 0, false));
+  }
+  at::Tensor counts = at::bincount(experts, {}, num_experts);
+  at::Tensor group_starts = counts.cumsum(0) - counts;
+  at::Tensor sorted_experts = experts.index_select(0, order);
+  at::Tensor rank_in_expert =
+      at::arange(num_assignments, experts.options()) - group_starts.index_select(0, sorted_experts);
+  at::Tensor keep_sorted = rank_in_expert < capacity;
+  CapacityResult result;
+  result.keep_mask = at::zeros({num_assignments}, experts.options().dtype(at::kBool))
+                         .scatter_(0, order, keep_sorted)
+                         .view(top_k_indices.sizes());
+  result.num_dropped = num_assignments - keep_sorted.sum().item<int64_t>();
+  return result;
+}
+
+DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tensor& keep_mask,
+                                 int64_t num_experts) {
+  TORCH_CHECK(top_k_indices.dim() == 2, "build_dispatch_plan: top_k_indices must be [T, K]");
+  DispatchPlan plan;
+  plan.num_tokens = top_k_indices.size(0);
+  plan.top_k = top_k_indices.size(1);
+  at::Tensor experts = top_k_indices.flatten();
+  at::Tensor assignments = at::arange(experts.numel(), experts.options());
+  if (keep_mask.defined()) {
+    TORCH_CHECK(keep_mask.sizes() == top_k_indices.sizes(),
+                "build_dispatch_plan: keep_mask must match top_k_indices in shape");
+    at::Tensor kept = keep_mask.flatten().nonzero().squeeze(1);
+    experts = experts.index_select(0, kept);
+    assignments = kept;
+  }
+  at::Tensor order = std::get<1>(at::sort(experts, /*stable=*/true, 0, false));
+  plan.row_to_assignment = assignments.index_select(0, order);
+  plan.row_to_token = at::div(plan.row_to_assignment, plan.top_k, "floor");
+  plan.tokens_per_expert = at::bincount(experts, {}, num_experts);
+  const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
+  const int64_t* counts = counts_host.data_ptr<int64_t>();
+  plan.rows_per_expert.assign(counts, counts + num_experts);
+  return plan;
+}
+
+at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token) {
+  return PermuteTokensFunction::apply(hidden, row_to_token);
+}
+
+at::Tensor unpermute_tokens(const at::Tensor& rows, const at::Tensor& row_weights,
+                            const at::Tensor& row_to_token, int64_t num_tokens) {
+  TORCH_CHECK(rows.dim() == 2 && row_weights.dim() == 1 && rows.size(0) == row_weights.size(0),
+              "unpermute_tokens: rows ", rows.sizes(), " and row_weights ", row_weights.sizes(),
+              " do not match");
+  TORCH_CHECK(rows.scalar_type() == row_weights.scalar_type(),
+              "unpermute_tokens: rows and row_weights must share a dtype");
+  return UnpermuteTokensFunction::apply(rows, row_weights, row_to_token, num_tokens);
+}
+
+at::Tensor gather_row_weights(const at::Tensor& top_k_weights, const DispatchPlan& plan,
+                              at::ScalarType dtype) {
+  return top_k_weights.flatten().index_select(0, plan.row_to_assignment).to(dtype);
+}
+
+}  // namespace moescope::runtime

@@ -1,0 +1,158 @@
+// Expert parallelism with real processes: 2 and 4 ranks of moe_ep_worker on loopback
+// (TCPStore + ProcessGroupGloo), launched and supervised from here with a hard deadline, so a
+// hang fails the test instead of blocking CI.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::string worker_path() {
+  char self[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir + "/moe_ep_worker";
+}
+
+// A port that was free a moment ago (the kernel picks it).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+struct WorkerResult {
+  int exit_code = -1;  // -1: killed at the deadline
+  std::string output;
+};
+
+// Starts `world` workers and waits for all of them, killing every one still running at
+// `deadline`.
+std::vector<WorkerResult> run_workers(const std::string& mode, int world, int timeout_ms,
+                                      std::chrono::seconds deadline) {
+  const std::string exe = worker_path();
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (int rank = 0; rank < world; ++rank) {
+    logs.push_back(::testing::TempDir() + "moe_ep_worker." + std::to_string(getpid()) + "." +
+                   std::to_string(rank) + ".log");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      FILE* log = std::freopen(logs.back().c_str(), "w", stdout);
+      if (log) dup2(fileno(stdout), STDERR_FILENO);
+      const std::string r = std::to_string(rank), w = std::to_string(world),
+                        p = std::to_string(port), t = std::to_string(timeout_ms);
+      execl(exe.c_str(), exe.c_str(), mode.c_str(), r.c_str(), w.c_str(), p.c_str(), t.c_str(),
+            static_cast<char*>(nullptr));
+      std::perror("execl moe_ep_worker");
+      std::_Exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<WorkerResult> results(static_cast<size_t>(world));
+  std::vector<bool> done(static_cast<size_t>(world), false);
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  int remaining = world;
+  while (remaining > 0) {
+    for (int rank = 0; rank < world; ++rank) {
+      if (done[rank]) continue;
+      int status = 0;
+      if (waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        done[rank] = true;
+        --remaining;
+        results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    if (remaining > 0 && std::chrono::steady_clock::now() > until) {
+      for (int rank = 0; rank < world; ++rank) {
+        if (!done[rank]) {
+          kill(pids[rank], SIGKILL);
+          waitpid(pids[rank], nullptr, 0);
+          results[rank].exit_code = -1;
+        }
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    std::ifstream in(logs[rank]);
+    std::stringstream text;
+    text << in.rdbuf();
+    results[rank].output = text.str();
+    std::remove(logs[rank].c_str());
+  }
+  return results;
+}
+
+void expect_equal_to_one_process(int world) {
+  const auto results = run_workers("equality", world, 30000, std::chrono::seconds(120));
+  const std::regex result_line(
+      R"(RESULT case=(\S+) rank=(\d+) max_diff=(\S+) grad_magnitude=(\S+))");
+  for (int rank = 0; rank < world; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
+    ASSERT_EQ(results[rank].exit_code, 0);
+    int cases = 0;
+    for (std::sregex_iterator
+             it(results[rank].output.begin(), results[rank].output.end(), result_line),
+         end;
+         it != end; ++it) {
+      ++cases;
+      EXPECT_EQ(std::stoi((*it)[2]), rank);
+      EXPECT_LE(std::stod((*it)[3]), 1e-10) << "case " << (*it)[1];
+      EXPECT_GT(std::stod((*it)[4]), 1e-3) << "case " << (*it)[1] << ": gradients are ~0";
+    }
+    EXPECT_EQ(cases, 3);
+  }
+}
+
+TEST(ExpertParallel, TwoRanksMatchOneProcessHoldingAllExperts) {
+  expect_equal_to_one_process(2);
+}
+
+TEST(ExpertParallel, FourRanksMatchOneProcessHoldingAllExperts) {
+  expect_equal_to_one_process(4);
+}
+
+TEST(ExpertParallel, DeadRankMakesTheOthersFailWithinTheTimeout) {
+  const int timeout_ms = 5000;
+  const auto results = run_workers("dead_peer", 4, timeout_ms, std::chrono::seconds(60));
+  const std::regex error_line(R"(DEAD_PEER_ERROR rank=(\d+) seconds=(\S+) message=(.*))");
+  for (int rank = 0; rank < 3; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
+    ASSERT_NE(results[rank].exit_code, -1) << "rank hung past the deadline";
+    EXPECT_EQ(results[rank].exit_code, 0);
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(results[rank].output, match, error_line));
+    EXPECT_LE(std::stod(match[2]), timeout_ms / 1000.0 + 10.0);
+    EXPECT_NE(match[3].str().find("expert parallelism"), std::string::npos) << match[3];
+    EXPECT_NE(match[3].str().find("rank " + std::to_string(rank) + " of 4"), std::string::npos)
+        << match[3];
+  }
+  EXPECT_NE(results[3].output.find("DEAD_PEER_EXITING"), std::string::npos);
+}
+
+}  // namespace
