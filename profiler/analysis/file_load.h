@@ -43,8 +43,9 @@ struct FileLoad {
 // Called with the bytes of the current file read so far.
 using BytesProgress = std::function<void(uint64_t bytes_read, uint64_t file_bytes)>;
 
+// `pipelined`: decode chunks on a second thread (see chunk_pipeline.h).
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
-                            const std::atomic<bool>* cancel);
+                            const std::atomic<bool>* cancel, bool pipelined);
 FileLoad load_kineto_file(const std::string& path);
 
 // Sorts and indexes the tracks of a freshly read process: span nesting (parent, depth, the

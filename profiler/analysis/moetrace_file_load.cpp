@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "chunk_pipeline.h"
 #include "file_load.h"
 #include "moescope/profiler/trace_reader.h"
 
@@ -82,14 +83,22 @@ class MoetraceFileLoader {
     if (stream < thread_by_stream_.size() && thread_by_stream_[stream] != kNoIndex) {
       return thread_by_stream_[stream];
     }
-    if (stream >= thread_by_stream_.size()) {
-      thread_by_stream_.resize(std::min<size_t>(size_t{stream} + 1, size_t{1} << 20), kNoIndex);
+    // Stream ids are small recorder thread numbers; a huge one (a crafted file) goes to a map.
+    constexpr uint32_t kDenseStreams = 1u << 16;
+    if (stream >= kDenseStreams) {
+      auto found = thread_by_large_stream_.find(stream);
+      if (found != thread_by_large_stream_.end()) return found->second;
     }
     uint32_t index = static_cast<uint32_t>(process_.threads.size());
     process_.threads.emplace_back();
     process_.threads.back().stream = stream;
     open_spans_.emplace_back();
-    if (stream < thread_by_stream_.size()) thread_by_stream_[stream] = index;
+    if (stream >= kDenseStreams) {
+      thread_by_large_stream_.emplace(stream, index);
+    } else {
+      if (stream >= thread_by_stream_.size()) thread_by_stream_.resize(stream + 1, kNoIndex);
+      thread_by_stream_[stream] = index;
+    }
     return index;
   }
 
@@ -460,6 +469,7 @@ class MoetraceFileLoader {
   FileLoad& out_;
   ProcessTrack& process_;
   std::vector<uint32_t> thread_by_stream_;
+  std::unordered_map<uint32_t, uint32_t> thread_by_large_stream_;
   std::vector<std::vector<uint32_t>> open_spans_;  // per thread track: indices of open spans
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> open_ranges_;
   std::unordered_map<uint64_t, size_t> gpu_stream_index_;
@@ -478,7 +488,7 @@ uint32_t FileLoad::intern_extra(std::string_view text) {
 }
 
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
-                            const std::atomic<bool>* cancel) {
+                            const std::atomic<bool>* cancel, bool pipelined) {
   FileLoad out;
   out.process.file = path;
   out.process.source_format = "moetrace";
@@ -487,10 +497,8 @@ FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progre
   if (out.opened) {
     MoetraceFileLoader loader(out);
     loader.read_metadata(reader.metadata_json());
-    trace::Chunk chunk;
-    uint64_t reported = 0;
     std::vector<bool> seen_streams;
-    while (reader.next_chunk(chunk)) {
+    auto consume = [&](const trace::Chunk& chunk) {
       loader.read_chunk(chunk);
       ++out.process.chunks;
       if (chunk.stream < (1u << 20)) {
@@ -498,14 +506,24 @@ FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progre
         if (!seen_streams[chunk.stream]) ++out.process.streams;
         seen_streams[chunk.stream] = true;
       }
-      if (progress && reader.position() - reported >= (4u << 20)) {
-        reported = reader.position();
-        progress(reported, reader.file_size());
+    };
+    trace::Chunk chunk;
+    if (pipelined) {
+      ChunkPipeline pipeline(reader, cancel, progress);
+      while (pipeline.next(chunk)) consume(chunk);
+      pipeline.join();
+    } else {
+      uint64_t reported = 0;
+      while ((!cancel || !cancel->load(std::memory_order_relaxed)) && reader.next_chunk(chunk)) {
+        consume(chunk);
+        if (progress && reader.position() - reported >= (4u << 20)) {
+          reported = reader.position();
+          progress(reported, reader.file_size());
+        }
       }
-      if (cancel && cancel->load(std::memory_order_relaxed)) {
-        out.errors.push_back({path, reader.position(), "loading cancelled"});
-        break;
-      }
+    }
+    if (cancel && cancel->load(std::memory_order_relaxed)) {
+      out.errors.push_back({path, reader.position(), "loading cancelled"});
     }
     loader.finish();
     out.process.complete = reader.saw_end();

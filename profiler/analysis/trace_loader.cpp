@@ -178,6 +178,11 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
     options.progress(progress);
   };
 
+  // One thread per file; when threads are left over, each file also decodes on a second one.
+  const unsigned budget =
+      options.max_threads ? options.max_threads : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = static_cast<unsigned>(std::min<size_t>(budget, paths.size()));
+  const bool pipelined = budget >= 2 * std::max(1u, threads);
   std::atomic<size_t> next_file{0};
   auto worker = [&] {
     for (size_t i = next_file.fetch_add(1); i < paths.size(); i = next_file.fetch_add(1)) {
@@ -187,14 +192,12 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
         files[i] = load_kineto_file(path);
       } else {
         files[i] = load_moetrace_file(
-            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, options.cancel);
+            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, options.cancel,
+            pipelined);
       }
       report(i, file_bytes(path), true);
     }
   };
-  unsigned threads =
-      options.max_threads ? options.max_threads : std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<size_t>(threads, paths.size()));
   if (threads <= 1) {
     worker();
   } else {

@@ -237,3 +237,48 @@ TEST(TraceLoader, NotATraceIsAnErrorNamingTheFile) {
 
 }  // namespace
 }  // namespace moescope::analysis
+
+namespace moescope::analysis {
+namespace {
+
+// The pipelined path (decoder thread per file, used when threads are left over) gives the same
+// model as the plain one; a cancel flag stops with an error.
+TEST(TraceLoader, PipelinedDecodingGivesTheSameModel) {
+  testing::SyntheticOptions options;
+  options.num_ranks = 2;
+  options.num_steps = 20;
+  options.sync_per_step = true;
+  auto paths = testing::write_synthetic_run(testing::test_directory("pipelined"), "run", options);
+  LoadOptions plain_options;
+  plain_options.max_threads = 1;
+  LoadOptions pipelined_options;
+  pipelined_options.max_threads = 8;
+  TraceModel plain = load_traces(paths, plain_options);
+  TraceModel pipelined = load_traces(paths, pipelined_options);
+  ASSERT_EQ(plain.processes.size(), pipelined.processes.size());
+  EXPECT_EQ(plain.total_events, pipelined.total_events);
+  for (size_t p = 0; p < plain.processes.size(); ++p) {
+    const auto& a = plain.processes[p];
+    const auto& b = pipelined.processes[p];
+    EXPECT_EQ(a.chunks, b.chunks);
+    ASSERT_EQ(a.threads.size(), b.threads.size());
+    ASSERT_EQ(a.threads[0].spans.size(), b.threads[0].spans.size());
+    for (size_t i = 0; i < a.threads[0].spans.size(); ++i) {
+      EXPECT_EQ(a.threads[0].spans[i].start, b.threads[0].spans[i].start);
+      EXPECT_EQ(a.threads[0].spans[i].end, b.threads[0].spans[i].end);
+    }
+    ASSERT_EQ(a.gpu_streams.size(), b.gpu_streams.size());
+    for (size_t s = 0; s < a.gpu_streams.size(); ++s) {
+      EXPECT_EQ(a.gpu_streams[s].ops.size(), b.gpu_streams[s].ops.size());
+    }
+    EXPECT_EQ(a.steps.size(), b.steps.size());
+  }
+  std::atomic<bool> cancel{true};
+  LoadOptions cancelled_options;
+  cancelled_options.cancel = &cancel;
+  TraceModel cancelled = load_traces(paths, cancelled_options);
+  EXPECT_TRUE(cancelled.processes.empty());
+}
+
+}  // namespace
+}  // namespace moescope::analysis
