@@ -1,0 +1,137 @@
+// The runtime's trace events, read back from a real recording: phase spans, expert loads with
+// dropped tokens, router statistics and the NaN/Inf counts.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "moe_reference.h"
+#include "moescope/profiler/trace_reader.h"
+#include "moescope/recorder.h"
+#include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/runtime/moe_layer.h"
+
+namespace moescope::runtime {
+namespace {
+
+struct RecordedTrace {
+  std::map<uint32_t, std::string> strings;
+  std::vector<uint32_t> span_names;
+  std::vector<std::pair<trace::ExpertLoadRecord, std::vector<uint32_t>>> loads;
+  std::vector<trace::LayerStatsRecord> stats;
+};
+
+RecordedTrace read_trace(const std::string& path) {
+  RecordedTrace recorded;
+  trace::TraceReader reader;
+  EXPECT_TRUE(reader.open(path)) << path;
+  trace::Chunk chunk;
+  while (reader.next_chunk(chunk)) {
+    for (const trace::RecordView record : chunk) {
+      switch (record.kind()) {
+        case trace::RecordKind::kString: {
+          const auto fixed = record.as<trace::StringRecord>();
+          recorded.strings[fixed.header.name] = std::string(
+              reinterpret_cast<const char*>(record.tail<trace::StringRecord>()), fixed.length);
+          break;
+        }
+        case trace::RecordKind::kSpanBegin:
+          recorded.span_names.push_back(record.header().name);
+          break;
+        case trace::RecordKind::kExpertLoad: {
+          const auto fixed = record.as<trace::ExpertLoadRecord>();
+          std::vector<uint32_t> counts(fixed.num_experts);
+          std::memcpy(counts.data(), record.tail<trace::ExpertLoadRecord>(),
+                      counts.size() * sizeof(uint32_t));
+          recorded.loads.emplace_back(fixed, counts);
+          break;
+        }
+        case trace::RecordKind::kLayerStats:
+          recorded.stats.push_back(record.as<trace::LayerStatsRecord>());
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  EXPECT_TRUE(reader.errors().empty());
+  return recorded;
+}
+
+TEST(MoEInstrumentation, ForwardRecordsPhasesLoadsDropsAndNonFiniteCounts) {
+  const std::string path = ::testing::TempDir() + "moescope_runtime_instrumentation.moetrace";
+  ASSERT_EQ(moescope_recorder_start(path.c_str(), nullptr), 0);
+  ASSERT_TRUE(is_trace_recording());
+  set_training_step(3);
+
+  MoEConfig config = testing::small_config();
+  config.layer_index = 5;
+  config.aux_loss_coeff = 0.01;
+  config.capacity_factor = 0.5;
+  torch::manual_seed(1);
+  MoELayer layer(config);
+  const MoEOutput out = layer->forward(at::randn({64, 16}));
+
+  MoEConfig unchecked_config = testing::small_config();
+  unchecked_config.layer_index = 6;
+  unchecked_config.nonfinite_policy = NonFinitePolicy::kDontCheck;
+  MoELayer unchecked(unchecked_config);
+  at::Tensor bad = at::randn({32, 16});
+  bad[7][0] = std::numeric_limits<float>::quiet_NaN();
+  unchecked->forward(bad);
+  moescope_recorder_stop();
+
+  const RecordedTrace recorded = read_trace(path);
+  std::remove(path.c_str());
+
+  std::set<std::string> span_names;
+  for (uint32_t id : recorded.span_names) span_names.insert(recorded.strings.at(id));
+  for (const char* phase :
+       {"moe.layer", "moe.route", "moe.permute", "moe.experts", "moe.unpermute"}) {
+    EXPECT_TRUE(span_names.count(phase)) << phase;
+  }
+
+  bool saw_local = false, saw_global = false;
+  for (const auto& [load, counts] : recorded.loads) {
+    if (load.layer != 5) continue;
+    EXPECT_EQ(load.step, 3);
+    ASSERT_EQ(counts.size(), 8u);
+    int64_t total = 0;
+    for (uint32_t c : counts) total += c;
+    if (load.scope == MOESCOPE_EXPERTS_LOCAL || load.scope == MOESCOPE_EXPERTS_GLOBAL) {
+      EXPECT_EQ(total, 64 * 2);
+      EXPECT_EQ(static_cast<int64_t>(load.dropped_tokens), out.num_dropped);
+      saw_local |= load.scope == MOESCOPE_EXPERTS_LOCAL;
+      saw_global |= load.scope == MOESCOPE_EXPERTS_GLOBAL;
+    }
+    if (load.scope == MOESCOPE_EXPERTS_RECEIVED) EXPECT_EQ(total, 64 * 2 - out.num_dropped);
+  }
+  EXPECT_TRUE(saw_local);
+  EXPECT_TRUE(saw_global);
+  EXPECT_GT(out.num_dropped, 0);
+
+  int layers_seen = 0;
+  for (const auto& stats : recorded.stats) {
+    if (stats.layer == 5) {
+      ++layers_seen;
+      EXPECT_NEAR(stats.aux_loss, out.losses.aux_loss.item<float>(), 1e-6);
+      EXPECT_GT(stats.router_entropy, 0.0f);
+      EXPECT_GE(stats.max_over_mean, 1.0f);
+      EXPECT_EQ(stats.nonfinite_logits, 0u);
+    } else if (stats.layer == 6) {
+      ++layers_seen;
+      EXPECT_EQ(stats.nonfinite_logits, 8u);         // one token's logits over 8 experts
+      EXPECT_EQ(stats.nonfinite_outputs, 2u * 16u);  // its two expert rows of width 16
+    }
+  }
+  EXPECT_EQ(layers_seen, 2);
+}
+
+}  // namespace
+}  // namespace moescope::runtime
