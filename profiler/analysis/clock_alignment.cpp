@@ -80,10 +80,15 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
   } else {
     std::vector<std::map<uint64_t, std::vector<TimeNs>>> collectives(hosts.size());
     for (size_t p = 0; p < n; ++p) {
+      // Every rank issues the collectives of one communicator in the same order, so the
+      // n-th collective of a communicator is the same operation everywhere (sequence numbers
+      // are not always recorded).
       for (const auto& comm : model.processes[p].communicators) {
+        uint64_t ordinal = 0;
         for (const CommOp& op : comm.ops) {
-          if (!is_collective(op.kind) || (op.flags & kCommEndUnknown)) continue;
-          uint64_t key = comm.comm_id * 0x9E3779B97F4A7C15ull ^ op.sequence;
+          if (!is_collective(op.kind)) continue;
+          uint64_t key = comm.comm_id * 0x9E3779B97F4A7C15ull ^ (ordinal++ << 1);
+          if (op.flags & kCommEndUnknown) continue;
           collectives[host_of[p]][key].push_back(op.end);
         }
       }

@@ -2,7 +2,7 @@
 // need nothing. Across hosts, each host gets one offset against the first process's host,
 // from (in order of preference) the runtime's clock-sync points (moescope_clock_sync, passed by
 // all ranks together after a barrier), the ends of collectives every rank completes together
-// (same communicator and sequence number), or the wall-clock start time in the metadata.
+// (the n-th collective of each communicator), or the wall-clock start time in the metadata.
 #pragma once
 
 #include <vector>
