@@ -228,3 +228,39 @@ TEST(Report, JsonHasTheDocumentedShape) {
 
 }  // namespace
 }  // namespace moescope::analysis
+
+namespace moescope::analysis {
+namespace {
+
+TEST(Findings, LateLaunches) {
+  testing::SyntheticOptions options;
+  options.late_launch_kernels = 50;
+  Analysed run = analyse("launch", options);
+  auto found = of_kind(run.report, "launch_bound");
+  ASSERT_EQ(found.size(), 2u) << kinds(run.report);
+  // 50 kernels per step, each waiting 29 us for its launch call to end.
+  EXPECT_NEAR(found[0]->est_ms_per_step, 50 * 0.029, 1e-6);
+  EXPECT_EQ(run.report.findings.size(), 2u) << kinds(run.report);
+}
+
+TEST(ExpertLoad, PredictionAccuracyAndRebalancing) {
+  testing::SyntheticOptions options;
+  options.predictions = true;
+  Analysed run = analyse("predictions", options);
+  ASSERT_EQ(run.report.expert_load.layers.size(), 2u);
+  for (const LayerLoad& layer : run.report.expert_load.layers) {
+    EXPECT_EQ(layer.predictions, 6u);
+    EXPECT_NEAR(layer.prediction_error, 0.1, 0.005);  // predicted 10% above the actual
+    EXPECT_EQ(layer.max_over_mean_by_step.size(), 6u);
+  }
+  const RebalanceSummary& rebalances = run.report.expert_load.rebalances;
+  EXPECT_EQ(rebalances.decisions, 12u);
+  EXPECT_EQ(rebalances.applied, 6u);
+  EXPECT_FLOAT_EQ(rebalances.mean_imbalance_before, 2.0);
+  EXPECT_FLOAT_EQ(rebalances.mean_imbalance_after, 1.25);
+  EXPECT_EQ(rebalances.bytes_moved, 6u << 20);
+  EXPECT_TRUE(run.report.findings.empty());
+}
+
+}  // namespace
+}  // namespace moescope::analysis

@@ -84,10 +84,11 @@ struct RankWriter {
   }
   void span_end(int64_t time) { cpu.append<trace::SpanEndRecord>(RecordKind::kSpanEnd, t(time)); }
   // A kernel launched by a cudaLaunchKernel call at `launch_time`.
-  void kernel(int64_t launch_time, int64_t start, int64_t end, uint32_t name, uint32_t stream) {
+  void kernel(int64_t launch_time, int64_t start, int64_t end, uint32_t name, uint32_t stream,
+              int64_t call_ns = 800) {  // 800 ns: launches 1 us apart never overlap
     uint32_t correlation = next_correlation++;
     auto& call = cpu.append<trace::ApiCallRecord>(RecordKind::kApiCall, t(launch_time), kLaunch);
-    call.end_time = t(launch_time + 800);  // launches 1 us apart never overlap
+    call.end_time = t(launch_time + call_ns);
     call.correlation_id = correlation;
     auto& k = gpu.append<trace::GpuKernelRecord>(RecordKind::kGpuKernel, t(start), name);
     k.end_time = t(end);
@@ -284,6 +285,32 @@ std::vector<std::string> write_synthetic_run(const std::string& directory, const
         for (int64_t v : tokens[r]) {
           if (v > 0) entropy -= double(v) / double(total) * std::log(double(v) / double(total));
         }
+        if (o.predictions && r == 0) {
+          // Predicted global load: 10% above the actual sum over ranks.
+          auto& values = w.cpu.append_sized<trace::ExpertValuesRecord>(
+              RecordKind::kExpertValues, w.t(route_end), 0, uint32_t(E * sizeof(float)));
+          values.step = step;
+          values.layer = uint32_t(layer);
+          values.rank = r;
+          values.quantity = 0;
+          values.num_experts = uint32_t(E);
+          auto* predicted = reinterpret_cast<float*>(w.cpu.tail<trace::ExpertValuesRecord>());
+          for (int e = 0; e < E; ++e) {
+            double sum = 0;
+            for (int q = 0; q < R; ++q) sum += double(tokens[q][e]);
+            predicted[e] = float(sum * 1.1);
+          }
+          auto& rebalance =
+              w.cpu.append<trace::RebalanceRecord>(RecordKind::kRebalance, w.t(route_end));
+          rebalance.step = step;
+          rebalance.layer = uint32_t(layer);
+          rebalance.rank = r;
+          rebalance.imbalance_before = 2.0f;
+          rebalance.imbalance_after = 1.25f;
+          rebalance.bytes_moved = 1u << 20;
+          rebalance.duration_ns = 500000;
+          rebalance.applied = step % 2 == 0;
+        }
         auto& stats =
             w.cpu.append<trace::LayerStatsRecord>(RecordKind::kLayerStats, w.t(route_end));
         stats.step = step;
@@ -299,6 +326,13 @@ std::vector<std::string> write_synthetic_run(const std::string& directory, const
       }
       ++sequence;
       t = layer_end;
+    }
+    // Tiny kernels the host launches one by one after the last ended: the GPU idles between.
+    for (int i = 0; i < o.late_launch_kernels; ++i) {
+      for (int r = 0; r < R; ++r) {
+        ranks[r].kernel(t, t + 30000, t + 40000, kRouterKernel, kComputeStream, 29000);
+      }
+      t += 40000;
     }
     // Optimizer, optional sync, churn, step end.
     int64_t step_end = t + ms(o.optimizer_ms);

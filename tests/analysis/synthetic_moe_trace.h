@@ -42,7 +42,9 @@ struct SyntheticOptions {
   double drop_fraction = 0.0;
   int dead_layer = -1;
   std::vector<int> dead_experts;
-  int collapse_layer = -1;           // experts >= 2 fade out over the steps
+  int collapse_layer = -1;      // experts >= 2 fade out over the steps
+  int late_launch_kernels = 0;  // per step: tiny kernels each launched after the last ended
+  bool predictions = false;     // balancer predicted loads (exact x 1.1) + one rebalance per step
   uint64_t device_memory_bytes = 0;  // written in the metadata when > 0
   bool nasty_names = false;          // a span per step named with quotes, \, control chars, UTF-8
   bool write_step_markers = true;    // else steps come from the "train_step" range
