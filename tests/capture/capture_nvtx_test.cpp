@@ -104,6 +104,23 @@ TEST(CaptureNvtx, SampleRangesAreRecordedWithNestingThreadAndDomain) {
   EXPECT_EQ(json[0]["metadata"]["capture"]["tool"], "moescope record");
 }
 
+TEST(CaptureNvtx, NoCudaNoNcclAreWrittenToTheMetadataAndHonoured) {
+  TempDir dir;
+  RunResult recorded = run_program(
+      record_command(dir / "nvtx.moetrace", {nvtx_sample()}, {"--no-cuda", "--no-nccl"}));
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  LoadedTrace trace = load_trace(dir / "nvtx.moetrace");
+  auto metadata = nlohmann::json::parse(trace.metadata_json);
+  EXPECT_EQ(metadata["capture"]["cuda"], false);
+  EXPECT_EQ(metadata["capture"]["nccl"], false);
+  // The GPU capture never started: none of its notes ("moescope" domain), NVTX still recorded.
+  for (const auto& instant : trace.of_kind(RecordKind::kInstant)) {
+    EXPECT_NE(name_of(trace, instant.as<trace::InstantRecord>().domain), "moescope")
+        << name_of(trace, instant.header().name);
+  }
+  EXPECT_EQ(trace.of_kind(RecordKind::kSpanBegin).size(), 15u);
+}
+
 TEST(CaptureNvtx, WithoutRecordTheShimStaysIdle) {
   // Preloaded without MOESCOPE_OUTPUT (e.g. by the Python module's search): no file, same run.
   TempDir dir;

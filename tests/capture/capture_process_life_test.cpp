@@ -114,6 +114,23 @@ TEST(CaptureProcessLife, SigintCompletesTheTraceThenTerminates) {
   expect_signal_completes_trace(SIGINT);
 }
 
+TEST(CaptureProcessLife, SigkillLeavesEveryFlushedChunkReadable) {
+  TempDir dir;
+  RunOptions options;
+  options.signal_after_output = "ready\n";
+  options.signal_number = SIGKILL;
+  options.signal_delay_ms = 500;  // several flush intervals (100 ms) of work
+  options.signal_process_group = true;
+  RunResult run = run_program(
+      record_command(dir / "run.moetrace", {life_program(), "wait-for-signal"}), options);
+  EXPECT_FALSE(run.timed_out);
+  LoadedTrace trace = load_trace(dir / "run.moetrace");
+  ASSERT_TRUE(trace.opened);
+  EXPECT_FALSE(trace.complete);  // nothing ran at the kill: no closing chunk
+  EXPECT_TRUE(trace.errors.empty()) << trace.errors[0].to_string();
+  EXPECT_GE(count_spans(trace, "busy"), 10);  // ~2 ms each, flushed during 500 ms
+}
+
 TEST(CaptureProcessLife, OutputAndExitCodePassThrough) {
   TempDir dir;
   RunResult plain = run_program({life_program(), "lines", "5", "7"});
@@ -156,6 +173,9 @@ TEST(CaptureProcessLife, UnwritablePathWarnsOnceAndTheProgramRunsOn) {
 
 TEST(CaptureProcessLife, SetuidProgramIsLeftAlone) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give a test program another owner";
+#ifdef MOESCOPE_TEST_SANITIZER_RUNTIME
+  GTEST_SKIP() << "sanitizer runtimes do not run setuid programs (LeakSanitizer needs ptrace)";
+#endif
   TempDir dir;
   // World-writable, so a missing trace means the shim declined, not that it could not write.
   ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);

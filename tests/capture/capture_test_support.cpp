@@ -114,7 +114,12 @@ RunResult run_program(const std::vector<std::string>& argv, const RunOptions& op
     }
     if (!signal_sent && options.signal_number && !options.signal_after_output.empty() &&
         result.out.find(options.signal_after_output) != std::string::npos) {
-      kill(child, options.signal_number);
+      if (options.signal_delay_ms > 0) {
+        struct timespec pause = {options.signal_delay_ms / 1000,
+                                 (options.signal_delay_ms % 1000) * 1000000L};
+        nanosleep(&pause, nullptr);
+      }
+      kill(options.signal_process_group ? -child : child, options.signal_number);
       signal_sent = true;
     }
   }

@@ -18,6 +18,8 @@ struct RunOptions {
   // When stdout contains `signal_after_output`, send `signal_number` to the spawned process.
   std::string signal_after_output;
   int signal_number = 0;
+  int signal_delay_ms = 0;            // wait this long after the marker before signalling
+  bool signal_process_group = false;  // signal the whole group (e.g. SIGKILL: nothing forwards)
   long file_size_limit = -1;  // RLIMIT_FSIZE in bytes for the spawned process, -1 = unchanged
   int timeout_seconds = 60;   // then SIGKILL, and the result says so
 };
