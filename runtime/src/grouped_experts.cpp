@@ -159,8 +159,13 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
   check_group_rows(a.size(0), num_groups, rows_per_group, "grouped_mm_weight_grad");
   if (grouped_mm_operands_supported(a, d)) {
     try {
-      return at::_grouped_mm(a.contiguous().t(), d.contiguous(),
-                             cumulative_group_ends(rows_per_group, a.device()));
+      at::Tensor out = at::_grouped_mm(a.contiguous().t(), d.contiguous(),
+                                       cumulative_group_ends(rows_per_group, a.device()));
+      // A group without rows has a zero gradient; do not rely on the kernel writing it.
+      for (int64_t g = 0; g < num_groups; ++g) {
+        if (rows_per_group[static_cast<size_t>(g)] == 0) out.select(0, g).zero_();
+      }
+      return out;
     } catch (const c10::Error& error) {
       disable_device_grouped_mm(error);
     }
