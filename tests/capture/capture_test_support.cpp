@@ -16,14 +16,16 @@
 
 namespace moescope::testing {
 
+// The environment wins (set by CTest); the directories this binary was configured with are the
+// fallback, so a test runs the same from any working directory.
 std::string build_dir() {
   const char* dir = std::getenv("MOESCOPE_BUILD_DIR");
-  return dir ? dir : "build";
+  return dir && *dir ? dir : MOESCOPE_TEST_BUILD_DIR;
 }
 
 std::string source_dir() {
   const char* dir = std::getenv("MOESCOPE_SOURCE_DIR");
-  return dir ? dir : ".";
+  return dir && *dir ? dir : MOESCOPE_TEST_SOURCE_DIR;
 }
 
 std::string moescope_binary() {
