@@ -1,0 +1,14 @@
+// moe_train: a small MoE transformer language model trained with moescope::runtime::MoELayer.
+//   moe_train --steps 100 --gate-skew 3 --skew-layer 1
+//   torchrun --no-python --nproc_per_node 2 build/bin/moe_train --balance aux-free
+//   moescope record -o run.%r.moetrace -- torchrun --no-python --nproc_per_node 2
+//   build/bin/moe_train
+#include "train_options.h"
+#include "training_run.h"
+
+int main(int argc, char** argv) {
+  moe_train::TrainOptions options;
+  int exit_code = 0;
+  if (!moe_train::parse_train_options(argc, argv, options, exit_code)) return exit_code;
+  return moe_train::run_training(options);
+}

@@ -1,0 +1,132 @@
+#include "train_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+
+namespace moe_train {
+
+const char* balance_mode_name(BalanceMode mode) {
+  switch (mode) {
+    case BalanceMode::kNone:
+      return "none";
+    case BalanceMode::kAuxLoss:
+      return "aux";
+    case BalanceMode::kAuxFree:
+      return "aux-free";
+  }
+  return "?";
+}
+
+bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit_code) {
+  CLI::App app{
+      "moe_train: a small Mixture-of-Experts transformer language model (byte-level) trained on "
+      "shipped text with moescope::runtime::MoELayer. Under torchrun (RANK/WORLD_SIZE/"
+      "MASTER_ADDR/MASTER_PORT) the experts are spread over all ranks (Gloo on CPU, NCCL on "
+      "CUDA)."};
+  // A repeated option takes its last value, so scripts can override their defaults.
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+
+  app.add_option("--steps", options.steps, "Train until this step")->check(CLI::PositiveNumber);
+  app.add_option("--batch", options.batch, "Sequences per rank and step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", options.seq_len, "Tokens (bytes) per sequence")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data", options.data,
+                 "A .txt file or a folder of .txt files (default: the shipped texts)");
+  app.add_option("--seed", options.seed, "Seed of the initialisation and of the batch order");
+
+  app.add_option("--layers", options.layers, "Transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", options.hidden, "Model width")->check(CLI::PositiveNumber);
+  app.add_option("--heads", options.heads, "Attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--ffn-hidden", options.ffn_hidden, "SwiGLU width of each expert")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--experts", options.experts, "Routed experts per layer (all ranks together)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--top-k", options.top_k, "Experts per token")->check(CLI::PositiveNumber);
+  app.add_option("--capacity-factor", options.capacity_factor,
+                 "Expert capacity factor; <= 0 is dropless");
+
+  const std::map<std::string, BalanceMode> balance_names{{"none", BalanceMode::kNone},
+                                                         {"aux", BalanceMode::kAuxLoss},
+                                                         {"aux-free", BalanceMode::kAuxFree}};
+  app.add_option("--balance", options.balance, "Load balancing: none | aux | aux-free")
+      ->transform(CLI::CheckedTransformer(balance_names, CLI::ignore_case));
+  app.add_option("--aux-loss-coeff", options.aux_loss_coeff, "Coefficient of --balance aux")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bias-update-rate", options.bias_update_rate, "Bias step of --balance aux-free")
+      ->check(CLI::NonNegativeNumber);
+  const std::map<std::string, bool> score_names{{"softmax", false}, {"sigmoid", true}};
+  app.add_option("--score-function", options.sigmoid_scores, "Router scores: softmax | sigmoid")
+      ->transform(CLI::CheckedTransformer(score_names, CLI::ignore_case));
+  app.add_flag("--normalize-top-k,!--no-normalize-top-k", options.normalize_top_k,
+               "Scale the chosen experts' weights to sum to 1 (default on)");
+  app.add_option("--gate-skew", options.gate_skew,
+                 "Router logit skew strength S (expert 0 gets +S, decreasing linearly to 0)");
+  app.add_option("--skew-layer", options.skew_layer, "Layer that gets --gate-skew; -1 = all");
+
+  app.add_option("--lr", options.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--router-lr-scale", options.router_lr_scale,
+                 "Learning rate of the router gates relative to --lr")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", options.weight_decay, "AdamW weight decay")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", options.warmup_steps, "Linear learning-rate warmup")
+      ->check(CLI::NonNegativeNumber);
+
+  app.add_option("--device", options.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", options.dtype, "float32 | bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--threads", options.threads, "Intra-op threads; 0 = LibTorch's default")
+      ->check(CLI::NonNegativeNumber);
+
+  app.add_option("--checkpoint", options.checkpoint,
+                 "Checkpoint file (per rank PATH.rankN when the world size is > 1)");
+  app.add_option("--checkpoint-every", options.checkpoint_every,
+                 "Also save every N steps (0 = only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", options.resume, "Load --checkpoint and continue from its step");
+  app.add_flag("--print-expert-load", options.print_expert_load,
+               "Every rank prints its tokens per expert for each layer and step");
+  app.add_option("--log-every", options.log_every, "Print the loss every N steps")
+      ->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    exit_code = app.exit(error);
+    if (exit_code != 0) exit_code = 2;
+    return false;
+  }
+  if (std::string problem = check_train_options(options); !problem.empty()) {
+    std::fprintf(stderr, "moe_train: %s\n", problem.c_str());
+    exit_code = 2;
+    return false;
+  }
+  exit_code = 0;
+  return true;
+}
+
+std::string check_train_options(const TrainOptions& options) {
+  if (options.top_k > options.experts) {
+    return "--top-k " + std::to_string(options.top_k) + " is larger than --experts " +
+           std::to_string(options.experts);
+  }
+  if (options.hidden % options.heads != 0) {
+    return "--hidden " + std::to_string(options.hidden) + " is not divisible by --heads " +
+           std::to_string(options.heads);
+  }
+  if (options.skew_layer < -1 || options.skew_layer >= options.layers) {
+    return "--skew-layer " + std::to_string(options.skew_layer) + " is not -1 or a layer in [0, " +
+           std::to_string(options.layers) + ")";
+  }
+  if (options.resume && options.checkpoint.empty()) return "--resume needs --checkpoint PATH";
+  if (options.checkpoint_every > 0 && options.checkpoint.empty()) {
+    return "--checkpoint-every needs --checkpoint PATH";
+  }
+  return {};
+}
+
+}  // namespace moe_train

@@ -1,0 +1,104 @@
+// The samples under `moescope record`: what the programs printed is what the trace holds.
+#include <glob.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "moescope/profiler/trace_loader.h"
+#include "moescope/profiler/trace_model.h"
+#include "moescope/recorder.h"
+#include "sample_runs.h"
+
+namespace moescope::samples_test {
+namespace {
+
+std::vector<std::string> glob_files(const std::string& pattern) {
+  std::vector<std::string> files;
+  glob_t result{};
+  if (::glob(pattern.c_str(), 0, nullptr, &result) == 0) {
+    for (size_t i = 0; i < result.gl_pathc; ++i) files.emplace_back(result.gl_pathv[i]);
+  }
+  ::globfree(&result);
+  return files;
+}
+
+// (rank, step, layer) -> tokens per expert of every LOCAL-scope expert-load record.
+std::map<ExpertLoadKey, std::vector<int64_t>> local_loads_in(const analysis::TraceModel& model) {
+  std::map<ExpertLoadKey, std::vector<int64_t>> loads;
+  for (const auto& sample : model.expert_loads) {
+    if (sample.scope != MOESCOPE_EXPERTS_LOCAL) continue;
+    std::vector<int64_t>& counts = loads[{sample.rank, sample.step, sample.layer}];
+    EXPECT_TRUE(counts.empty()) << "two LOCAL records for rank " << sample.rank << " step "
+                                << sample.step << " layer " << sample.layer;
+    for (uint32_t count : model.tokens(sample)) counts.push_back(count);
+  }
+  return loads;
+}
+
+std::string record_command(const std::string& output_pattern) {
+  return shell_quote(build_dir() + "/bin/moescope") + " record -o " + shell_quote(output_pattern) +
+         " -- ";
+}
+
+TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLoad) {
+  const std::string dir = fresh_dir("recorded_moe_train");
+  const int port = free_port_pair();
+  const std::string command =
+      record_command(dir + "/run.%r.moetrace") +
+      "env OMP_NUM_THREADS=1 python3 -m torch.distributed.run --no-python --nproc_per_node 2 "
+      "--master_addr 127.0.0.1 --master_port " +
+      std::to_string(port) + " " + shell_quote(build_dir() + "/bin/moe_train") +
+      " --threads 1 --layers 2 --hidden 32 --heads 4 --ffn-hidden 64 --experts 4 --top-k 2"
+      " --batch 4 --seq-len 16 --steps 4 --gate-skew 2 --skew-layer 1 --print-expert-load";
+  CommandResult run = run_shell("timeout 300 " + command);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto printed = parse_expert_load_lines(run.output);
+  ASSERT_EQ(printed.size(), 2u * 4u * 2u) << run.output;  // ranks x steps x layers
+
+  // One trace per rank (the torchrun launcher writes its own "norank" trace beside them).
+  const std::vector<std::string> traces = glob_files(dir + "/run.[0-9]*.moetrace");
+  ASSERT_EQ(traces.size(), 2u) << run.output;
+  analysis::TraceModel model = analysis::load_traces(traces);
+  for (const auto& error : model.errors) ADD_FAILURE() << error.message;
+  ASSERT_EQ(model.processes.size(), 2u);
+  std::set<int32_t> ranks;
+  for (const auto& process : model.processes) {
+    ranks.insert(process.rank);
+    EXPECT_TRUE(process.complete) << process.file;
+    std::vector<int64_t> steps;
+    for (const auto& marker : process.step_markers) steps.push_back(marker.step);
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3})) << process.file;
+  }
+  EXPECT_EQ(ranks, (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(model.step_source, analysis::StepSource::kMarkers);
+  EXPECT_EQ(local_loads_in(model), printed);
+}
+
+TEST(RecordedSamplesTest, PythonSampleTraceHoldsThePrintedExpertLoad) {
+  const std::string dir = fresh_dir("recorded_python");
+  const std::string command = record_command(dir + "/py.%r.moetrace") + "python3 " +
+                              shell_quote(source_dir() + "/samples/python/train_moe.py") +
+                              " --steps 3 --layers 2 --experts 4 --gate-skew 2 --print-expert-load";
+  CommandResult run = run_shell("timeout 300 " + command);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("recording"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("not recording"), std::string::npos) << run.output;
+  const auto printed = parse_expert_load_lines(run.output);
+  ASSERT_EQ(printed.size(), 3u * 2u) << run.output;
+
+  const std::vector<std::string> traces = glob_files(dir + "/py.*.moetrace");
+  ASSERT_EQ(traces.size(), 1u) << run.output;
+  analysis::TraceModel model = analysis::load_traces(traces);
+  for (const auto& error : model.errors) ADD_FAILURE() << error.message;
+  ASSERT_EQ(model.processes.size(), 1u);
+  std::vector<int64_t> steps;
+  for (const auto& marker : model.processes[0].step_markers) steps.push_back(marker.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(local_loads_in(model), printed);
+}
+
+}  // namespace
+}  // namespace moescope::samples_test
