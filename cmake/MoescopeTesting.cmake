@@ -8,9 +8,13 @@ function(moescope_add_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main moescope_warnings)
-  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # Tests find the tree and the built tools through these variables. They are set by running
+  # the test under `cmake -E env` (CTest's ENVIRONMENT property cannot carry two variables
+  # through gtest_discover_tests).
+  set_target_properties(${T_NAME} PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
+    CROSSCOMPILING_EMULATOR "${CMAKE_COMMAND};-E;env;MOESCOPE_BUILD_DIR=${CMAKE_BINARY_DIR};MOESCOPE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-               ENVIRONMENT "MOESCOPE_BUILD_DIR=${CMAKE_BINARY_DIR};MOESCOPE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
 endfunction()
