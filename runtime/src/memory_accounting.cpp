@@ -1,0 +1,164 @@
+#include "moescope/runtime/memory_accounting.h"
+
+#include <c10/util/Exception.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <typeinfo>
+#include <unordered_set>
+
+#include "moescope/recorder.h"
+#include "moescope/runtime/dispatch_buffer_pool.h"
+#include "moescope/runtime/expert_optimizer_offload.h"
+
+namespace moescope::runtime {
+namespace {
+
+/// Adds each storage's bytes once, however many tensors view it.
+class StorageCounter {
+ public:
+  int64_t bytes_of(const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.has_storage()) return 0;
+    const void* storage = tensor.storage().unsafeGetStorageImpl();
+    if (!seen_.insert(storage).second) return 0;
+    return static_cast<int64_t>(tensor.storage().nbytes());
+  }
+
+ private:
+  std::unordered_set<const void*> seen_;
+};
+
+int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state,
+                           StorageCounter& counter) {
+  using namespace torch::optim;
+  if (const auto* adam = dynamic_cast<const AdamParamState*>(&state)) {
+    return counter.bytes_of(adam->exp_avg()) + counter.bytes_of(adam->exp_avg_sq()) +
+           counter.bytes_of(adam->max_exp_avg_sq());
+  }
+  if (const auto* adamw = dynamic_cast<const AdamWParamState*>(&state)) {
+    return counter.bytes_of(adamw->exp_avg()) + counter.bytes_of(adamw->exp_avg_sq()) +
+           counter.bytes_of(adamw->max_exp_avg_sq());
+  }
+  if (const auto* sgd = dynamic_cast<const SGDParamState*>(&state)) {
+    return counter.bytes_of(sgd->momentum_buffer());
+  }
+  if (const auto* adagrad = dynamic_cast<const AdagradParamState*>(&state)) {
+    return counter.bytes_of(adagrad->sum());
+  }
+  if (const auto* rmsprop = dynamic_cast<const RMSpropParamState*>(&state)) {
+    return counter.bytes_of(rmsprop->square_avg()) + counter.bytes_of(rmsprop->momentum_buffer()) +
+           counter.bytes_of(rmsprop->grad_avg());
+  }
+  TORCH_CHECK(false, "memory accounting: cannot read optimizer state of type ",
+              typeid(state).name(), " (supported: Adam, AdamW, SGD, Adagrad, RMSprop)");
+  return 0;
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer, StorageCounter& counter) {
+  int64_t bytes = 0;
+  for (const auto& entry : optimizer.state()) bytes += state_tensor_bytes(*entry.second, counter);
+  return bytes;
+}
+
+}  // namespace
+
+const char* memory_counter_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kExpertWeights:
+      return "memory.expert_weights";
+    case MemoryCategory::kOptimizerState:
+      return "memory.optimizer_state";
+    case MemoryCategory::kDispatchBuffers:
+      return "memory.dispatch_buffers";
+    case MemoryCategory::kActivations:
+      return "memory.activations";
+    case MemoryCategory::kOther:
+      return "memory.other";
+  }
+  return "memory.unknown";
+}
+
+int64_t MemoryBreakdown::total() const {
+  int64_t sum = 0;
+  for (const int64_t value : bytes) sum += value;
+  return sum;
+}
+
+bool is_routed_expert_parameter(const std::string& qualified_name) {
+  size_t begin = 0;
+  while (begin <= qualified_name.size()) {
+    size_t end = qualified_name.find('.', begin);
+    if (end == std::string::npos) end = qualified_name.size();
+    // A component followed by more path: "experts" as a module, not a leaf named "experts".
+    if (end < qualified_name.size() && qualified_name.compare(begin, end - begin, "experts") == 0)
+      return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  StorageCounter counter;
+  return optimizer_state_bytes(optimizer, counter);
+}
+
+MemoryBreakdown measure_memory(const MemorySources& sources) {
+  TORCH_CHECK(sources.activation_bytes >= 0, "measure_memory: activation_bytes must be >= 0, got ",
+              sources.activation_bytes);
+  MemoryBreakdown breakdown;
+  StorageCounter counter;
+  if (sources.model != nullptr) {
+    const auto& is_expert =
+        sources.is_expert_parameter
+            ? sources.is_expert_parameter
+            : std::function<bool(const std::string&)>(is_routed_expert_parameter);
+    for (const auto& item : sources.model->named_parameters(/*recurse=*/true)) {
+      const MemoryCategory category =
+          is_expert(item.key()) ? MemoryCategory::kExpertWeights : MemoryCategory::kOther;
+      breakdown[category] += counter.bytes_of(item.value()) + counter.bytes_of(item.value().grad());
+    }
+    for (const auto& item : sources.model->named_buffers(/*recurse=*/true)) {
+      breakdown[MemoryCategory::kOther] += counter.bytes_of(item.value());
+    }
+  }
+  for (const torch::optim::Optimizer* optimizer : sources.optimizers) {
+    TORCH_CHECK(optimizer != nullptr, "measure_memory: optimizers holds a null pointer");
+    breakdown[MemoryCategory::kOptimizerState] += optimizer_state_bytes(*optimizer, counter);
+  }
+  if (sources.expert_optimizer != nullptr) {
+    breakdown[MemoryCategory::kOptimizerState] += sources.expert_optimizer->resident_state_bytes();
+    breakdown.offloaded_optimizer_state_bytes = sources.expert_optimizer->offloaded_state_bytes();
+  }
+  if (sources.dispatch_buffers != nullptr) {
+    breakdown[MemoryCategory::kDispatchBuffers] = sources.dispatch_buffers->stats().bytes_reserved;
+  }
+  breakdown[MemoryCategory::kActivations] = sources.activation_bytes;
+  return breakdown;
+}
+
+void record_memory_breakdown(const MemoryBreakdown& breakdown) {
+  if (!moescope_recording) return;
+  static const std::array<moescope_name_t, kNumMemoryCategories> names = [] {
+    std::array<moescope_name_t, kNumMemoryCategories> interned{};
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      interned[static_cast<size_t>(c)] =
+          moescope_intern(memory_counter_name(static_cast<MemoryCategory>(c)));
+    }
+    return interned;
+  }();
+  static const moescope_name_t total_name = moescope_intern("memory.total");
+  static const moescope_name_t offloaded_name = moescope_intern("memory.optimizer_state_offloaded");
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    moescope_counter(names[static_cast<size_t>(c)],
+                     static_cast<double>(breakdown.bytes[static_cast<size_t>(c)]));
+  }
+  moescope_counter(total_name, static_cast<double>(breakdown.total()));
+  moescope_counter(offloaded_name, static_cast<double>(breakdown.offloaded_optimizer_state_bytes));
+}
+
+}  // namespace moescope::runtime
