@@ -48,7 +48,7 @@ for ((pair = 0; pair < pairs; ++pair)); do
   for mode in "${order[@]}"; do
     launch "$mode" "$work/$mode.$pair.log" || { echo "run failed:"; tail -20 "$work/$mode.$pair.log"; exit 1; }
   done
-  trace_bytes=$(cat "$work"/run.[0-9]*.moetrace 2>/dev/null | wc -c)
+  trace_bytes=$( (cat "$work"/run.*.moetrace 2>/dev/null || true) | wc -c)
   echo "  pair $pair done (last trace: $trace_bytes bytes)"
 done
 
