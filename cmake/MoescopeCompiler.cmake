@@ -1,9 +1,13 @@
 # Compiler settings shared by every moescope target.
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)
-  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
-  set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  # Paths relative to the source tree and no working directory in the hash, so a fresh clone
+  # in another folder (CI) reuses what an earlier build compiled.
+  set(_ccache ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=1
+      ${CCACHE_PROGRAM})
+  set(CMAKE_C_COMPILER_LAUNCHER ${_ccache})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${_ccache})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${_ccache})
 endif()
 
 # Warnings for our own code only; third-party headers come in as SYSTEM includes.
