@@ -1,6 +1,8 @@
 // Damaged traces: a clear error naming file and offset, every intact chunk still read, no crash.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <random>
 
@@ -16,7 +18,9 @@ constexpr int kStepsPerChunk = 200;
 // A trace image of kChunks chunks, each holding kStepsPerChunk step records; also returns
 // where each chunk starts.
 std::vector<uint8_t> make_image(std::vector<uint64_t>& chunk_offsets, bool compress = true) {
-  std::string path = ::testing::TempDir() + "/damage_source.moetrace";
+  // Per process: CTest runs tests of this binary in parallel.
+  std::string path =
+      ::testing::TempDir() + "/damage_source_" + std::to_string(getpid()) + ".moetrace";
   {
     TraceWriter writer;
     WriterOptions options;
@@ -148,7 +152,8 @@ TEST(Damage, AbsurdLengthsAreCaughtBeforeUse) {
 
 TEST(Damage, InvalidRecordsInsideAValidChunkAreReported) {
   // A chunk whose checksum is right but whose records lie: the record layer catches it.
-  std::string path = ::testing::TempDir() + "/bad_records.moetrace";
+  std::string path =
+      ::testing::TempDir() + "/bad_records_" + std::to_string(getpid()) + ".moetrace";
   {
     TraceWriter writer;
     ASSERT_TRUE(writer.open(path, "{}"));

@@ -16,7 +16,8 @@ namespace moescope::trace {
 namespace {
 
 std::string temp_file(const std::string& name) {
-  return ::testing::TempDir() + "/roundtrip_" + name + ".moetrace";
+  // Per process: CTest runs the tests of this binary in parallel.
+  return ::testing::TempDir() + "/roundtrip_" + name + "_" + std::to_string(getpid()) + ".moetrace";
 }
 
 // One record of every kind with values drawn from `rng`; returns the buffer.
