@@ -258,7 +258,8 @@ int main(int argc, char** argv) {
     std::remove(write.path.c_str());
     auto start = Clock::now();  // baseline: a plain memcpy of the same raw bytes
     std::vector<uint8_t> copy(mixed.size());
-    for (int i = 0; i < (quick ? 2 : 5); ++i) std::memcpy(copy.data(), mixed.bytes().data(), copy.size());
+    for (int i = 0; i < (quick ? 2 : 5); ++i)
+      std::memcpy(copy.data(), mixed.bytes().data(), copy.size());
     raw_copy_rates.push_back(write.events / seconds_since(start));
   }
   std::snprintf(baseline, sizeof(baseline), "memcpy of the raw records: %.0f M events/s",
