@@ -310,20 +310,6 @@ void moescope_comm_op(const moescope_comm_op_info* op) {
   buffer->commit(bytes);
 }
 
-void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uint32_t category,
-                           int is_free) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::MemoryRecord>(buffer, trace::RecordKind::kMemory, 0);
-  if (!record) return;
-  record->address = address;
-  record->bytes = bytes;
-  record->device = device;
-  record->category = static_cast<uint16_t>(category);
-  record->is_free = is_free ? 1 : 0;
-  commit<trace::MemoryRecord>(buffer);
-}
-
 void moescope_memory_event_at(uint64_t time_ns, uint64_t address, uint64_t bytes, int32_t device,
                               uint32_t category, int is_free) {
   ThreadBuffer* buffer = active_buffer();
@@ -337,6 +323,13 @@ void moescope_memory_event_at(uint64_t time_ns, uint64_t address, uint64_t bytes
   record->category = static_cast<uint16_t>(category);
   record->is_free = is_free ? 1 : 0;
   commit<trace::MemoryRecord>(buffer);
+}
+
+void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uint32_t category,
+                           int is_free) {
+  if (!moescope_recording) return;
+  moescope_memory_event_at(moescope::recorder::monotonic_ns(), address, bytes, device, category,
+                           is_free);
 }
 
 void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel) {
