@@ -5,7 +5,7 @@
 //   3. draw-list build of the fully zoomed-out timeline and of one step, against the baseline of
 //      walking every span of the visible tracks once (what a viewer without folding and binary
 //      search does per frame)
-// Usage: viewer_bench [--events N] [--dir DIR]   (default 10,000,000 events, /tmp)
+// Usage: viewer_bench [--events N] [--dir DIR] [--keep]  (default 10,000,000 events, /tmp)
 #include <time.h>
 #include <algorithm>
 #include <atomic>
@@ -59,7 +59,10 @@ double median_ms(int repeats, Work&& work) {
 int main(int argc, char** argv) {
   uint64_t target_events = 10'000'000;
   std::string directory = "/tmp";
-  for (int i = 1; i + 1 < argc; ++i) {
+  bool keep = false;  // keep the trace (to profile the loader on it)
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--keep")) keep = true;
+    if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--events")) target_events = std::strtoull(argv[++i], nullptr, 10);
     if (!std::strcmp(argv[i], "--dir")) directory = argv[++i];
   }
@@ -170,7 +173,7 @@ int main(int argc, char** argv) {
               one_step_ms);
   std::printf("| baseline: walk every span once | %.2f ms | |\n", walk_ms);
   std::printf("| zoomed-out / baseline | %.4f | |\n", zoomed_out_ms / walk_ms);
-  fs::remove_all(directory);
+  if (!keep) fs::remove_all(directory);
   bool ok = first_frame_s <= 2.0 && zoomed_out_ms <= 10.0 && one_step_ms <= 2.0;
   std::printf("%s\n", ok ? "targets met" : "TARGETS MISSED");
   return ok ? 0 : 1;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,26 @@ namespace moescope::analysis {
 
 // Ids with this bit set name strings the loader made up (kLocalExtraBit | index into extras).
 inline constexpr uint32_t kLocalExtraBit = 0x80000000u;
+
+// What the moetrace reader already established while reading, so finalize_process skips the
+// passes over the (by then cache-cold) arrays. Empty vectors / false: finalize does it all
+// (Kineto files, damaged or unusual traces).
+struct ReadTimeIndex {
+  // Per thread: spans in start order with parent, depth and spans_by_depth set (plain
+  // begin/end pairs with non-decreasing times and no zero-length span), instants and API calls
+  // in order.
+  std::vector<uint8_t> thread_ready;
+  std::vector<uint8_t> gpu_stream_ready;    // per GPU stream: ops in order, max_end built
+  std::vector<uint8_t> communicator_ready;  // per communicator: ops in order, max_end built
+  std::vector<uint8_t> counter_sorted;      // per counter
+  bool launches_linked = false;             // every GpuOp's launch_thread/launch_call is final
+  bool have_range = false;  // begin/end below cover every event finalize would cover
+  TimeNs begin = 0, end = 0;
+  // Largest file string id any event names (0 = none); string ids above it are unused.
+  uint32_t max_name = 0;
+  // Names the loader made up (kLocalExtraBit) appear only as GpuOp names.
+  bool made_up_names_only_on_gpu_ops = false;
+};
 
 struct FileLoad {
   bool opened = false;  // false: nothing of the file could be read
@@ -38,15 +59,24 @@ struct FileLoad {
   std::vector<RebalanceDecision> rebalances;
   std::vector<FlowArrow> flows;  // process fields are filled in at merge
   std::vector<LoadError> errors;
+  ReadTimeIndex read_index;
 };
 
 // Called with the bytes of the current file read so far.
 using BytesProgress = std::function<void(uint64_t bytes_read, uint64_t file_bytes)>;
 
-// `pipelined`: decode chunks on a second thread (see chunk_pipeline.h).
+struct MoetraceReadOptions {
+  const std::atomic<bool>* cancel = nullptr;
+  bool pipelined = false;   // decode chunks on a second thread (see chunk_pipeline.h)
+  uint64_t max_events = 0;  // non-zero: stop after the chunk that reaches it
+};
+
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
-                            const std::atomic<bool>* cancel, bool pipelined);
+                            const MoetraceReadOptions& options);
 FileLoad load_kineto_file(const std::string& path);
+// load_moetrace_file without finalize_process: tracks in read order with read_index filled.
+FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progress,
+                            const MoetraceReadOptions& options);
 
 // Sorts and indexes the tracks of a freshly read process: span nesting (parent, depth, the
 // per-depth index), running max ends, launch links by correlation id, memory usage, the

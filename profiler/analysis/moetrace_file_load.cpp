@@ -7,6 +7,7 @@
 #include "chunk_pipeline.h"
 #include "file_load.h"
 #include "moescope/profiler/trace_reader.h"
+#include "track_appender.h"
 
 namespace moescope::analysis {
 namespace {
@@ -16,7 +17,7 @@ using trace::RecordView;
 
 class MoetraceFileLoader {
  public:
-  explicit MoetraceFileLoader(FileLoad& out) : out_(out), process_(out.process) {}
+  explicit MoetraceFileLoader(FileLoad& out) : out_(out), process_(out.process), tracks_(out) {}
 
   void read_metadata(const std::string& json_text) {
     process_.metadata_json = json_text;
@@ -37,28 +38,23 @@ class MoetraceFileLoader {
   }
 
   void read_chunk(const trace::Chunk& chunk) {
-    for (RecordView record : chunk) read_record(chunk.stream, record);
+    // Every record of a chunk comes from one stream: its thread track is looked up once, on
+    // the first record that needs it (a chunk of GPU records makes no thread).
+    chunk_stream_ = chunk.stream;
+    chunk_thread_ = kNoIndex;
+    for (RecordView record : chunk) read_record(record);
   }
 
-  // Closes what is still open: spans at their thread's last time, ranges at the process end.
+  void reserve_projected(uint64_t bytes_read, uint64_t file_bytes) {
+    tracks_.reserve_projected(bytes_read, file_bytes);
+  }
+
+  // Closes what is still open (see TrackAppender::finish) and makes the explicit flows.
   void finish() {
-    TimeNs process_last = 0;
-    for (const auto& thread : process_.threads)
-      process_last = std::max(process_last, thread.last_time);
-    for (size_t t = 0; t < open_spans_.size(); ++t) {
-      auto& thread = process_.threads[t];
-      for (uint32_t index : open_spans_[t]) {
-        thread.spans[index].end = std::max(thread.spans[index].start, thread.last_time);
-        thread.spans[index].flags |= kSpanUnclosed;
-        ++process_.unclosed_spans;
-      }
-    }
-    for (const auto& [id, where] : open_ranges_) {
-      Span& span = process_.threads[where.first].spans[where.second];
-      span.end = std::max(span.start, process_last);
-      span.flags |= kSpanUnclosed;
-      ++process_.unclosed_spans;
-    }
+    std::vector<std::pair<uint32_t, uint32_t>> open_ranges;
+    open_ranges.reserve(open_ranges_.size());
+    for (const auto& [id, where] : open_ranges_) open_ranges.push_back(where);
+    tracks_.finish(open_ranges);
     // Explicit flows: an arrow per id that has both a start and an end.
     for (const auto& [id, ends] : flow_ends_) {
       if (!ends.has_start || !ends.has_end) continue;
@@ -79,54 +75,22 @@ class MoetraceFileLoader {
     TimeNs start_time = 0, end_time = 0;
   };
 
-  uint32_t thread_of(uint32_t stream) {
-    if (stream < thread_by_stream_.size() && thread_by_stream_[stream] != kNoIndex) {
-      return thread_by_stream_[stream];
-    }
-    // Stream ids are small recorder thread numbers; a huge one (a crafted file) goes to a map.
-    constexpr uint32_t kDenseStreams = 1u << 16;
-    if (stream >= kDenseStreams) {
-      auto found = thread_by_large_stream_.find(stream);
-      if (found != thread_by_large_stream_.end()) return found->second;
-    }
-    uint32_t index = static_cast<uint32_t>(process_.threads.size());
-    process_.threads.emplace_back();
-    process_.threads.back().stream = stream;
-    open_spans_.emplace_back();
-    if (stream >= kDenseStreams) {
-      thread_by_large_stream_.emplace(stream, index);
-    } else {
-      if (stream >= thread_by_stream_.size()) thread_by_stream_.resize(stream + 1, kNoIndex);
-      thread_by_stream_[stream] = index;
-    }
-    return index;
+  uint32_t chunk_thread() {
+    if (chunk_thread_ == kNoIndex) chunk_thread_ = tracks_.thread_of(chunk_stream_);
+    return chunk_thread_;
   }
 
-  GpuStreamTrack& gpu_stream(uint32_t device, uint32_t stream) {
-    uint64_t key = (uint64_t{device} << 32) | stream;
-    auto [found, inserted] = gpu_stream_index_.try_emplace(key, process_.gpu_streams.size());
-    if (inserted) {
-      process_.gpu_streams.emplace_back();
-      process_.gpu_streams.back().device = device;
-      process_.gpu_streams.back().stream = stream;
-    }
-    return process_.gpu_streams[found->second];
-  }
-
-  CommunicatorTrack& communicator(uint64_t comm_id) {
-    auto [found, inserted] = comm_index_.try_emplace(comm_id, process_.communicators.size());
-    if (inserted) {
-      process_.communicators.emplace_back();
-      process_.communicators.back().comm_id = comm_id;
-    }
-    return process_.communicators[found->second];
+  // Made-up names of copies and syncs, interned once per kind.
+  uint32_t made_up_name(uint32_t& cached, const char* text) {
+    if (cached == 0) cached = out_.intern_extra(text);
+    return cached;
   }
 
   static TimeNs end_or_start(uint64_t start, uint64_t end) {
     return static_cast<TimeNs>(end >= start ? end : start);
   }
 
-  void read_record(uint32_t stream, const RecordView& record) {
+  void read_record(const RecordView& record) {
     const trace::RecordHeader& header = record.header();
     const TimeNs time = static_cast<TimeNs>(header.time);
     switch (record.kind()) {
@@ -147,94 +111,71 @@ class MoetraceFileLoader {
     }
     ++process_.events;
     ++process_.events_per_kind[header.kind & 31];
+    tracks_.use_name(header.name);
     switch (record.kind()) {
       case RecordKind::kSpanBegin: {
-        uint32_t t = thread_of(stream);
-        auto& thread = process_.threads[t];
         Span span;
         span.start = time;
         span.end = time;
         span.name = header.name;
         span.domain = record.as<trace::SpanBeginRecord>().domain;
-        open_spans_[t].push_back(static_cast<uint32_t>(thread.spans.size()));
-        thread.spans.push_back(span);
-        touch(thread, time);
+        tracks_.use_name(span.domain);
+        tracks_.begin_span(chunk_thread(), span, true);
         break;
       }
-      case RecordKind::kSpanEnd: {
-        uint32_t t = thread_of(stream);
-        auto& thread = process_.threads[t];
-        touch(thread, time);
-        if (open_spans_[t].empty()) {
-          ++process_.unmatched_span_ends;
-          break;
-        }
-        Span& span = thread.spans[open_spans_[t].back()];
-        span.end = std::max(span.start, time);
-        open_spans_[t].pop_back();
+      case RecordKind::kSpanEnd:
+        tracks_.end_span(chunk_thread(), time);
         break;
-      }
       case RecordKind::kSpanComplete: {
         auto complete = record.as<trace::SpanCompleteRecord>();
-        auto& thread = process_.threads[thread_of(stream)];
         Span span;
         span.start = time;
         span.end = end_or_start(header.time, complete.end_time);
         span.name = header.name;
         span.domain = complete.domain;
         span.flags = kSpanComplete;
-        thread.spans.push_back(span);
-        touch(thread, span.end);
+        tracks_.use_name(span.domain);
+        tracks_.begin_span(chunk_thread(), span, false);
         break;
       }
       case RecordKind::kRangeStart: {
         auto range = record.as<trace::RangeStartRecord>();
-        uint32_t t = thread_of(stream);
-        auto& thread = process_.threads[t];
+        uint32_t t = chunk_thread();
         Span span;
         span.start = time;
         span.end = time;
         span.name = header.name;
         span.domain = range.domain;
         span.flags = kSpanFromRange;
-        open_ranges_[range.range_id] = {t, static_cast<uint32_t>(thread.spans.size())};
-        thread.spans.push_back(span);
-        touch(thread, time);
+        tracks_.use_name(span.domain);
+        open_ranges_[range.range_id] = {t, tracks_.begin_span(t, span, false)};
         break;
       }
       case RecordKind::kRangeEnd: {
         auto range = record.as<trace::RangeEndRecord>();
-        touch(process_.threads[thread_of(stream)], time);
+        tracks_.touch(chunk_thread(), time);
         auto found = open_ranges_.find(range.range_id);
         if (found == open_ranges_.end()) {
           ++process_.unmatched_range_ends;
           break;
         }
-        Span& span = process_.threads[found->second.first].spans[found->second.second];
-        span.end = std::max(span.start, time);
+        tracks_.close_span(found->second.first, found->second.second, time);
         open_ranges_.erase(found);
         break;
       }
       case RecordKind::kInstant: {
-        auto& thread = process_.threads[thread_of(stream)];
-        thread.instants.push_back({time, header.name, record.as<trace::InstantRecord>().domain});
-        touch(thread, time);
+        const uint32_t domain = record.as<trace::InstantRecord>().domain;
+        tracks_.use_name(domain);
+        tracks_.add_instant(chunk_thread(), {time, header.name, domain});
         break;
       }
       case RecordKind::kCounter: {
-        auto [found, inserted] = counter_index_.try_emplace(header.name, process_.counters.size());
-        if (inserted) {
-          process_.counters.emplace_back();
-          process_.counters.back().name = header.name;
-        }
-        auto& counter = process_.counters[found->second];
-        counter.times.push_back(time);
-        counter.values.push_back(record.as<trace::CounterRecord>().value);
+        tracks_.add_counter_sample(header.name, time, record.as<trace::CounterRecord>().value);
         break;
       }
       case RecordKind::kFlow: {
         auto flow = record.as<trace::FlowRecord>();
-        uint32_t t = thread_of(stream);
+        uint32_t t = chunk_thread();
         FlowEnds& ends = flow_ends_[flow.flow_id];
         if (flow.phase == 0) {
           ends.has_start = true;
@@ -249,30 +190,27 @@ class MoetraceFileLoader {
       }
       case RecordKind::kApiCall: {
         auto call = record.as<trace::ApiCallRecord>();
-        auto& thread = process_.threads[thread_of(stream)];
-        thread.api_calls.push_back(
-            {time, end_or_start(header.time, call.end_time), header.name, call.correlation_id});
-        touch(thread, thread.api_calls.back().end);
+        tracks_.add_api_call(chunk_thread(), {time, end_or_start(header.time, call.end_time),
+                                              header.name, call.correlation_id});
         break;
       }
       case RecordKind::kGpuKernel: {
         auto kernel = record.as<trace::GpuKernelRecord>();
-        auto& track = gpu_stream(kernel.device, kernel.stream);
+        const uint32_t stream_index = tracks_.gpu_stream(kernel.device, kernel.stream);
         GpuOp op;
         op.start = time;
         op.end = end_or_start(header.time, kernel.end_time);
         op.name = header.name;
         op.correlation_id = kernel.correlation_id;
         op.kind = GpuOpKind::kKernel;
-        op.detail = static_cast<uint32_t>(track.kernel_details.size());
         KernelDetail detail;
         std::memcpy(detail.grid, kernel.grid, sizeof(detail.grid));
         std::memcpy(detail.block, kernel.block, sizeof(detail.block));
         detail.shared_memory_bytes = kernel.shared_memory_bytes;
         detail.registers_per_thread = kernel.registers_per_thread;
         detail.context = kernel.context;
-        track.kernel_details.push_back(detail);
-        track.ops.push_back(op);
+        op.detail = tracks_.kernel_detail(stream_index, header.name, detail);
+        tracks_.add_gpu_op(stream_index, op);
         break;
       }
       case RecordKind::kGpuCopy: {
@@ -284,8 +222,14 @@ class MoetraceFileLoader {
         op.bytes = copy.bytes;
         op.kind = copy.is_memset ? GpuOpKind::kMemset : GpuOpKind::kMemcpy;
         op.copy_kind = copy.copy_kind;
-        op.name = header.name ? header.name : out_.intern_extra(copy_name(op));
-        gpu_stream(copy.device, copy.stream).ops.push_back(op);
+        if (header.name) {
+          op.name = header.name;
+        } else {
+          const uint32_t slot =
+              op.kind == GpuOpKind::kMemset ? 0 : 1u + std::min(op.copy_kind, uint8_t{6});
+          op.name = made_up_name(copy_names_[slot], copy_name(op));
+        }
+        tracks_.add_gpu_op(tracks_.gpu_stream(copy.device, copy.stream), op);
         break;
       }
       case RecordKind::kGpuSync: {
@@ -296,12 +240,13 @@ class MoetraceFileLoader {
         op.correlation_id = sync.correlation_id;
         op.kind = GpuOpKind::kSync;
         op.copy_kind = static_cast<uint8_t>(sync.sync_kind);
-        op.name = out_.intern_extra(sync_name(sync.sync_kind));
+        op.name =
+            made_up_name(sync_names_[std::min(sync.sync_kind, 5u)], sync_name(sync.sync_kind));
         // Host waits overlap the stream's work: they get the device's own track.
         op.detail = sync.sync_kind == 1 /*device*/ ? kAllStreams : sync.stream;
-        gpu_stream(sync.device, kAllStreams).ops.push_back(op);
+        tracks_.add_gpu_op(tracks_.gpu_stream(sync.device, kAllStreams), op);
         // The waiting thread is where the sync was recorded: its time moves on.
-        touch(process_.threads[thread_of(stream)], op.end);
+        tracks_.touch(chunk_thread(), op.end);
         break;
       }
       case RecordKind::kMemory: {
@@ -314,12 +259,14 @@ class MoetraceFileLoader {
         event.device = memory.device;
         event.category = memory.category < kNumMemoryCategories ? memory.category : 0;
         event.is_free = memory.is_free ? 1 : 0;
+        tracks_.cover(time, time);
         process_.memory_events.push_back(event);
         break;
       }
       case RecordKind::kCommOp: {
         auto comm = record.as<trace::CommOpRecord>();
-        auto& track = communicator(comm.comm_id);
+        const uint32_t comm_index = tracks_.communicator(comm.comm_id);
+        auto& track = process_.communicators[comm_index];
         CommOp op;
         op.enqueue = time;
         op.start = comm.start_time ? static_cast<TimeNs>(comm.start_time) : time;
@@ -352,8 +299,7 @@ class MoetraceFileLoader {
           std::memcpy(&value, tail + i * sizeof(uint64_t), sizeof(value));
           track.split_bytes.push_back(value);
         }
-        track.num_ranks = std::max(track.num_ranks, comm.num_ranks);
-        track.ops.push_back(op);
+        tracks_.add_comm_op(comm_index, op);
         break;
       }
       case RecordKind::kExpertLoad: {
@@ -373,6 +319,7 @@ class MoetraceFileLoader {
         std::memcpy(out_.expert_tokens.data() + sample.offset,
                     record.tail<trace::ExpertLoadRecord>(), experts * sizeof(uint32_t));
         out_.expert_loads.push_back(sample);
+        tracks_.cover(time, time);
         break;
       }
       case RecordKind::kExpertValues: {
@@ -407,10 +354,12 @@ class MoetraceFileLoader {
         sample.nonfinite_logits = stats.nonfinite_logits;
         sample.nonfinite_outputs = stats.nonfinite_outputs;
         out_.layer_stats.push_back(sample);
+        tracks_.cover(time, time);
         break;
       }
       case RecordKind::kStep:
         process_.step_markers.push_back({record.as<trace::StepRecord>().step, time});
+        tracks_.cover(time, time);
         break;
       case RecordKind::kRebalance: {
         auto rebalance = record.as<trace::RebalanceRecord>();
@@ -428,7 +377,7 @@ class MoetraceFileLoader {
         break;
       }
       case RecordKind::kThreadInfo: {
-        auto& thread = process_.threads[thread_of(stream)];
+        auto& thread = process_.threads[chunk_thread()];
         thread.name = header.name;
         thread.os_thread_id = record.as<trace::ThreadInfoRecord>().os_thread_id;
         break;
@@ -441,17 +390,13 @@ class MoetraceFileLoader {
     }
   }
 
-  static void touch(CpuThreadTrack& thread, TimeNs time) {
-    if (time > thread.last_time) thread.last_time = time;
-  }
-
-  static std::string copy_name(const GpuOp& op) {
+  static const char* copy_name(const GpuOp& op) {
     if (op.kind == GpuOpKind::kMemset) return "Memset";
     static const char* const kNames[] = {"Memcpy",      "Memcpy HtoD", "Memcpy DtoH",
                                          "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP"};
     return op.copy_kind < 6 ? kNames[op.copy_kind] : "Memcpy";
   }
-  static std::string sync_name(uint32_t sync_kind) {
+  static const char* sync_name(uint32_t sync_kind) {
     switch (sync_kind) {
       case 1:
         return "cudaDeviceSynchronize";
@@ -468,14 +413,13 @@ class MoetraceFileLoader {
 
   FileLoad& out_;
   ProcessTrack& process_;
-  std::vector<uint32_t> thread_by_stream_;
-  std::unordered_map<uint32_t, uint32_t> thread_by_large_stream_;
-  std::vector<std::vector<uint32_t>> open_spans_;  // per thread track: indices of open spans
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> open_ranges_;
-  std::unordered_map<uint64_t, size_t> gpu_stream_index_;
-  std::unordered_map<uint64_t, size_t> comm_index_;
-  std::unordered_map<uint32_t, size_t> counter_index_;
+  TrackAppender tracks_;
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> open_ranges_;  // id -> span
   std::unordered_map<uint64_t, FlowEnds> flow_ends_;
+  uint32_t chunk_stream_ = 0;
+  uint32_t chunk_thread_ = kNoIndex;
+  uint32_t copy_names_[8] = {};  // memset, then 1 + copy kind
+  uint32_t sync_names_[6] = {};
 };
 
 }  // namespace
@@ -487,18 +431,27 @@ uint32_t FileLoad::intern_extra(std::string_view text) {
   return kLocalExtraBit | found->second;
 }
 
-FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
-                            const std::atomic<bool>* cancel, bool pipelined) {
+FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progress,
+                            const MoetraceReadOptions& options) {
   FileLoad out;
   out.process.file = path;
   out.process.source_format = "moetrace";
   trace::TraceReader reader;
   out.opened = reader.open(path);
+  const std::atomic<bool>* cancel = options.cancel;
+  auto cancelled = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
   if (out.opened) {
     MoetraceFileLoader loader(out);
     loader.read_metadata(reader.metadata_json());
     std::vector<bool> seen_streams;
+    // Reserve ahead after 1/16 and again after 1/4 of the file (see reserve_projected); not
+    // when only the beginning is read.
+    uint64_t next_checkpoint = options.max_events ? 0 : reader.file_size() / 16;
     auto consume = [&](const trace::Chunk& chunk) {
+      if (next_checkpoint != 0 && chunk.file_offset >= next_checkpoint) {
+        loader.reserve_projected(chunk.file_offset, reader.file_size());
+        next_checkpoint = next_checkpoint < reader.file_size() / 4 ? reader.file_size() / 4 : 0;
+      }
       loader.read_chunk(chunk);
       ++out.process.chunks;
       if (chunk.stream < (1u << 20)) {
@@ -507,14 +460,16 @@ FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progre
         seen_streams[chunk.stream] = true;
       }
     };
+    auto enough = [&] { return options.max_events && out.process.events >= options.max_events; };
     trace::Chunk chunk;
-    if (pipelined) {
+    bool stopped_early = false;
+    if (options.pipelined) {
+      // Leaving the scope stops the decoder (also when stopping early) and joins it.
       ChunkPipeline pipeline(reader, cancel, progress);
-      while (pipeline.next(chunk)) consume(chunk);
-      pipeline.join();
+      while (!(stopped_early = enough()) && pipeline.next(chunk)) consume(chunk);
     } else {
       uint64_t reported = 0;
-      while ((!cancel || !cancel->load(std::memory_order_relaxed)) && reader.next_chunk(chunk)) {
+      while (!cancelled() && !(stopped_early = enough()) && reader.next_chunk(chunk)) {
         consume(chunk);
         if (progress && reader.position() - reported >= (4u << 20)) {
           reported = reader.position();
@@ -522,16 +477,23 @@ FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progre
         }
       }
     }
-    if (cancel && cancel->load(std::memory_order_relaxed)) {
-      out.errors.push_back({path, reader.position(), "loading cancelled"});
-    }
+    if (cancelled()) out.errors.push_back({path, reader.position(), "loading cancelled"});
     loader.finish();
+    // Without the decoder thread, a stop right after the end chunk left nothing unread; the
+    // decoder may have read ahead of what was consumed.
+    out.process.truncated = stopped_early && (options.pipelined || !reader.saw_end());
     out.process.complete = reader.saw_end();
     if (progress) progress(reader.file_size(), reader.file_size());
   }
   for (const trace::ReadError& error : reader.errors()) {
     out.errors.push_back({error.file.empty() ? path : error.file, error.offset, error.message});
   }
+  return out;
+}
+
+FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
+                            const MoetraceReadOptions& options) {
+  FileLoad out = read_moetrace_file(path, progress, options);
   if (out.opened) finalize_process(out);
   return out;
 }

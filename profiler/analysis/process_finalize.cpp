@@ -1,6 +1,7 @@
 // Sorting and indexing of one process's tracks after reading, and the time shift used by clock
 // alignment. Sorting is skipped when a track is already in order (the common case).
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 
 #include "file_load.h"
@@ -158,43 +159,63 @@ void link_launches(ProcessTrack& process) {
 
 void finalize_process(FileLoad& file) {
   ProcessTrack& process = file.process;
+  const ReadTimeIndex& known = file.read_index;
+  auto ready = [](const std::vector<uint8_t>& flags, size_t i) {
+    return i < flags.size() && flags[i] != 0;
+  };
   TimeNs begin = INT64_MAX, end = INT64_MIN;
+  // Without a range from the reader, every event below is covered (one more pass).
+  const bool measure = !known.have_range;
   auto cover = [&](TimeNs start, TimeNs stop) {
     begin = std::min(begin, start);
     end = std::max(end, stop);
   };
-  for (auto& thread : process.threads) {
-    build_nesting(thread);
-    sort_if_needed(thread.instants,
-                   [](const Instant& a, const Instant& b) { return a.time < b.time; });
-    sort_if_needed(thread.api_calls,
-                   [](const ApiCall& a, const ApiCall& b) { return a.start < b.start; });
-    // Top-level spans hold their children; the sorted arrays' ends bound the rest.
-    if (!thread.spans_by_depth.empty()) {
-      for (uint32_t index : thread.spans_by_depth[0]) {
-        cover(thread.spans[index].start, thread.spans[index].end);
-      }
+  for (size_t t = 0; t < process.threads.size(); ++t) {
+    CpuThreadTrack& thread = process.threads[t];
+    if (!ready(known.thread_ready, t)) {
+      build_nesting(thread);
+      sort_if_needed(thread.instants,
+                     [](const Instant& a, const Instant& b) { return a.time < b.time; });
+      sort_if_needed(thread.api_calls,
+                     [](const ApiCall& a, const ApiCall& b) { return a.start < b.start; });
     }
+    if (!measure) continue;
+    for (const Span& span : thread.spans) cover(span.start, span.end);
     if (!thread.instants.empty()) cover(thread.instants.front().time, thread.instants.back().time);
     for (const auto& call : thread.api_calls) cover(call.start, call.end);
   }
-  // Kernel details move with their ops, so sort ops and re-point details.
-  for (auto& stream : process.gpu_streams) {
-    sort_if_needed(stream.ops, [](const GpuOp& a, const GpuOp& b) { return a.start < b.start; });
-    build_max_end(stream.ops, stream.max_end);
-    if (!stream.ops.empty()) cover(stream.ops.front().start, stream.max_end.back());
+  // Kernel details are indices, so they stay with their ops through a sort.
+  for (size_t s = 0; s < process.gpu_streams.size(); ++s) {
+    GpuStreamTrack& stream = process.gpu_streams[s];
+    if (!ready(known.gpu_stream_ready, s) || stream.max_end.size() != stream.ops.size()) {
+      sort_if_needed(stream.ops, [](const GpuOp& a, const GpuOp& b) { return a.start < b.start; });
+      build_max_end(stream.ops, stream.max_end);
+    }
+    if (measure && !stream.ops.empty()) cover(stream.ops.front().start, stream.max_end.back());
   }
-  std::sort(process.gpu_streams.begin(), process.gpu_streams.end(),
-            [](const GpuStreamTrack& a, const GpuStreamTrack& b) {
-              return a.device != b.device ? a.device < b.device : a.stream < b.stream;
-            });
-  for (auto& comm : process.communicators) {
-    sort_if_needed(comm.ops, [](const CommOp& a, const CommOp& b) { return a.start < b.start; });
-    build_max_end(comm.ops, comm.max_end);
+  if (!std::is_sorted(process.gpu_streams.begin(), process.gpu_streams.end(),
+                      [](const GpuStreamTrack& a, const GpuStreamTrack& b) {
+                        return a.device != b.device ? a.device < b.device : a.stream < b.stream;
+                      })) {
+    // Launch links point at threads, not streams: reordering streams keeps them valid.
+    std::sort(process.gpu_streams.begin(), process.gpu_streams.end(),
+              [](const GpuStreamTrack& a, const GpuStreamTrack& b) {
+                return a.device != b.device ? a.device < b.device : a.stream < b.stream;
+              });
+  }
+  for (size_t c = 0; c < process.communicators.size(); ++c) {
+    CommunicatorTrack& comm = process.communicators[c];
+    if (!ready(known.communicator_ready, c) || comm.max_end.size() != comm.ops.size()) {
+      sort_if_needed(comm.ops, [](const CommOp& a, const CommOp& b) { return a.start < b.start; });
+      build_max_end(comm.ops, comm.max_end);
+    }
+    if (!measure) continue;
     for (const CommOp& op : comm.ops) cover(std::min(op.enqueue, op.start), op.end);
   }
-  for (auto& counter : process.counters) {
-    if (!std::is_sorted(counter.times.begin(), counter.times.end())) {
+  for (size_t c = 0; c < process.counters.size(); ++c) {
+    CounterTrack& counter = process.counters[c];
+    if (!ready(known.counter_sorted, c) &&
+        !std::is_sorted(counter.times.begin(), counter.times.end())) {
       std::vector<size_t> order(counter.times.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::stable_sort(order.begin(), order.end(),
@@ -208,18 +229,24 @@ void finalize_process(FileLoad& file) {
       counter.times = std::move(times);
       counter.values = std::move(values);
     }
-    if (!counter.times.empty()) cover(counter.times.front(), counter.times.back());
+    if (measure && !counter.times.empty()) cover(counter.times.front(), counter.times.back());
   }
   build_memory_usage(process);
-  if (!process.memory_events.empty()) {
+  if (measure && !process.memory_events.empty()) {
     cover(process.memory_events.front().time, process.memory_events.back().time);
   }
   sort_if_needed(process.step_markers,
                  [](const StepMarker& a, const StepMarker& b) { return a.time < b.time; });
-  for (const auto& marker : process.step_markers) cover(marker.time, marker.time);
-  for (const auto& sample : file.expert_loads) cover(sample.time, sample.time);
-  for (const auto& sample : file.layer_stats) cover(sample.time, sample.time);
-  link_launches(process);
+  if (measure) {
+    for (const auto& marker : process.step_markers) cover(marker.time, marker.time);
+    for (const auto& sample : file.expert_loads) cover(sample.time, sample.time);
+    for (const auto& sample : file.layer_stats) cover(sample.time, sample.time);
+  }
+  if (!known.launches_linked) link_launches(process);
+  if (!measure) {
+    begin = known.begin;
+    end = known.end;
+  }
   if (begin > end) begin = end = 0;
   process.begin = begin;
   process.end = end;

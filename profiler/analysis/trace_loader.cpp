@@ -26,40 +26,60 @@ bool ends_with(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Maps one file's string ids to the model's table.
+// Maps one file's string ids to the model's table. The file's names are interned in id order,
+// so the first file's ids (1, 2, 3, ...) stay what they are, and so do those of every rank of a
+// program that named things in the same order: then the events keep their ids and only names
+// the loader made up (kLocalExtraBit) are rewritten.
 class StringRemap {
  public:
-  StringRemap(FileLoad& file, StringTable& table) : file_(file), table_(table) {
+  StringRemap(FileLoad& file, StringTable& table) : table_(table) {
+    std::vector<uint32_t> ids;
+    ids.reserve(file.file_strings.size());
+    for (const auto& entry : file.file_strings) {
+      if (entry.first != 0 && !(entry.first & kLocalExtraBit)) ids.push_back(entry.first);
+    }
+    std::sort(ids.begin(), ids.end());
+    const uint64_t max_id = ids.empty() ? 0 : ids.back();
+    if (max_id <= 4 * uint64_t(ids.size()) + 4096) dense_.assign(max_id + 1, kUnmapped);
+    if (!dense_.empty()) dense_[0] = 0;
+    keeps_ids_ = true;
+    size_t defined_up_to_max_name = 0;
+    for (uint32_t id : ids) {
+      const StringId global = table.intern(file.file_strings[id]);
+      if (id < dense_.size()) {
+        dense_[id] = global;
+      } else {
+        sparse_.emplace(id, global);
+      }
+      keeps_ids_ = keeps_ids_ && global == id;
+      if (id <= file.read_index.max_name) ++defined_up_to_max_name;
+    }
+    // An id that events use but the file never defined gets a made-up name: not kept.
+    keeps_ids_ = keeps_ids_ && defined_up_to_max_name == file.read_index.max_name;
     extras_.reserve(file.extra_strings.size());
     for (const auto& text : file.extra_strings) extras_.push_back(table.intern(text));
   }
+  // True when every file id the events use is also its model id.
+  bool keeps_file_ids() const { return keeps_ids_; }
+
   StringId operator()(uint32_t local) {
-    if (local == 0) return 0;
     if (local & kLocalExtraBit) {
-      uint32_t index = local & ~kLocalExtraBit;
+      const uint32_t index = local & ~kLocalExtraBit;
       return index < extras_.size() ? extras_[index] : 0;
     }
-    if (local == last_local_) return last_global_;
-    auto [found, inserted] = cache_.try_emplace(local, 0);
-    if (inserted) {
-      auto text = file_.file_strings.find(local);
-      found->second =
-          table_.intern(text != file_.file_strings.end()
-                            ? std::string_view(text->second)
-                            : std::string_view("<unnamed " + std::to_string(local) + ">"));
-    }
-    last_local_ = local;
-    last_global_ = found->second;
+    if (local < dense_.size() && dense_[local] != kUnmapped) return dense_[local];
+    auto [found, inserted] = sparse_.try_emplace(local, 0);
+    if (inserted) found->second = table_.intern("<unnamed " + std::to_string(local) + ">");
     return found->second;
   }
 
  private:
-  FileLoad& file_;
+  static constexpr StringId kUnmapped = ~0u;
   StringTable& table_;
+  std::vector<StringId> dense_;  // file id -> model id
+  std::unordered_map<uint32_t, StringId> sparse_;
   std::vector<StringId> extras_;
-  std::unordered_map<uint32_t, StringId> cache_;
-  uint32_t last_local_ = 0;
-  StringId last_global_ = 0;
+  bool keeps_ids_ = false;
 };
 
 void remap_process_names(ProcessTrack& process, StringRemap& remap) {
@@ -80,6 +100,16 @@ void remap_process_names(ProcessTrack& process, StringRemap& remap) {
   for (auto& counter : process.counters) counter.name = remap(counter.name);
 }
 
+// When the file's ids are kept, only made-up names need rewriting; the moetrace reader makes
+// them up for GPU copies and syncs only.
+void remap_made_up_gpu_names(ProcessTrack& process, StringRemap& remap) {
+  for (auto& stream : process.gpu_streams) {
+    for (auto& op : stream.ops) {
+      if (op.name & kLocalExtraBit) op.name = remap(op.name);
+    }
+  }
+}
+
 // Ranks from the metadata when every file has a distinct one, else the files' positions.
 std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
   std::vector<int32_t> ranks(files.size());
@@ -98,6 +128,18 @@ std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
 
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
   std::vector<int32_t> ranks = choose_ranks(files);
+  // The model-wide arrays are filled file by file: reserved once, each page is touched once.
+  size_t tokens = 0, values = 0, loads = 0, value_samples = 0;
+  for (const FileLoad& file : files) {
+    tokens += file.expert_tokens.size();
+    values += file.expert_value_data.size();
+    loads += file.expert_loads.size();
+    value_samples += file.expert_values.size();
+  }
+  model.expert_tokens.reserve(tokens);
+  model.expert_value_data.reserve(values);
+  model.expert_loads.reserve(loads);
+  model.expert_values.reserve(value_samples);
   std::vector<size_t> order(files.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -108,7 +150,11 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     if (!file.opened) continue;
     const uint32_t process_index = static_cast<uint32_t>(model.processes.size());
     StringRemap remap(file, model.strings);
-    remap_process_names(file.process, remap);
+    if (!remap.keeps_file_ids() || !file.read_index.made_up_names_only_on_gpu_ops) {
+      remap_process_names(file.process, remap);
+    } else if (!file.extra_strings.empty()) {
+      remap_made_up_gpu_names(file.process, remap);
+    }
     file.process.rank = ranks[i];
     const uint32_t token_base = static_cast<uint32_t>(model.expert_tokens.size());
     model.expert_tokens.insert(model.expert_tokens.end(), file.expert_tokens.begin(),
@@ -191,9 +237,12 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
       if (is_chrome_json_path(path)) {
         files[i] = load_kineto_file(path);
       } else {
+        MoetraceReadOptions read_options;
+        read_options.cancel = options.cancel;
+        read_options.pipelined = pipelined;
+        read_options.max_events = options.max_events_per_file;
         files[i] = load_moetrace_file(
-            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, options.cancel,
-            pipelined);
+            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, read_options);
       }
       report(i, file_bytes(path), true);
     }

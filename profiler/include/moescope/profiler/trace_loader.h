@@ -29,6 +29,11 @@ struct LoadOptions {
   const std::atomic<bool>* cancel = nullptr;
   bool align_clocks = true;  // see clock_alignment.h
   bool detect_steps = true;  // see step_detection.h
+  // Non-zero: read each .moetrace file only until it gave this many events (whole chunks, so a
+  // few more), for a quick first look at the beginning of a large trace (the viewer shows it
+  // while the full load runs). Such files are marked ProcessTrack::truncated. Kineto JSON is
+  // always read whole.
+  uint64_t max_events_per_file = 0;
 };
 
 // Loads every file of `paths` (any mix of .moetrace and Kineto JSON) into one model.

@@ -150,6 +150,7 @@ struct KernelDetail {
   uint32_t shared_memory_bytes = 0;
   uint32_t registers_per_thread = 0;
   uint32_t context = 0;
+  bool operator==(const KernelDetail&) const = default;
 };
 
 // Stream id of a device's synchronization track: every host wait on that device.
@@ -160,6 +161,7 @@ struct GpuStreamTrack {
   uint32_t stream = 0;          // kAllStreams for device-wide syncs
   std::vector<GpuOp> ops;       // sorted by start
   std::vector<TimeNs> max_end;  // max_end[i] = max(ops[0..i].end): ops may overlap
+  // Launch configurations; kernels with the same one may share an entry.
   std::vector<KernelDetail> kernel_details;
 };
 
@@ -257,6 +259,7 @@ struct ProcessTrack {
   std::string source_format;  // "moetrace" or "kineto"
   TimeNs clock_offset = 0;    // added to every time of this file to reach the global clock
   bool complete = false;      // the writer closed the file cleanly
+  bool truncated = false;     // read only in part (LoadOptions::max_events_per_file)
   uint64_t dropped_events = 0;
   uint64_t events = 0;  // records read (strings and statistics excluded)
   // Records per trace::RecordKind value (moetrace files), for `moescope info`.

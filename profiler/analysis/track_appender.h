@@ -1,0 +1,120 @@
+// Appends one file's events to the tracks of its ProcessTrack and keeps, as it goes, what
+// finalize_process would otherwise compute in passes over the finished (cache-cold) arrays:
+// span nesting, order checks, running max ends, launch links and the process time range (see
+// ReadTimeIndex). Reading is where the data is in cache; each later pass over a 10 M-event
+// model costs tens of milliseconds. Internal to the analysis library.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "file_load.h"
+
+namespace moescope::analysis {
+
+class TrackAppender {
+ public:
+  explicit TrackAppender(FileLoad& out) : out_(out), process_(out.process) {}
+
+  // Track indices, created on first use.
+  uint32_t thread_of(uint32_t stream);
+  uint32_t gpu_stream(uint32_t device, uint32_t stream);
+  uint32_t communicator(uint64_t comm_id);
+
+  // A span starts on `thread`: a begin/end pair when `paired` (closed by end_span), else a
+  // complete span or a range (closed by close_span). Returns its index in the thread's spans.
+  uint32_t begin_span(uint32_t thread, Span span, bool paired);
+  // Closes the innermost open paired span of `thread` at `time`.
+  void end_span(uint32_t thread, TimeNs time);
+  // Ends span `index` of `thread` at `time` (a range end, possibly read on another thread).
+  void close_span(uint32_t thread, uint32_t index, TimeNs time);
+  void add_instant(uint32_t thread, const Instant& instant);
+  void add_api_call(uint32_t thread, const ApiCall& call);
+  void add_counter_sample(uint32_t name, TimeNs time, double value);
+  // The launch configuration's index in the stream's kernel_details (shared when it repeats).
+  uint32_t kernel_detail(uint32_t stream, uint32_t name, const KernelDetail& detail);
+  void add_gpu_op(uint32_t stream, GpuOp op);
+  // `op.split_offset`/`num_splits` must already point at its rows in split_bytes.
+  void add_comm_op(uint32_t communicator, const CommOp& op);
+  // Any other event with a time (memory, steps, expert samples): widens the process range.
+  void cover(TimeNs start, TimeNs end) {
+    begin_ = start < begin_ ? start : begin_;
+    end_ = end > end_ ? end : end_;
+  }
+  // The thread did something at `time` (its last_time closes spans left open).
+  void touch(uint32_t thread, TimeNs time) {
+    TimeNs& last = process_.threads[thread].last_time;
+    if (time > last) last = time;
+  }
+  // Largest file string id used by an event so far.
+  void use_name(uint32_t id) { max_name_ = id > max_name_ ? id : max_name_; }
+
+  // Reserves every growing array for the whole file, projected from the share read so far.
+  void reserve_projected(uint64_t bytes_read, uint64_t file_bytes);
+  // Closes paired spans still open at their thread's last time and the spans listed in
+  // `open_ranges` (thread, index) at the process's last time; links GPU work read before its
+  // launch; fills out.read_index.
+  void finish(const std::vector<std::pair<uint32_t, uint32_t>>& open_ranges);
+
+ private:
+  struct ThreadState {
+    std::vector<uint32_t> open_spans;  // indices of open paired spans, innermost last
+    TimeNs last_span_time = INT64_MIN;
+    TimeNs last_call = INT64_MIN, last_instant = INT64_MIN;
+    // Parent, depth and spans_by_depth as set by begin_span equal what build_nesting computes
+    // while every span is a begin/end pair, times never go back and no span has zero length
+    // (the cases where sorting by (start, longest first) would reorder or re-nest spans).
+    bool nested = true;
+    bool in_order = true;  // instants and API calls in time order
+  };
+  struct OpsState {  // a GPU stream or a communicator
+    TimeNs last_start = INT64_MIN;
+    TimeNs max_end = INT64_MIN;
+    bool in_order = true;
+  };
+  struct CounterState {
+    TimeNs last_time = INT64_MIN;
+    bool in_order = true;
+  };
+
+  uint32_t counter(uint32_t name);
+  void remember_call(uint32_t correlation, uint32_t thread, uint32_t call);
+  // Points `op` at its launch. False when its call has not been read (yet).
+  bool link_launch(GpuOp& op) const;
+
+  FileLoad& out_;
+  ProcessTrack& process_;
+  std::vector<ThreadState> thread_state_;  // parallel to process_.threads
+  std::vector<OpsState> gpu_state_;        // parallel to process_.gpu_streams
+  std::vector<OpsState> comm_state_;       // parallel to process_.communicators
+  std::vector<CounterState> counter_state_;
+  std::vector<uint32_t> thread_by_stream_;
+  std::unordered_map<uint32_t, uint32_t> thread_by_large_stream_;
+  std::unordered_map<uint64_t, uint32_t> gpu_stream_index_;
+  std::unordered_map<uint64_t, uint32_t> comm_index_;
+  uint64_t last_gpu_key_ = 0;
+  uint32_t last_gpu_index_ = kNoIndex;
+  uint64_t last_comm_id_ = 0;
+  uint32_t last_comm_index_ = kNoIndex;
+  std::vector<uint32_t> counter_by_name_;
+  std::unordered_map<uint32_t, uint32_t> counter_by_large_name_;
+  struct RecentDetails {  // a kernel name's last distinct launch configurations
+    static constexpr uint32_t kCount = 4;
+    uint32_t index[kCount] = {kNoIndex, kNoIndex, kNoIndex, kNoIndex};
+    uint32_t next = 0;
+  };
+  std::vector<std::vector<RecentDetails>> detail_by_name_;  // per GPU stream, by kernel name
+  // Launch links: API call by correlation id (ids are dense and increasing), as
+  // (thread + 1) << 32 | call; 0 = none. Ids too sparse for a table leave it to finalize.
+  std::vector<uint64_t> call_by_correlation_;
+  uint32_t correlation_base_ = 0;
+  uint64_t calls_seen_ = 0;
+  bool links_usable_ = true;
+  std::vector<std::pair<uint32_t, uint32_t>> unlinked_ops_;  // (GPU stream, op) read first
+  TimeNs begin_ = INT64_MAX, end_ = INT64_MIN;
+  uint32_t max_name_ = 0;
+};
+
+}  // namespace moescope::analysis
