@@ -2,19 +2,14 @@
 
 #include <c10/util/Exception.h>
 #include <torch/nn/module.h>
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
 
-#include <typeinfo>
 #include <unordered_set>
 
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
+#include "moescope/runtime/optimizer_state.h"
 
 namespace moescope::runtime {
 namespace {
@@ -35,28 +30,9 @@ class StorageCounter {
 
 int64_t state_tensor_bytes(const torch::optim::OptimizerParamState& state,
                            StorageCounter& counter) {
-  using namespace torch::optim;
-  if (const auto* adam = dynamic_cast<const AdamParamState*>(&state)) {
-    return counter.bytes_of(adam->exp_avg()) + counter.bytes_of(adam->exp_avg_sq()) +
-           counter.bytes_of(adam->max_exp_avg_sq());
-  }
-  if (const auto* adamw = dynamic_cast<const AdamWParamState*>(&state)) {
-    return counter.bytes_of(adamw->exp_avg()) + counter.bytes_of(adamw->exp_avg_sq()) +
-           counter.bytes_of(adamw->max_exp_avg_sq());
-  }
-  if (const auto* sgd = dynamic_cast<const SGDParamState*>(&state)) {
-    return counter.bytes_of(sgd->momentum_buffer());
-  }
-  if (const auto* adagrad = dynamic_cast<const AdagradParamState*>(&state)) {
-    return counter.bytes_of(adagrad->sum());
-  }
-  if (const auto* rmsprop = dynamic_cast<const RMSpropParamState*>(&state)) {
-    return counter.bytes_of(rmsprop->square_avg()) + counter.bytes_of(rmsprop->momentum_buffer()) +
-           counter.bytes_of(rmsprop->grad_avg());
-  }
-  TORCH_CHECK(false, "memory accounting: cannot read optimizer state of type ",
-              typeid(state).name(), " (supported: Adam, AdamW, SGD, Adagrad, RMSprop)");
-  return 0;
+  int64_t bytes = 0;
+  for (const at::Tensor& tensor : optimizer_state_tensors(state)) bytes += counter.bytes_of(tensor);
+  return bytes;
 }
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer, StorageCounter& counter) {

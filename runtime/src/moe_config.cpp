@@ -17,8 +17,16 @@ void validate_moe_config(const MoEConfig& config, int64_t ep_size) {
               "MoEConfig.top_k must be in [1, num_experts=", config.num_experts, "], got ",
               config.top_k);
   TORCH_CHECK(ep_size >= 1, "expert-parallel group size must be >= 1, got ", ep_size);
-  TORCH_CHECK(config.num_experts % ep_size == 0, "MoEConfig.num_experts (", config.num_experts,
+  TORCH_CHECK(config.num_redundant_experts >= 0,
+              "MoEConfig.num_redundant_experts must be >= 0, got ", config.num_redundant_experts);
+  TORCH_CHECK(num_expert_slots(config) % ep_size == 0, "MoEConfig.num_experts (",
+              config.num_experts, ") + num_redundant_experts (", config.num_redundant_experts,
               ") must be divisible by the expert-parallel group size (", ep_size, ")");
+  TORCH_CHECK(config.receive_cap_rows >= 0, "MoEConfig.receive_cap_rows must be >= 0, got ",
+              config.receive_cap_rows);
+  TORCH_CHECK(config.dispatch_buffer_headroom >= 1.0,
+              "MoEConfig.dispatch_buffer_headroom must be >= 1, got ",
+              config.dispatch_buffer_headroom);
   TORCH_CHECK(config.num_groups >= 1, "MoEConfig.num_groups must be >= 1, got ", config.num_groups);
   TORCH_CHECK(config.num_experts % config.num_groups == 0, "MoEConfig.num_groups (",
               config.num_groups, ") must divide num_experts (", config.num_experts, ")");

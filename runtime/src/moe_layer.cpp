@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <stdexcept>
+
 #include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/runtime/optimizer_state.h"
 #include "moescope/runtime/token_dispatcher.h"
 
 namespace moescope::runtime {
@@ -22,6 +26,17 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group)
   }
   accumulated_load =
       register_buffer("accumulated_load", at::zeros({config_.num_experts}, at::kLong));
+  slots_ = ExpertSlots(
+      ExpertSlots::initial_placement(config_.num_experts, num_expert_slots(config_), group_.size()),
+      0, at::kCPU);
+  // Replicas start as copies of their expert's first replica (a collective over the group).
+  reduce_over_replicas({experts->w_gate_up, experts->w_down}, /*first_replica_only=*/true);
+}
+
+const ExpertSlots& MoELayerImpl::slots_on(const at::Device& device) {
+  if (slots_.replica_count().device() != device)
+    slots_ = ExpertSlots(slots_.placement(), 0, device);
+  return slots_;
 }
 
 void MoELayerImpl::check_input(const at::Tensor& hidden) const {
@@ -75,6 +90,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
 
   // ---- route
   RoutingResult routing = route(tokens, sequence_length);
+  last_tokens_per_expert_ = routing.tokens_per_expert;
 
   // ---- dispatch: capacity, permute into expert order, send rows to the experts' ranks
   CapacityResult capacity;
@@ -88,7 +104,10 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
           apply_expert_capacity(routing.top_k_indices, routing.top_k_weights, config_.num_experts,
                                 capacity_per_expert, config_.drop_policy);
     }
-    plan = build_dispatch_plan(routing.top_k_indices, capacity.keep_mask, config_.num_experts);
+    // Capacity counts logical experts; rows go to physical slots (a replica of the expert).
+    const at::Tensor slot_indices =
+        slots_on(tokens.device()).route_to_slots(routing.top_k_indices, group_.rank());
+    plan = build_dispatch_plan(slot_indices, capacity.keep_mask, num_expert_slots(config_));
     rows = permute_tokens(tokens, plan.row_to_token);  // [R, H]
   }
   const at::Tensor row_weights =
@@ -152,6 +171,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   result.losses = routing.losses;
   result.tokens_per_expert = routing.tokens_per_expert;
   result.num_dropped = capacity.num_dropped;
+  result.num_received_rows = expert_rows.size(0);
   return result;
 }
 
@@ -169,9 +189,19 @@ MoEOutput MoELayerImpl::forward_loop_oracle(const at::Tensor& hidden) {
     capacity = apply_expert_capacity(routing.top_k_indices, routing.top_k_weights,
                                      config_.num_experts, capacity_per_expert, config_.drop_policy);
   }
-  at::Tensor output =
-      swiglu_experts_loop_oracle(tokens, routing.top_k_indices, routing.top_k_weights,
-                                 capacity.keep_mask, experts->w_gate_up, experts->w_down);
+  // The oracle reads each logical expert's weights from its first replica.
+  at::Tensor w_gate_up = experts->w_gate_up, w_down = experts->w_down;
+  if (!slots_.is_identity()) {
+    std::vector<int64_t> first_replica;
+    for (int64_t e = 0; e < config_.num_experts; ++e) {
+      first_replica.push_back(slots_.placement().log2phy(0, static_cast<int>(e))[0]);
+    }
+    const at::Tensor index = at::tensor(first_replica, at::kLong).to(w_gate_up.device());
+    w_gate_up = w_gate_up.index_select(0, index);
+    w_down = w_down.index_select(0, index);
+  }
+  at::Tensor output = swiglu_experts_loop_oracle(
+      tokens, routing.top_k_indices, routing.top_k_weights, capacity.keep_mask, w_gate_up, w_down);
   output = add_shared_experts(output, tokens, /*use_oracle=*/true);
   MoEOutput result;
   result.output = output.view(hidden.sizes());
@@ -206,8 +236,90 @@ void MoELayerImpl::load_full_expert_weights(const at::Tensor& w_gate_up, const a
               "load_full_expert_weights: w_down must be [", num_experts, ", ",
               config_.ffn_hidden_size, ", ", config_.hidden_size, "], got ", w_down.sizes());
   at::NoGradGuard no_grad;
-  experts->w_gate_up.copy_(w_gate_up.narrow(0, first_local_expert(), num_local_experts()));
-  experts->w_down.copy_(w_down.narrow(0, first_local_expert(), num_local_experts()));
+  const std::vector<int32_t> local = slots_.local_slot_experts(group_.rank());
+  const at::Tensor index = at::tensor(std::vector<int64_t>(local.begin(), local.end()), at::kLong)
+                               .to(w_gate_up.device());
+  experts->w_gate_up.copy_(w_gate_up.index_select(0, index));
+  experts->w_down.copy_(w_down.index_select(0, index.to(w_down.device())));
+}
+
+void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
+                                        bool first_replica_only) {
+  const int64_t replicated = slots_.num_replicated_experts();
+  if (replicated == 0) return;
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> group_of_slot = slots_.local_replica_group(group_.rank());
+  const auto& placement = slots_.placement();
+  std::vector<int64_t> slots, groups, first_slots, first_groups;
+  for (size_t j = 0; j < group_of_slot.size(); ++j) {
+    if (group_of_slot[j] < 0) continue;
+    const int64_t slot = first_local_expert() + static_cast<int64_t>(j);
+    slots.push_back(static_cast<int64_t>(j));
+    groups.push_back(group_of_slot[j]);
+    if (placement.log2phy(0, placement.phy2log(0)[slot])[0] == slot) {
+      first_slots.push_back(static_cast<int64_t>(j));
+      first_groups.push_back(group_of_slot[j]);
+    }
+  }
+  for (const at::Tensor& tensor : per_slot) {
+    const auto index_options = at::TensorOptions().dtype(at::kLong).device(tensor.device());
+    const std::vector<int64_t>& sources = first_replica_only ? first_slots : slots;
+    const std::vector<int64_t>& source_groups = first_replica_only ? first_groups : groups;
+    at::Tensor sums = at::zeros({replicated, tensor[0].numel()}, tensor.options());
+    sums.index_add_(0, at::tensor(source_groups, index_options),
+                    tensor.index_select(0, at::tensor(sources, index_options)).flatten(1));
+    all_reduce_sum(sums, group_);
+    std::vector<int64_t> shape = tensor.sizes().vec();
+    shape[0] = static_cast<int64_t>(slots.size());
+    tensor.index_copy_(0, at::tensor(slots, index_options),
+                       sums.index_select(0, at::tensor(groups, index_options)).view(shape));
+  }
+}
+
+void MoELayerImpl::sync_replica_gradients() {
+  if (slots_.num_replicated_experts() == 0) return;
+  std::vector<at::Tensor> grads;
+  for (at::Tensor weight : {experts->w_gate_up, experts->w_down}) {
+    if (!weight.grad().defined()) weight.mutable_grad() = at::zeros_like(weight);
+    grads.push_back(weight.grad());
+  }
+  reduce_over_replicas(grads, /*first_replica_only=*/false);
+}
+
+PlacementChange MoELayerImpl::apply_placement(
+    const ExpertPlacement& target, const std::vector<torch::optim::Optimizer*>& optimizers) {
+  const auto start = std::chrono::steady_clock::now();
+  TORCH_CHECK(target.num_layers == 1 && target.num_logical_experts == config_.num_experts &&
+                  target.num_physical_experts == num_expert_slots(config_) &&
+                  target.num_gpus == group_.size(),
+              "MoELayer::apply_placement: layer ", config_.layer_index, " needs a one-layer ",
+              "placement of ", config_.num_experts, " experts in ", num_expert_slots(config_),
+              " slots over ", group_.size(), " ranks, got ", target.num_layers, " layers, ",
+              target.num_logical_experts, " experts, ", target.num_physical_experts, " slots, ",
+              target.num_gpus, " GPUs");
+  ExpertMigration migration;
+  try {
+    migration = plan_expert_migration(slots_.placement(), target);
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(false, "MoELayer::apply_placement: ", error.what());
+  }
+  std::vector<at::Tensor> per_slot;
+  for (const at::Tensor& weight : {experts->w_gate_up, experts->w_down}) {
+    per_slot.push_back(weight);
+    if (weight.grad().defined()) per_slot.push_back(weight.grad());
+    for (const torch::optim::Optimizer* optimizer : optimizers) {
+      for (const at::Tensor& state : optimizer_state_tensors(*optimizer, weight)) {
+        if (state.dim() > 0) per_slot.push_back(state);  // Adam's step count is a scalar
+      }
+    }
+  }
+  PlacementChange change;
+  change.migration = migrate_slot_tensors(per_slot, slots_.placement(), migration, group_);
+  change.moves = static_cast<int64_t>(migration.moves.size());
+  slots_ = ExpertSlots(migration.placement, 0, experts->w_gate_up.device());
+  change.placement = migration.placement;
+  change.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return change;
 }
 
 }  // namespace moescope::runtime

@@ -5,6 +5,8 @@
 //              largest differences of outputs and gradients ("RESULT ..." lines).
 //   dead_peer  the last rank exits right after joining; the others run forward and must get a
 //              c10::Error, printed as "DEAD_PEER_ERROR seconds=... message=...".
+//   rebalance  skewed training with redundant experts and an ExpertRebalancer
+//              (rebalance_worker_mode.cpp).
 //
 // usage: moe_ep_worker MODE RANK WORLD PORT
 #include <ATen/ATen.h>
@@ -21,6 +23,8 @@
 #include "moescope/runtime/moe_layer.h"
 
 using namespace moescope::runtime;
+
+int run_rebalance(const ExpertParallelGroup& group);  // rebalance_worker_mode.cpp
 
 namespace {
 
@@ -170,7 +174,7 @@ int run_dead_peer(const ExpertParallelGroup& group) {
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::cerr << "usage: moe_ep_worker equality|dead_peer RANK WORLD PORT TIMEOUT_MS\n";
+    std::cerr << "usage: moe_ep_worker equality|dead_peer|rebalance RANK WORLD PORT TIMEOUT_MS\n";
     return 2;
   }
   const std::string mode = argv[1];
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
     const ExpertParallelGroup group = connect_gloo_group(options);
     if (mode == "equality") return run_equality(group);
     if (mode == "dead_peer") return run_dead_peer(group);
+    if (mode == "rebalance") return run_rebalance(group);
     std::cerr << "unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& error) {

@@ -155,4 +155,36 @@ TEST(ExpertParallel, DeadRankMakesTheOthersFailWithinTheTimeout) {
   EXPECT_NE(results[3].output.find("DEAD_PEER_EXITING"), std::string::npos);
 }
 
+TEST(ExpertParallel, FourRanksRebalanceWithoutChangingTheModel) {
+  const auto results = run_workers("rebalance", 4, 30000, std::chrono::seconds(150));
+  const std::regex migration_line(
+      R"(MIGRATION rank=(\d+) step=(\d+) output_diff=(\S+) input_grad_diff=(\S+) )"
+      R"(weight_grad_diff=(\S+) moved_grad_diff=(\S+) state_diff=(\S+) bytes_received=(\d+))");
+  int64_t bytes_received = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
+    ASSERT_EQ(results[rank].exit_code, 0);
+    int migrations = 0;
+    for (std::sregex_iterator
+             it(results[rank].output.begin(), results[rank].output.end(), migration_line),
+         end;
+         it != end; ++it) {
+      ++migrations;
+      EXPECT_EQ(std::stoi((*it)[1]), rank);
+      for (int field = 3; field <= 7; ++field) {
+        EXPECT_LE(std::stod((*it)[field]), 1e-10) << "field " << field << " at step " << (*it)[2];
+      }
+      bytes_received += std::stoll((*it)[8]);
+    }
+    EXPECT_GE(migrations, 1) << "the skewed run never migrated";
+  }
+  EXPECT_GT(bytes_received, 0) << "no expert crossed ranks";
+  std::smatch load;
+  ASSERT_TRUE(std::regex_search(results[0].output, load,
+                                std::regex(R"(LOAD before=(\S+) after=(\S+) migrations=(\d+))")));
+  const double before = std::stod(load[1]), after = std::stod(load[2]);
+  EXPECT_GT(before, 1.3) << "the router skew should overload one rank";
+  EXPECT_LT(after, before * 0.85) << "rebalancing did not lower max/mean rows per rank";
+}
+
 }  // namespace

@@ -110,7 +110,9 @@ TEST(MoEInstrumentation, ForwardRecordsPhasesLoadsDropsAndNonFiniteCounts) {
       saw_local |= load.scope == MOESCOPE_EXPERTS_LOCAL;
       saw_global |= load.scope == MOESCOPE_EXPERTS_GLOBAL;
     }
-    if (load.scope == MOESCOPE_EXPERTS_RECEIVED) EXPECT_EQ(total, 64 * 2 - out.num_dropped);
+    if (load.scope == MOESCOPE_EXPERTS_RECEIVED) {
+      EXPECT_EQ(total, 64 * 2 - out.num_dropped);
+    }
   }
   EXPECT_TRUE(saw_local);
   EXPECT_TRUE(saw_global);

@@ -136,7 +136,9 @@ TEST(MoELayerReference, Float64MatchesDenseReferenceAndOracle) {
     const MoEOutput out = layer->forward(input);
     const auto ref = dense_reference_forward(*layer, input);
     EXPECT_EQ(out.num_dropped, ref.num_dropped);
-    if (c.config.capacity_factor > 0) EXPECT_GT(out.num_dropped, 0);
+    if (c.config.capacity_factor > 0) {
+      EXPECT_GT(out.num_dropped, 0);
+    }
     EXPECT_EQ(out.tokens_per_expert.sum().item<int64_t>(), input.numel() / 16 * c.config.top_k);
   }
 }

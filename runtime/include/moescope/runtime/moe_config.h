@@ -16,6 +16,13 @@ enum class ScoreFunction {
   kSigmoid,  // scores = sigmoid(logits), independent per expert (DeepSeek-V3)
 };
 
+/// What a rank does with rows beyond MoEConfig.receive_cap_rows.
+enum class ReceiveCapPolicy {
+  kDropLowestProbability,  // keep the rows with the largest router weight
+  kDropLatestPosition,     // keep the rows of the earliest tokens
+  kFail,                   // throw a c10::Error naming the cap and the load
+};
+
 /// Which assignments an over-capacity expert keeps.
 enum class DropPolicy {
   kByProbability,  // keep the assignments with the highest routing weight
@@ -72,6 +79,24 @@ struct MoEConfig {
   double capacity_factor = 0.0;
   DropPolicy drop_policy = DropPolicy::kByProbability;
 
+  // ---- expert placement (load balancing) ------------------------------------------------------
+  // Extra physical expert slots over the whole group, for replicas of hot experts (EPLB's
+  // redundant experts): the layer holds S = num_experts + num_redundant_experts slots, S / ep_size
+  // on each rank, and a token routed to a replicated expert goes to one of its replicas.
+  // 0 without a placement: expert e lives in slot e, on rank e / (num_experts / ep_size).
+  int64_t num_redundant_experts = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  // Rows (token copies) this rank's experts accept per forward, against cold-start overload;
+  // 0 = no cap. Over the cap the senders drop rows (receive_cap_policy decides which) or the
+  // forward fails with a c10::Error naming the cap and the load.
+  int64_t receive_cap_rows = 0;
+  ReceiveCapPolicy receive_cap_policy = ReceiveCapPolicy::kDropLowestProbability;
+  // Dispatch/combine rows live in a DispatchBufferPool sized from the predicted load: no
+  // allocation for them in steady state. Headroom over the largest per-rank load seen/predicted.
+  bool use_dispatch_buffer_pool = false;
+  double dispatch_buffer_headroom = 1.25;
+
   // ---- shared experts --------------------------------------------------------------------------
   // Experts every token goes through (DeepSeek's shared experts), as one SwiGLU of width
   // num_shared_experts * shared_ffn_hidden_size (0 = ffn_hidden_size). Replicated on each rank.
@@ -89,6 +114,11 @@ void validate_moe_config(const MoEConfig& config, int64_t ep_size = 1);
 
 /// A linear per-expert logit skew: expert 0 gets +strength, the last expert 0. Returns [E].
 std::vector<double> make_gate_skew(int64_t num_experts, double strength);
+
+/// Physical expert slots of the whole group: num_experts + num_redundant_experts.
+inline int64_t num_expert_slots(const MoEConfig& config) {
+  return config.num_experts + config.num_redundant_experts;
+}
 
 /// Capacity per expert for `num_tokens` local tokens; -1 when the layer is dropless.
 int64_t expert_capacity(const MoEConfig& config, int64_t num_tokens);

@@ -19,25 +19,41 @@
 #include <memory>
 
 #include "moescope/runtime/expert_parallel.h"
+#include "moescope/runtime/expert_slots.h"
 #include "moescope/runtime/grouped_experts.h"
 #include "moescope/runtime/moe_config.h"
 #include "moescope/runtime/router.h"
 #include "moescope/runtime/routing_replay.h"
+#include "moescope/runtime/slot_migration.h"
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace moescope::runtime {
 
+/// What MoELayer::apply_placement() did on this rank.
+struct PlacementChange {
+  ExpertPlacement placement;      // the placement now in effect (one layer, GPUs = ranks)
+  SlotMigrationResult migration;  // bytes and experts moved by this rank
+  int64_t moves = 0;              // cross-rank expert copies of the whole group
+  double seconds = 0.0;           // wall time of the migration on this rank
+};
+
 struct MoEOutput {
-  at::Tensor output;             // same shape and dtype as the input
-  at::Tensor aux_loss;           // 0-dim, input dtype: sum of the enabled balancing losses
-  RouterLosses losses;           // each balancing loss on its own (undefined when disabled)
-  at::Tensor tokens_per_expert;  // [E] int64 this rank's assignments per expert before drops
-  int64_t num_dropped = 0;       // assignments the capacity limit dropped in this forward
+  at::Tensor output;              // same shape and dtype as the input
+  at::Tensor aux_loss;            // 0-dim, input dtype: sum of the enabled balancing losses
+  RouterLosses losses;            // each balancing loss on its own (undefined when disabled)
+  at::Tensor tokens_per_expert;   // [E] int64 this rank's assignments per expert before drops
+  int64_t num_dropped = 0;        // assignments the capacity limit dropped in this forward
+  int64_t num_received_rows = 0;  // token copies this rank's experts computed (its load)
 };
 
 class MoELayerImpl : public torch::nn::Module {
  public:
   /// `group` spreads the experts over its ranks (every rank builds the layer with the same
-  /// config); the default is one process holding all experts.
+  /// config, together: with redundant slots the replicas' weights are synchronised); the
+  /// default is one process holding all experts.
   explicit MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group = {});
 
   /// hidden [T, H] or [B, S, H], dtype of the expert weights. Every rank of the expert-parallel
@@ -54,25 +70,53 @@ class MoELayerImpl : public torch::nn::Module {
   /// rank together, e.g. after each optimizer step. Needs MoEConfig.enable_expert_bias.
   void update_expert_bias();
 
-  /// Copies this rank's slice of full-size expert weights, w_gate_up [E, H, 2F] and
-  /// w_down [E, F, H] (loading a checkpoint made with another expert-parallel size).
+  /// Copies the experts of this rank's slots out of full-size expert weights, w_gate_up
+  /// [E, H, 2F] and w_down [E, F, H] (loading a checkpoint made with another expert-parallel
+  /// size or placement).
   void load_full_expert_weights(const at::Tensor& w_gate_up, const at::Tensor& w_down);
+
+  /// Replicas of one expert must stay identical: sums each replicated expert's weight gradients
+  /// over its replicas (one all-reduce of the replicated experts' gradients over the group) so
+  /// every replica gets the gradient of the logical expert. Call on every rank after backward,
+  /// before the optimizer step. Does nothing without replicated experts.
+  void sync_replica_gradients();
+
+  /// Moves to a new placement between steps: `target` is a one-layer placement over the group's
+  /// ranks with the layer's slot count (e.g. from plan_expert_placement_incremental). GPUs are
+  /// renumbered to keep experts where they are (plan_expert_migration); then expert weights,
+  /// their gradients (when defined) and their state in `optimizers` move over the group. The
+  /// layer computes the same function afterwards. Every rank calls it together.
+  PlacementChange apply_placement(const ExpertPlacement& target,
+                                  const std::vector<torch::optim::Optimizer*>& optimizers = {});
+
+  /// Where the logical experts live now.
+  const ExpertSlots& expert_slots() const { return slots_; }
 
   /// Record (or replay) the experts chosen by each token; nullptr turns it off.
   void set_routing_replay(std::shared_ptr<RoutingReplay> replay) { replay_ = std::move(replay); }
 
   const MoEConfig& config() const { return config_; }
   const ExpertParallelGroup& group() const { return group_; }
-  int64_t num_local_experts() const { return config_.num_experts / group_.size(); }
+  /// Physical expert slots on this rank (= local experts without redundant slots).
+  int64_t num_local_experts() const { return num_expert_slots(config_) / group_.size(); }
+  /// This rank's first slot; with the initial placement and no redundant slots, slot = expert.
   int64_t first_local_expert() const { return group_.rank() * num_local_experts(); }
+  /// Tokens per logical expert routed by this rank in the last forward: [E] int64 (undefined
+  /// before the first). What a load predictor observes (summed over the group).
+  const at::Tensor& last_tokens_per_expert() const { return last_tokens_per_expert_; }
 
   Router router{nullptr};
-  GroupedExperts experts{nullptr};         // this rank's routed experts
+  GroupedExperts experts{nullptr};         // this rank's expert slots [S_local, ...]
   GroupedExperts shared_experts{nullptr};  // one wide expert, or empty without shared experts
   at::Tensor accumulated_load;             // [E] int64 buffer: routed since the last bias update
 
  private:
   void check_input(const at::Tensor& hidden) const;
+  /// The slots' routing tensors on `device` (rebuilt after the module moved devices).
+  const ExpertSlots& slots_on(const at::Device& device);
+  /// For every replicated expert: each replica's rows of the per-slot tensors ([S_local, ...])
+  /// become the sum over all its replicas (or, first_replica_only, the first replica's rows).
+  void reduce_over_replicas(const std::vector<at::Tensor>& per_slot, bool first_replica_only);
   RoutingResult route(const at::Tensor& tokens, int64_t sequence_length);
   at::Tensor add_shared_experts(const at::Tensor& routed_output, const at::Tensor& tokens,
                                 bool use_oracle);
@@ -80,6 +124,8 @@ class MoELayerImpl : public torch::nn::Module {
   MoEConfig config_;
   ExpertParallelGroup group_;
   std::shared_ptr<RoutingReplay> replay_;
+  ExpertSlots slots_;
+  at::Tensor last_tokens_per_expert_;
 };
 TORCH_MODULE(MoELayer);
 

@@ -17,13 +17,10 @@
 #include <cstdint>
 #include <string>
 
+#include "moescope/runtime/moe_config.h"
+
 namespace moescope::runtime {
 
-enum class ReceiveCapPolicy {
-  kDropLowestProbability,  // keep the max_rows rows with the largest router weight
-  kDropLatestPosition,     // keep the max_rows rows of the earliest tokens
-  kFail,                   // throw a c10::Error naming the cap and the load
-};
 const char* receive_cap_policy_name(ReceiveCapPolicy policy);
 
 struct ReceiveCapOptions {

@@ -1,0 +1,77 @@
+// ExpertRebalancer: periodic expert re-placement for a model's MoE layers, between steps.
+//
+// After every step it sums each layer's tokens per expert over the group and feeds a load
+// predictor (moescope_balancer). Every interval_steps it plans a new placement per layer from
+// the forecast (incremental EPLB planning: experts stay put unless a rank would be overloaded)
+// and applies it when both hold:
+//   predicted imbalance (max/mean per-rank load, current placement) > imbalance_threshold
+//   gain > cost, with
+//     gain = mean step time * (1 - imbalance_after / imbalance_before) * interval_steps
+//     cost = bytes the migration moves / transfer_bytes_per_second
+// (the step is assumed to be bound by its busiest rank, as in expert parallelism it is).
+// Applying moves expert weights, gradients and optimizer state over the group
+// (MoELayer::apply_placement). Every decision, applied or not, is recorded in the trace
+// (moescope_rebalance: imbalance before/after, bytes moved, time taken) with the predicted
+// loads, the replica counts and the forecast's accuracy.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moescope/runtime/load_predictor.h"
+#include "moescope/runtime/moe_layer.h"
+
+namespace moescope::runtime {
+
+struct RebalancerOptions {
+  int64_t interval_steps = 50;              // steps between decisions
+  int64_t warmup_steps = 10;                // steps observed before the first decision
+  double imbalance_threshold = 1.10;        // predicted max/mean per-rank load worth acting on
+  double transfer_bytes_per_second = 10e9;  // expected migration bandwidth, for the cost
+  double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
+  LoadPredictorConfig predictor;            // EMA by default
+  int accuracy_horizon_steps = 10;          // window of the forecast's accuracy score
+};
+
+/// One layer's decision at one step.
+struct RebalanceDecision {
+  int64_t step = 0;
+  int64_t layer = 0;              // MoEConfig.layer_index
+  double imbalance_before = 1.0;  // predicted, current placement
+  double imbalance_after = 1.0;   // predicted, planned placement
+  double gain_seconds = 0.0;
+  double cost_seconds = 0.0;
+  int64_t bytes_to_move = 0;  // over the whole group, estimated from the plan
+  bool applied = false;
+  PlacementChange change;  // what apply_placement did (applied only)
+};
+
+class ExpertRebalancer {
+ public:
+  /// `layers` share one expert-parallel group; `optimizers` hold their expert weights' state
+  /// (moved with the weights). Throws c10::Error naming the option or layer at fault.
+  ExpertRebalancer(std::vector<MoELayer> layers, const RebalancerOptions& options,
+                   std::vector<torch::optim::Optimizer*> optimizers = {});
+
+  /// Call on every rank together after each step's optimizer update: one all-reduce of the
+  /// layers' tokens per expert and the step time, then (every interval_steps after warm-up) a
+  /// decision per layer. `step_seconds` is this rank's wall time of the step. Returns the
+  /// decisions taken at this step (empty on other steps).
+  std::vector<RebalanceDecision> after_step(int64_t step, double step_seconds);
+
+  const ExpertLoadForecaster& forecaster() const { return forecaster_; }
+  const RebalancerOptions& options() const { return options_; }
+
+ private:
+  RebalanceDecision decide(size_t layer_position, int64_t step, double step_seconds);
+
+  std::vector<MoELayer> layers_;
+  RebalancerOptions options_;
+  std::vector<torch::optim::Optimizer*> optimizers_;
+  ExpertLoadForecaster forecaster_;
+  int64_t observed_steps_ = 0;
+  double step_seconds_sum_ = 0.0;  // group-mean step time summed since the last decision
+  int64_t steps_since_decision_ = 0;
+};
+
+}  // namespace moescope::runtime

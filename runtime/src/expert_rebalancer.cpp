@@ -1,0 +1,169 @@
+#include "moescope/runtime/expert_rebalancer.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "moescope/recorder.h"
+#include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/runtime/optimizer_state.h"
+
+namespace moescope::runtime {
+namespace {
+
+int64_t num_experts_of(const std::vector<MoELayer>& layers) {
+  TORCH_CHECK(!layers.empty(), "ExpertRebalancer: no MoE layers given");
+  return layers.front()->config().num_experts;
+}
+
+double imbalance(std::span<const double> loads, const ExpertPlacement& placement) {
+  return summarize_gpu_loads(gpu_loads_of_placement(loads, placement, 0)).max_over_mean();
+}
+
+void record_values(int64_t step, const MoELayerImpl& layer, uint32_t quantity,
+                   const std::vector<float>& values) {
+  moescope_expert_values(step, static_cast<uint32_t>(layer.config().layer_index),
+                         static_cast<int32_t>(layer.group().rank()), quantity, values.data(),
+                         static_cast<uint32_t>(values.size()));
+}
+
+}  // namespace
+
+ExpertRebalancer::ExpertRebalancer(std::vector<MoELayer> layers, const RebalancerOptions& options,
+                                   std::vector<torch::optim::Optimizer*> optimizers)
+    : layers_(std::move(layers)),
+      options_(options),
+      optimizers_(std::move(optimizers)),
+      forecaster_(static_cast<int>(layers_.size()), static_cast<int>(num_experts_of(layers_)),
+                  options.predictor, options.accuracy_horizon_steps) {
+  TORCH_CHECK(options_.interval_steps >= 1, "RebalancerOptions.interval_steps must be >= 1");
+  TORCH_CHECK(options_.warmup_steps >= 0, "RebalancerOptions.warmup_steps must be >= 0");
+  TORCH_CHECK(options_.imbalance_threshold >= 1.0,
+              "RebalancerOptions.imbalance_threshold must be >= 1");
+  TORCH_CHECK(options_.transfer_bytes_per_second > 0,
+              "RebalancerOptions.transfer_bytes_per_second must be > 0");
+  const MoELayerImpl& first = *layers_.front();
+  for (const MoELayer& layer : layers_) {
+    TORCH_CHECK(layer->config().num_experts == first.config().num_experts &&
+                    layer->group().backend == first.group().backend,
+                "ExpertRebalancer: layer ", layer->config().layer_index,
+                " has another expert count or expert-parallel group than layer ",
+                first.config().layer_index);
+  }
+  for (const torch::optim::Optimizer* optimizer : optimizers_) {
+    TORCH_CHECK(optimizer != nullptr, "ExpertRebalancer: optimizers holds a null pointer");
+  }
+}
+
+std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double step_seconds) {
+  const auto num_layers = static_cast<int64_t>(layers_.size());
+  const int64_t num_experts = forecaster_.num_experts();
+  // [layers * experts] loads, then the step time: one all-reduce for everything.
+  at::Tensor summed = at::zeros({num_layers * num_experts + 1}, at::kDouble);
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const at::Tensor& tokens = layers_[l]->last_tokens_per_expert();
+    TORCH_CHECK(tokens.defined(), "ExpertRebalancer::after_step: layer ",
+                layers_[l]->config().layer_index, " has not run forward yet");
+    summed.narrow(0, l * num_experts, num_experts).copy_(tokens.to(at::kCPU, at::kDouble));
+  }
+  summed[num_layers * num_experts] = step_seconds;
+  // Gloo sums CPU tensors; NCCL needs them on the device.
+  const at::Device device = layers_.front()->experts->w_gate_up.device();
+  summed = all_reduce_sum(summed.to(device), layers_.front()->group()).to(at::kCPU);
+  const double* values = summed.data_ptr<double>();
+
+  for (int64_t l = 0; l < num_layers; ++l) {
+    const std::span<const double> loads(values + l * num_experts, static_cast<size_t>(num_experts));
+    if (const auto accuracy = forecaster_.observe(static_cast<int>(l), loads);
+        accuracy && is_trace_recording()) {
+      const std::string name =
+          "balancer.prediction_wape.layer" + std::to_string(layers_[l]->config().layer_index);
+      moescope_counter(moescope_intern(name.c_str()), accuracy->weighted_absolute_percentage_error);
+    }
+  }
+  ++observed_steps_;
+  ++steps_since_decision_;
+  step_seconds_sum_ +=
+      values[num_layers * num_experts] / static_cast<double>(layers_.front()->group().size());
+
+  std::vector<RebalanceDecision> decisions;
+  if (observed_steps_ < options_.warmup_steps || steps_since_decision_ < options_.interval_steps) {
+    return decisions;
+  }
+  const double mean_step_seconds = step_seconds_sum_ / static_cast<double>(steps_since_decision_);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    decisions.push_back(decide(l, step, mean_step_seconds));
+  steps_since_decision_ = 0;
+  step_seconds_sum_ = 0.0;
+  return decisions;
+}
+
+RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
+                                           double step_seconds) {
+  MoELayerImpl& layer = *layers_[layer_position];
+  const ExpertPlacement& current = layer.expert_slots().placement();
+  const std::vector<double> forecast = forecaster_.predict(static_cast<int>(layer_position));
+
+  RebalanceDecision decision;
+  decision.step = step;
+  decision.layer = layer.config().layer_index;
+  decision.imbalance_before = imbalance(forecast, current);
+  decision.imbalance_after = decision.imbalance_before;
+
+  ExpertPlacement candidate = current;
+  if (decision.imbalance_before > options_.imbalance_threshold) {
+    ExpertLoads loads{1, static_cast<int>(forecast.size()), forecast};
+    PlacementConfig config;
+    config.num_physical_experts = current.num_physical_experts;
+    config.num_gpus = current.num_gpus;
+    config.policy = PlacementPolicy::kGlobal;
+    config.incremental_max_over_mean = options_.incremental_max_over_mean;
+    try {
+      candidate = plan_expert_placement_incremental(loads, config, current);
+    } catch (const std::invalid_argument& error) {
+      TORCH_CHECK(false, "ExpertRebalancer: planning layer ", decision.layer,
+                  " failed: ", error.what());
+    }
+    decision.imbalance_after = imbalance(forecast, candidate);
+    // Bytes of one expert slot: its weights plus the optimizer state that travels with them.
+    int64_t expert_bytes = 0;
+    for (const at::Tensor& weight : {layer.experts->w_gate_up, layer.experts->w_down}) {
+      int64_t copies = 1;
+      for (const torch::optim::Optimizer* optimizer : optimizers_) {
+        copies += static_cast<int64_t>(optimizer_state_tensors(*optimizer, weight).size());
+      }
+      expert_bytes += copies * weight[0].numel() * static_cast<int64_t>(weight.element_size());
+    }
+    const auto moves = plan_expert_migration(current, candidate).moves.size();
+    decision.bytes_to_move = static_cast<int64_t>(moves) * expert_bytes;
+    decision.gain_seconds = step_seconds *
+                            (1.0 - decision.imbalance_after / decision.imbalance_before) *
+                            static_cast<double>(options_.interval_steps);
+    decision.cost_seconds =
+        static_cast<double>(decision.bytes_to_move) / options_.transfer_bytes_per_second;
+    decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
+  }
+  if (decision.applied) decision.change = layer.apply_placement(candidate, optimizers_);
+
+  if (is_trace_recording()) {
+    moescope_rebalance_info info{};
+    info.step = step;
+    info.layer = static_cast<uint32_t>(decision.layer);
+    info.rank = static_cast<int32_t>(layer.group().rank());
+    info.imbalance_before = static_cast<float>(decision.imbalance_before);
+    info.imbalance_after = static_cast<float>(decision.imbalance_after);
+    info.bytes_moved =
+        static_cast<uint64_t>(decision.applied ? decision.change.migration.bytes_received : 0);
+    info.duration_ns = static_cast<uint64_t>(decision.change.seconds * 1e9);
+    info.applied = decision.applied ? 1 : 0;
+    moescope_rebalance(&info);
+    record_values(step, layer, MOESCOPE_QUANTITY_PREDICTED_LOAD,
+                  std::vector<float>(forecast.begin(), forecast.end()));
+    const auto counts = layer.expert_slots().placement().logcnt(0);
+    record_values(step, layer, MOESCOPE_QUANTITY_REPLICAS,
+                  std::vector<float>(counts.begin(), counts.end()));
+  }
+  return decision;
+}
+
+}  // namespace moescope::runtime
