@@ -1,7 +1,8 @@
 // viewer_bench: the timeline's per-frame cost and the time to first frame on a large trace.
 //   1. writes a synthetic 2-rank MoE trace with ~N timeline events (spans, kernels, comm ops)
-//   2. time to first frame: the UI thread starts the load on a background thread and draws its
-//      first (progress) frame; then the first frame with data (load + index + draw list)
+//   2. time to first frame: opens the trace like the viewer (TraceLoadingJob on a background
+//      thread): the first (progress) frame, the first frame with data (the preview: the
+//      beginning of every file, indexed and drawn) and the whole trace loaded and indexed
 //   3. draw-list build of the fully zoomed-out timeline and of one step, against the baseline of
 //      walking every span of the visible tracks once (what a viewer without folding and binary
 //      search does per frame)
@@ -15,10 +16,12 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "loaded_trace.h"
 #include "moescope/profiler/trace_loader.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
@@ -32,6 +35,13 @@ using moescope::viewer::TimeAxis;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU time of every thread of the process (the loader's threads included).
+double process_cpu_seconds() {
+  timespec now;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return double(now.tv_sec) + double(now.tv_nsec) * 1e-9;
 }
 
 double thread_cpu_seconds() {
@@ -85,38 +95,48 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(sample.timeline_events), shape.num_ranks,
               shape.num_steps, seconds_since(write_start));
 
-  // Time to first frame: the load runs on its own thread; the UI's first frame only needs the
-  // progress value, so it does not wait for the load.
+  // Opening the trace as the viewer does (TraceLoadingJob on its own thread). The UI's first
+  // frame only needs the progress value; the first frame with data comes from the preview (the
+  // beginning of every file) while the whole trace loads; then the whole trace.
   auto open_start = Clock::now();
-  std::clock_t open_cpu_start = std::clock();
-  std::atomic<float> progress{0.0f};
-  std::atomic<bool> loaded{false};
-  moescope::analysis::TraceModel model;
-  moescope::viewer::TimelineIndex index;
-  double model_s = 0;
-  std::thread loader([&] {
-    moescope::analysis::LoadOptions options;
-    options.progress = [&](const moescope::analysis::LoadProgress& p) {
-      progress.store(p.bytes_total ? float(p.bytes_done) / float(p.bytes_total) : 0.0f);
-    };
-    model = moescope::analysis::load_traces(sample.files, options);
-    model_s = seconds_since(open_start);
-    index = moescope::viewer::build_timeline_index(model);
-    loaded.store(true);
-  });
-  volatile float first_frame_progress = progress.load();  // what the first frame draws
+  const double open_cpu_start = process_cpu_seconds();
+  moescope::viewer::TraceLoadingJob job(sample.files);
+  volatile float first_frame_progress = job.progress();  // what the first frame draws
   (void)first_frame_progress;
   double first_frame_s = seconds_since(open_start);
-  loader.join();
-  double loaded_s = seconds_since(open_start);
-  double loaded_cpu_s = double(std::clock() - open_cpu_start) / CLOCKS_PER_SEC;
+  // Poll like the UI loop (a frame every few ms) until data can be drawn.
+  std::unique_ptr<moescope::viewer::LoadedTrace> shown;
+  while (!shown) {
+    shown = job.take_preview();
+    if (!shown && job.done()) shown = job.take_result();
+    if (!shown) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  auto first_frame_of = [](const moescope::viewer::LoadedTrace& trace) {
+    TimeAxis view(double(trace.timeline.begin_ns), double(trace.timeline.end_ns), 1600.0);
+    auto track_rows = moescope::viewer::layout_tracks(trace.timeline.shapes(), {});
+    moescope::viewer::TimelineFrame drawn;
+    moescope::viewer::build_timeline_frame(trace.model, trace.timeline, track_rows, 0.0f,
+                                           moescope::viewer::tracks_height(track_rows) + 1.0f, view,
+                                           3.0, drawn);
+    return drawn.items.size();
+  };
+  size_t first_data_items = first_frame_of(*shown);
+  const double first_data_frame_s = seconds_since(open_start);
+  const double first_data_frame_cpu_s = process_cpu_seconds() - open_cpu_start;
+  const bool first_is_preview = shown->preview;
+  const uint64_t first_events = shown->model.total_events;
+  double first_end_ms = double(shown->model.end - shown->model.begin) * 1e-6;
+  while (!job.done()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (first_is_preview) shown = job.take_result();
+  const double loaded_s = seconds_since(open_start);
+  const double loaded_cpu_s = process_cpu_seconds() - open_cpu_start;
+  const moescope::analysis::TraceModel& model = shown->model;
+  const moescope::viewer::TimelineIndex& index = shown->timeline;
 
   TimeAxis axis(double(index.begin_ns), double(index.end_ns), 1600.0);
   auto rows = moescope::viewer::layout_tracks(index.shapes(), {});
   float all_tracks = moescope::viewer::tracks_height(rows) + 1.0f;
   moescope::viewer::TimelineFrame frame;
-  moescope::viewer::build_timeline_frame(model, index, rows, 0.0f, all_tracks, axis, 3.0, frame);
-  double first_data_frame_s = seconds_since(open_start);
 
   auto build = [&] {
     moescope::viewer::build_timeline_frame(model, index, rows, 0.0f, all_tracks, axis, 3.0, frame);
@@ -156,12 +176,16 @@ int main(int argc, char** argv) {
   std::printf("| measure | value | target |\n|---|---|---|\n");
   std::printf("| first frame (progress bar, load on its thread) | %.3f ms | <= 2 s |\n",
               first_frame_s * 1e3);
-  std::printf("| load + index (rest of the load, in the background), wall | %.2f s | |\n",
+  std::printf(
+      "| first frame with data (%s: %.2f M events, the first %.0f ms of the trace; %zu drawn "
+      "items), wall | %.2f s | <= 2 s |\n",
+      first_is_preview ? "preview" : "whole trace", double(first_events) / 1e6, first_end_ms,
+      first_data_items, first_data_frame_s);
+  std::printf("| the same, CPU time of all threads | %.2f s | |\n", first_data_frame_cpu_s);
+  std::printf("| whole trace loaded and indexed (in the background), wall | %.2f s | |\n",
               loaded_s);
-  std::printf("| load + index, CPU time of all threads | %.2f s | |\n", loaded_cpu_s);
-  std::printf("| of which the loader (load_traces), wall | %.2f s | |\n", model_s);
-  std::printf("| first frame with data (load + index + draw list) | %.2f s | |\n",
-              first_data_frame_s);
+  std::printf("| the same, CPU time of all threads (preview included) | %.2f s | |\n",
+              loaded_cpu_s);
   std::printf(
       "| statistics tables (%zu + %zu names), computed after the first data frame | %.2f s | |\n",
       kernel_rows.size(), range_rows.size(), statistics_s);
@@ -174,7 +198,8 @@ int main(int argc, char** argv) {
   std::printf("| baseline: walk every span once | %.2f ms | |\n", walk_ms);
   std::printf("| zoomed-out / baseline | %.4f | |\n", zoomed_out_ms / walk_ms);
   if (!keep) fs::remove_all(directory);
-  bool ok = first_frame_s <= 2.0 && zoomed_out_ms <= 10.0 && one_step_ms <= 2.0;
+  bool ok = first_frame_s <= 2.0 && first_data_frame_s <= 2.0 && zoomed_out_ms <= 10.0 &&
+            one_step_ms <= 2.0;
   std::printf("%s\n", ok ? "targets met" : "TARGETS MISSED");
   return ok ? 0 : 1;
 }

@@ -5,8 +5,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <memory>
+#include <thread>
 
+#include "loaded_trace.h"
 #include "moescope/profiler/trace_loader.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/panel_data.h"
@@ -212,6 +216,79 @@ TEST_F(LoadedSample, ArrowsLinkLaunchesToTheirKernels) {
   EXPECT_EQ(arrows.size(),
             static_cast<size_t>(shape_.num_layers * 2 * (shape_.kernels_per_layer + 2)));
   EXPECT_EQ(arrows_of_event(*model_, *index_, steps.front(), 5).size(), 5u);
+}
+
+}  // namespace
+}  // namespace moescope::viewer
+
+namespace moescope::viewer {
+namespace {
+
+// A trace of several chunks per rank (the preview stops at a chunk boundary).
+testing::SampleTrace write_long_sample(const std::string& name) {
+  const char* build = std::getenv("MOESCOPE_BUILD_DIR");
+  std::string directory = std::string(build ? build : "/tmp") + "/tests/viewer_" + name + "_" +
+                          std::to_string(getpid());
+  std::filesystem::create_directories(directory);
+  testing::SampleTraceShape shape;
+  shape.num_steps = 1200;
+  return testing::write_sample_trace(directory, shape);
+}
+
+std::unique_ptr<LoadedTrace> wait_for_result(TraceLoadingJob& job) {
+  for (int i = 0; i < 60'000 && !job.done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return job.take_result();
+}
+
+TEST(TraceLoadingJob, ShowsTheBeginningWhileTheWholeTraceLoads) {
+  testing::SampleTrace sample = write_long_sample("preview");
+  const analysis::TraceModel whole_model = analysis::load_traces(sample.files);
+  const uint64_t total = whole_model.total_events;
+  TraceLoadingJob job(sample.files, total / 4);
+  std::unique_ptr<LoadedTrace> whole = wait_for_result(job);
+  std::unique_ptr<LoadedTrace> preview = job.take_preview();
+  ASSERT_NE(preview, nullptr);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_TRUE(preview->preview);
+  EXPECT_GE(preview->model.total_events, total / 4);
+  EXPECT_LT(preview->model.total_events, total * 3 / 4);
+  ASSERT_EQ(preview->model.processes.size(), 2u);
+  for (const auto& process : preview->model.processes) EXPECT_TRUE(process.truncated);
+  // The preview is a drawable trace of its own: tracks, steps, the beginning of the time range.
+  // Streams whose first chunk lies beyond the point where it stopped (here the GPU's) appear
+  // with the whole trace.
+  ASSERT_FALSE(preview->timeline.tracks.empty());
+  EXPECT_LE(preview->timeline.tracks.size(), whole->timeline.tracks.size());
+  for (uint32_t p = 0; p < 2; ++p) {
+    const auto& first = preview->model.processes[p].threads.at(0).spans;
+    const auto& all = whole->model.processes[p].threads.at(0).spans;
+    ASSERT_GT(first.size(), 100u);
+    ASSERT_LT(first.size(), all.size());
+    for (size_t i = 0; i < 100; ++i) EXPECT_EQ(first[i].start, all[i].start);
+  }
+  EXPECT_FALSE(preview->steps.empty());
+  EXPECT_LT(preview->steps.size(), whole->steps.size());
+  EXPECT_EQ(preview->model.begin, whole->model.begin);
+  EXPECT_LT(preview->model.end, whole->model.end);
+  EXPECT_FALSE(whole->preview);
+  EXPECT_EQ(whole->model.total_events, total);
+  for (const auto& process : whole->model.processes) EXPECT_FALSE(process.truncated);
+  EXPECT_EQ(job.take_preview(), nullptr);  // taken once
+  std::filesystem::remove_all(std::filesystem::path(sample.files[0]).parent_path());
+}
+
+TEST(TraceLoadingJob, ReadsASmallTraceOnce) {
+  testing::SampleTrace sample = write_long_sample("no_preview");
+  const uint64_t total = analysis::load_traces(sample.files).total_events;
+  TraceLoadingJob job(sample.files, total * 2);
+  std::unique_ptr<LoadedTrace> whole = wait_for_result(job);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(job.take_preview(), nullptr);
+  EXPECT_FALSE(whole->preview);
+  EXPECT_EQ(whole->model.total_events, total);
+  std::filesystem::remove_all(std::filesystem::path(sample.files[0]).parent_path());
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ namespace moescope::viewer {
 
 struct LoadedTrace {
   std::vector<std::string> files;
+  // Only the beginning of each file (TraceLoadingJob's first look at a large trace); the
+  // whole trace replaces it when loaded.
+  bool preview = false;
   analysis::TraceModel model;
   TimelineIndex timeline;
   std::vector<int64_t> steps;  // known step numbers, ascending
@@ -52,10 +55,15 @@ class TraceTablesJob {
   std::thread thread_;
 };
 
-// Loads traces on a background thread; the UI polls progress() and take_result().
+// Loads traces on a background thread; the UI polls progress() and take_result(). A trace of
+// more than `preview_events` events is first read only up to that many (spread over its files)
+// and offered as a preview (take_preview()) so the window shows data at once while the whole
+// trace loads; smaller traces are read once. 0 = no preview.
 class TraceLoadingJob {
  public:
-  explicit TraceLoadingJob(std::vector<std::string> files);
+  static constexpr uint64_t kPreviewEvents = 2'000'000;
+  explicit TraceLoadingJob(std::vector<std::string> files,
+                           uint64_t preview_events = kPreviewEvents);
   ~TraceLoadingJob();
   TraceLoadingJob(const TraceLoadingJob&) = delete;
   TraceLoadingJob& operator=(const TraceLoadingJob&) = delete;
@@ -66,12 +74,20 @@ class TraceLoadingJob {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // The loaded trace once done() (then null on later calls).
   std::unique_ptr<LoadedTrace> take_result();
+  // The preview (LoadedTrace::preview) once it is ready (also after done(), until taken); null
+  // when there is none and on later calls.
+  std::unique_ptr<LoadedTrace> take_preview();
   const std::vector<std::string>& files() const { return files_; }
 
  private:
   void run();
+  // Index and tables a freshly loaded model needs before it is shown.
+  static void prepare(LoadedTrace& trace);
 
   std::vector<std::string> files_;
+  uint64_t preview_events_ = 0;
+  std::mutex preview_mutex_;
+  std::unique_ptr<LoadedTrace> preview_;
   std::atomic<float> progress_{0.0f};
   std::atomic<const char*> stage_{"reading"};
   std::atomic<bool> done_{false};

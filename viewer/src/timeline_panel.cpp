@@ -144,6 +144,19 @@ void TimelinePanel::reset(const LoadedTrace& trace) {
   selected_arrows_.clear();
 }
 
+void TimelinePanel::extend_to(const LoadedTrace& trace) {
+  const double start = axis_.start_ns(), end = axis_.end_ns();
+  axis_.set_bounds(
+      static_cast<double>(trace.timeline.begin_ns),
+      static_cast<double>(std::max(trace.timeline.end_ns, trace.timeline.begin_ns + 1)));
+  axis_.show_range(start, end, 0.0);
+  matches_.clear();
+  match_index_ = -1;
+  searched_.clear();
+  flows_for_ = {};
+  selected_arrows_.clear();
+}
+
 void TimelinePanel::select_and_show(const LoadedTrace& trace, ViewerState& state,
                                     const EventRef& ref) {
   state.selected = ref;

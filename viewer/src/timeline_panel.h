@@ -20,6 +20,9 @@ class TimelinePanel {
  public:
   // Shows the whole trace.
   void reset(const LoadedTrace& trace);
+  // The trace grew (its whole load replaced a preview): the view stays where it is and may
+  // now move over all of `trace`; search results and flows (indices into the old trace) go.
+  void extend_to(const LoadedTrace& trace);
   void draw(LoadedTrace& trace, ViewerState& state);
   // Searches like the search box + Enter: selects the first match and brings it into view.
   void search(LoadedTrace& trace, ViewerState& state, const std::string& text);

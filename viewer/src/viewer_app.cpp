@@ -178,7 +178,16 @@ void ViewerApp::draw_menu_and_toolbar() {
       if (ImGui::MenuItem("Quit", "Ctrl+Q")) glfwSetWindowShouldClose(window_, 1);
       ImGui::EndMenu();
     }
-    if (trace_) {
+    if (trace_ && trace_->preview) {
+      // The beginning of the trace is on screen; the rest loads behind it.
+      ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f),
+                         "  preview: the first %" PRIu64 " events of %zu file(s); loading the rest",
+                         trace_->model.total_events, trace_->files.size());
+      if (loading_) {
+        ImGui::SameLine();
+        ImGui::ProgressBar(loading_->progress(), ImVec2(160.0f, 0.0f));
+      }
+    } else if (trace_) {
       ImGui::TextDisabled("  %zu file(s), %zu rank(s), %" PRIu64 " events, loaded in %.2f s",
                           trace_->files.size(), trace_->model.processes.size(),
                           trace_->model.total_events, trace_->load_seconds);
@@ -238,6 +247,7 @@ void ViewerApp::draw_menu_and_toolbar() {
 
 void ViewerApp::draw_loading_overlay() {
   if (!loading_ && load_error_.empty()) return;
+  if (loading_ && trace_ && trace_->preview) return;  // the menu bar shows the progress
   ImVec2 size = ImGui::GetIO().DisplaySize;
   ImGui::SetNextWindowPos(ImVec2(size.x * 0.5f, size.y * 0.5f), ImGuiCond_Always,
                           ImVec2(0.5f, 0.5f));
@@ -302,14 +312,33 @@ void ViewerApp::frame() {
     tables_->move_into(*trace_);
     tables_.reset();
   }
+  if (loading_ && !loading_->done()) {
+    if (auto preview = loading_->take_preview()) {
+      tables_.reset();  // waits for the previous trace's tables before that trace goes
+      trace_ = std::move(preview);
+      state_ = ViewerState{};
+      state_.switch_to = current_panel_;
+      timeline_.reset(*trace_);
+    }
+  }
   if (loading_ && loading_->done()) {
     tables_.reset();  // waits for the previous trace's tables before that trace goes
+    const bool after_preview = trace_ && trace_->preview;
     trace_ = loading_->take_result();
     loading_.reset();
     tables_ = std::make_unique<TraceTablesJob>(*trace_);
-    state_ = ViewerState{};
+    if (after_preview) {
+      // The whole trace replaces its beginning: keep the view and the step/rank filter; the
+      // selection (indices into the preview) goes.
+      StepRankFilter filter = state_.filter;
+      state_ = ViewerState{};
+      state_.filter = filter;
+      timeline_.extend_to(*trace_);
+    } else {
+      state_ = ViewerState{};
+      timeline_.reset(*trace_);
+    }
     state_.switch_to = current_panel_;
-    timeline_.reset(*trace_);
   }
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
