@@ -156,22 +156,48 @@ bool TraceReader::decode_chunk_at(uint64_t offset, Chunk& chunk, uint64_t& next_
     add_error(offset, "unknown chunk type " + std::to_string(header.type) + "; skipped");
     return false;
   }
-  chunk.records.resize(header.raw_bytes);
+  // Stage 1: the stored payload -> the row records or the column image (`staged`).
+  bool columns = header.flags & kChunkColumns;
+  // A column image is at most 4 bytes longer than its records (see column_coding.cpp).
+  uint64_t staged_limit = columns ? uint64_t{header.raw_bytes} + 4 : header.raw_bytes;
+  std::vector<uint8_t>& staged = columns ? scratch_ : chunk.records;
   if (header.flags & kChunkZstd) {
+    unsigned long long content = ZSTD_getFrameContentSize(payload, header.payload_bytes);
+    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+        (columns ? content > staged_limit : content != header.raw_bytes)) {
+      add_error(offset, "cannot decompress chunk: zstd frame declares " +
+                            (content >= ZSTD_CONTENTSIZE_ERROR ? std::string("no valid size")
+                                                               : std::to_string(content)) +
+                            " bytes for " + std::to_string(header.raw_bytes) + " raw bytes");
+      return false;
+    }
+    staged.resize(content);
     if (!zstd_context_) zstd_context_ = ZSTD_createDCtx();
-    size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(zstd_context_), chunk.records.data(),
-                                     chunk.records.size(), payload, header.payload_bytes);
-    if (ZSTD_isError(got) || got != header.raw_bytes) {
+    size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(zstd_context_), staged.data(),
+                                     staged.size(), payload, header.payload_bytes);
+    if (ZSTD_isError(got) || got != content) {
       add_error(offset, std::string("cannot decompress chunk: ") +
                             (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "size mismatch"));
       return false;
     }
   } else {
-    if (header.payload_bytes != header.raw_bytes) {
-      add_error(offset, "uncompressed chunk with payload size != raw size");
+    if (columns ? header.payload_bytes > staged_limit : header.payload_bytes != header.raw_bytes) {
+      add_error(offset, "uncompressed chunk of " + std::to_string(header.payload_bytes) +
+                            " bytes does not match its " + std::to_string(header.raw_bytes) +
+                            " raw bytes");
       return false;
     }
-    std::memcpy(chunk.records.data(), payload, header.raw_bytes);
+    staged.assign(payload, payload + header.payload_bytes);
+  }
+  // Stage 2: a column image -> records.
+  if (columns) {
+    chunk.records.resize(header.raw_bytes);
+    std::string problem;
+    if (!column_decoder_.decode(scratch_.data(), scratch_.size(), chunk.records.data(),
+                                chunk.records.size(), problem)) {
+      add_error(offset, problem + "; chunk skipped");
+      return false;
+    }
   }
   size_t bad_at = 0;
   std::string problem = validate_records(chunk.records.data(), chunk.records.size(), bad_at);
@@ -180,7 +206,7 @@ bool TraceReader::decode_chunk_at(uint64_t offset, Chunk& chunk, uint64_t& next_
                           problem + "; chunk skipped");
     return false;
   }
-  if (header.flags & kChunkDeltaTime)
+  if ((header.flags & kChunkDeltaTime) && !columns)
     delta_decode_times(chunk.records.data(), chunk.records.size());
   chunk.type = static_cast<ChunkType>(header.type);
   chunk.stream = header.stream;

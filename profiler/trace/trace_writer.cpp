@@ -41,6 +41,15 @@ bool TraceWriter::open(const std::string& path, std::string_view metadata_json,
   }
   bytes_written_ = sizeof(header) + metadata_json.size();
   if (options_.compress && !zstd_context_) zstd_context_ = ZSTD_createCCtx();
+  if (zstd_context_) {
+    // Set once: every chunk is one frame with its content size (the reader bounds the column
+    // image by it) and no zstd checksum (the chunk CRC covers the stored bytes).
+    auto* context = static_cast<ZSTD_CCtx*>(zstd_context_);
+    ZSTD_CCtx_reset(context, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, options_.zstd_level);
+    ZSTD_CCtx_setParameter(context, ZSTD_c_contentSizeFlag, 1);
+    ZSTD_CCtx_setParameter(context, ZSTD_c_checksumFlag, 0);
+  }
   return true;
 }
 
@@ -60,21 +69,30 @@ bool TraceWriter::write_chunk(uint32_t stream, uint8_t* records, size_t bytes, C
   header.type = static_cast<uint16_t>(type);
   header.stream = stream;
   header.raw_bytes = static_cast<uint32_t>(bytes);
-  if (options_.delta_time) {
+  const uint8_t* payload = records;
+  size_t payload_bytes = bytes;
+  if (options_.columns && column_encoder_.encode(records, bytes, column_image_)) {
+    payload = column_image_.data();
+    payload_bytes = column_image_.size();
+    header.flags |= kChunkColumns;
+  } else if (options_.delta_time) {
     delta_encode_times(records, bytes);
     header.flags |= kChunkDeltaTime;
   }
-  const uint8_t* payload = records;
-  size_t payload_bytes = bytes;
   if (options_.compress && zstd_context_) {
-    compressed_.resize(ZSTD_compressBound(bytes));
-    size_t written = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(zstd_context_), compressed_.data(),
-                                       compressed_.size(), records, bytes, options_.zstd_level);
+    compressed_.resize(ZSTD_compressBound(payload_bytes));
+    size_t written = ZSTD_compress2(static_cast<ZSTD_CCtx*>(zstd_context_), compressed_.data(),
+                                    compressed_.size(), payload, payload_bytes);
     if (!ZSTD_isError(written)) {
       payload = compressed_.data();
       payload_bytes = written;
       header.flags |= kChunkZstd;
     }
+  }
+  if (payload_bytes > kMaxChunkBytes) {
+    error_ = "chunk of " + std::to_string(payload_bytes) + " bytes exceeds the format's limit";
+    ++failed_writes_;
+    return false;
   }
   header.payload_bytes = static_cast<uint32_t>(payload_bytes);
   uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(&header), offsetof(ChunkHeader, crc32));

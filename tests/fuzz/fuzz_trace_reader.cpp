@@ -14,11 +14,12 @@ namespace {
 using namespace moescope::trace;
 
 void write_seeds(const std::string& dir) {
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     TraceWriter writer;
     WriterOptions options;
     options.compress = variant % 2 == 0;
-    options.delta_time = variant < 2;
+    options.columns = variant < 2;     // column images (format version 2)
+    options.delta_time = variant < 4;  // rows with and without delta-coded times
     if (!writer.open(dir + "/seed" + std::to_string(variant) + ".moetrace", R"({"rank":0})",
                      options)) {
       return;

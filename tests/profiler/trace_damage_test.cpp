@@ -127,7 +127,9 @@ TEST(Damage, FutureVersionIsRejectedClearly) {
   EXPECT_FALSE(result.opened);
   ASSERT_EQ(result.errors.size(), 1u);
   EXPECT_EQ(result.errors[0].offset, 8u);
-  EXPECT_NE(result.errors[0].message.find("version 2 is not supported"), std::string::npos);
+  EXPECT_NE(result.errors[0].message.find("version " + std::to_string(kFormatVersion + 1) +
+                                          " is not supported"),
+            std::string::npos);
 }
 
 TEST(Damage, AbsurdLengthsAreCaughtBeforeUse) {

@@ -4,6 +4,7 @@
 //   file  := FileHeader metadata_json[metadata_bytes] Chunk*
 //   Chunk := ChunkHeader payload[payload_bytes]          (payload compressed with zstd)
 //   raw payload := Record*                                (records of one stream, in order)
+//                  stored as a column image (kChunkColumns) since version 2
 //   Record := RecordHeader kind-specific-fields [variable tail], size a multiple of 8
 //
 // All integers are little-endian. Timestamps are nanoseconds of CLOCK_MONOTONIC of the host
@@ -16,7 +17,8 @@
 namespace moescope::trace {
 
 inline constexpr char kFileMagic[8] = {'M', 'O', 'E', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added column-coded chunks (kChunkColumns); readers still read version 1 files.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kChunkMagic = 0x4b48434d;  // "MCHK"
 // Limits that tell a corrupt length from a real one.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
@@ -38,6 +40,7 @@ enum class ChunkType : uint16_t {
 enum ChunkFlags : uint16_t {
   kChunkZstd = 1u << 0,       // payload is one zstd frame (else stored raw)
   kChunkDeltaTime = 1u << 1,  // record timestamps are delta-coded (see trace-format.md)
+  kChunkColumns = 1u << 2,    // the (decompressed) payload is a column image of the records
 };
 
 struct ChunkHeader {
@@ -46,7 +49,7 @@ struct ChunkHeader {
   uint16_t flags;          // ChunkFlags
   uint32_t stream;         // recorder thread index (1-based); a track of the process
   uint32_t payload_bytes;  // bytes stored after this header
-  uint32_t raw_bytes;      // bytes after decompression
+  uint32_t raw_bytes;      // record bytes after decompression (and column decoding)
   uint32_t crc32;          // zlib crc32 of the first 20 header bytes then the stored payload
 };
 static_assert(sizeof(ChunkHeader) == 24);

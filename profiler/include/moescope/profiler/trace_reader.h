@@ -12,6 +12,19 @@
 
 namespace moescope::trace {
 
+// Decodes column-coded chunks (kChunkColumns; see ColumnEncoder in trace_writer.h). Keeps its
+// scratch memory between chunks.
+class ColumnDecoder {
+ public:
+  // Rebuilds `raw_bytes` of records from a column image. Checks every count and length
+  // before using it; on damage returns false with `error` saying what is wrong.
+  bool decode(const uint8_t* image, size_t image_bytes, uint8_t* records, size_t raw_bytes,
+              std::string& error);
+
+ private:
+  std::vector<uint32_t> columns_;
+};
+
 struct ReadError {
   std::string file;
   uint64_t offset = 0;  // byte offset in the file where the problem starts
@@ -119,7 +132,8 @@ class TraceReader {
   uint32_t version_ = 0;
   std::string metadata_json_;
   std::vector<ReadError> errors_;
-  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> scratch_;  // decompressed column image
+  ColumnDecoder column_decoder_;
   void* zstd_context_ = nullptr;
   bool saw_end_ = false;
 };
