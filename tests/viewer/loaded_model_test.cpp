@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -289,6 +291,138 @@ TEST(TraceLoadingJob, ReadsASmallTraceOnce) {
   EXPECT_FALSE(whole->preview);
   EXPECT_EQ(whole->model.total_events, total);
   std::filesystem::remove_all(std::filesystem::path(sample.files[0]).parent_path());
+}
+
+}  // namespace
+}  // namespace moescope::viewer
+
+namespace moescope::viewer {
+namespace {
+
+TEST_F(LoadedSample, HeatmapCellTellsTokensShareAndPrediction) {
+  ExpertHeatmap all = aggregate_expert_load(*model_, {});
+  const int row = shape_.hot_layer;  // layers 0..num_layers-1 are rows 0..
+  HeatmapCell hot = heatmap_cell(all, row, shape_.hot_expert);
+  EXPECT_EQ(hot.layer, static_cast<uint32_t>(shape_.hot_layer));
+  EXPECT_EQ(hot.expert, shape_.hot_expert);
+  EXPECT_EQ(hot.tokens, all.max_tokens);
+  EXPECT_NEAR(hot.share, hot.tokens / all.layer_total(row), 1e-12);
+  EXPECT_NEAR(hot.over_mean, hot.tokens / (all.layer_total(row) / shape_.num_experts), 1e-12);
+  // The hot expert gets 6x the tokens of an average one (200..319 each): share > 1 / experts.
+  EXPECT_GT(hot.over_mean, 3.0);
+  // The sample records predictions at 0.9x the actual load.
+  ASSERT_TRUE(hot.has_prediction);
+  EXPECT_NEAR(hot.predicted, 0.9 * hot.tokens, 1e-3 * hot.tokens);
+  HeatmapCell outside = heatmap_cell(all, all.num_layers, 0);
+  EXPECT_EQ(outside.tokens, 0.0);
+}
+
+TEST_F(LoadedSample, StatisticsHoldEveryKernelAndSortByEachColumn) {
+  auto kernels = kernel_statistics(*model_);
+  // Recompute one row from the model: count, total, mean and nearest-rank p50/p99.
+  std::vector<double> durations;
+  analysis::StringId gemm = model_->strings.find("grouped_gemm_kernel");
+  for (const auto& process : model_->processes) {
+    for (const auto& stream : process.gpu_streams) {
+      for (const auto& op : stream.ops) {
+        if (op.name == gemm) durations.push_back(static_cast<double>(op.duration()));
+      }
+    }
+  }
+  std::sort(durations.begin(), durations.end());
+  auto row = std::find_if(kernels.begin(), kernels.end(),
+                          [&](const NameStatistics& r) { return r.name == gemm; });
+  ASSERT_NE(row, kernels.end());
+  double total = 0;
+  for (double d : durations) total += d;
+  EXPECT_EQ(row->count, durations.size());
+  EXPECT_DOUBLE_EQ(row->total_ns, total);
+  EXPECT_DOUBLE_EQ(row->mean_ns, total / double(durations.size()));
+  auto nearest_rank = [&](double p) {
+    size_t rank = static_cast<size_t>(std::ceil(p * double(durations.size())));
+    return durations[rank - 1];
+  };
+  EXPECT_DOUBLE_EQ(row->p50_ns, nearest_rank(0.5));
+  EXPECT_DOUBLE_EQ(row->p99_ns, nearest_rank(0.99));
+  EXPECT_DOUBLE_EQ(row->max_ns, durations.back());
+
+  auto ranges = range_statistics(*model_);
+  ASSERT_GT(ranges.size(), 3u);
+  using Column = StatisticsColumn;
+  for (Column column :
+       {Column::kName, Column::kCount, Column::kTotal, Column::kMean, Column::kP50, Column::kP99}) {
+    for (bool ascending : {true, false}) {
+      std::vector<size_t> order = sorted_statistics(*model_, ranges, column, ascending);
+      ASSERT_EQ(order.size(), ranges.size());
+      std::vector<size_t> seen = order;
+      std::sort(seen.begin(), seen.end());
+      for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i);  // a permutation
+      for (size_t i = 1; i < order.size(); ++i) {
+        const NameStatistics& a = ranges[order[i - 1]];
+        const NameStatistics& b = ranges[order[i]];
+        double ka = 0, kb = 0;
+        switch (column) {
+          case Column::kName: {
+            int compare = model_->name(a.name).compare(model_->name(b.name));
+            EXPECT_TRUE(ascending ? compare <= 0 : compare >= 0);
+            continue;
+          }
+          case Column::kCount:
+            ka = double(a.count), kb = double(b.count);
+            break;
+          case Column::kTotal:
+            ka = a.total_ns, kb = b.total_ns;
+            break;
+          case Column::kMean:
+            ka = a.mean_ns, kb = b.mean_ns;
+            break;
+          case Column::kP50:
+            ka = a.p50_ns, kb = b.p50_ns;
+            break;
+          case Column::kP99:
+            ka = a.p99_ns, kb = b.p99_ns;
+            break;
+        }
+        EXPECT_TRUE(ascending ? ka <= kb : ka >= kb) << "column " << int(column);
+      }
+    }
+  }
+}
+
+TEST_F(LoadedSample, SearchNextAndPreviousWalkTheMatchesInTimeOrder) {
+  auto matches = search_events(*model_, *index_, "combine");
+  ASSERT_GT(matches.size(), 2u);
+  // Enter / ">" from no selection: first match, then onwards, wrapping at the end.
+  int at = step_match(-1, matches.size(), false);
+  EXPECT_EQ(at, 0);
+  int64_t last_start = INT64_MIN;
+  for (size_t i = 1; i < matches.size(); ++i) {
+    int next = step_match(at, matches.size(), false);
+    EXPECT_EQ(next, at + 1);
+    int64_t start = summarize_event(*model_, *index_, matches[size_t(next)]).start_ns;
+    EXPECT_GE(start, last_start);
+    last_start = start;
+    at = next;
+  }
+  EXPECT_EQ(step_match(at, matches.size(), false), 0);
+  // "<" goes back and wraps to the last match.
+  EXPECT_EQ(step_match(0, matches.size(), true), int(matches.size()) - 1);
+  EXPECT_EQ(step_match(5, matches.size(), true), 4);
+  EXPECT_EQ(step_match(-1, matches.size(), true), int(matches.size()) - 1);
+  EXPECT_EQ(step_match(3, 0, false), -1);
+}
+
+TEST_F(LoadedSample, CommMatrixCoversTheSelectedStepsOnly) {
+  CommMatrix all = all_to_all_matrix(*model_, {});
+  CommMatrix one = all_to_all_matrix(*model_, {2, 2, -1});
+  CommMatrix two = all_to_all_matrix(*model_, {2, 3, -1});
+  const double ops_per_step = shape_.num_layers * 2 * 2;  // passes x (dispatch + combine)
+  ASSERT_EQ(one.ranks.size(), 2u);
+  EXPECT_EQ(one.num_ops[0], static_cast<uint64_t>(ops_per_step));
+  EXPECT_EQ(two.num_ops[0], static_cast<uint64_t>(2 * ops_per_step));
+  EXPECT_DOUBLE_EQ(one.bytes[0 * 2 + 1], ops_per_step * 3 * 1048576.0);
+  EXPECT_DOUBLE_EQ(all.bytes[0 * 2 + 1], shape_.num_steps * one.bytes[0 * 2 + 1]);
+  EXPECT_GT(one.bandwidth_gbps(0), 0.0);
 }
 
 }  // namespace

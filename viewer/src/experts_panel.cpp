@@ -92,19 +92,13 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
                      ImVec2(16.0f, std::min(grid.cell_height * heatmap_.num_layers, 200.0f)),
                      heatmap_.max_tokens, "tok");
   if (hovering) {
-    double tokens = heatmap_.at(hover_row, hover_column);
-    double layer_total = heatmap_.layer_total(hover_row);
-    double mean = layer_total / std::max(heatmap_.num_experts, 1);
+    const HeatmapCell cell = heatmap_cell(heatmap_, hover_row, hover_column);
     ImGui::BeginTooltip();
-    ImGui::Text("layer %u, expert %d", heatmap_.layer_ids[static_cast<size_t>(hover_row)],
-                hover_column);
-    ImGui::Text("%.0f tokens (%.1f%% of the layer, %.2fx the mean)", tokens,
-                layer_total > 0 ? 100.0 * tokens / layer_total : 0.0,
-                mean > 0 ? tokens / mean : 0.0);
-    if (!heatmap_.predicted.empty()) {
-      ImGui::Text(
-          "predicted %.0f tokens",
-          heatmap_.predicted[static_cast<size_t>(hover_row) * heatmap_.num_experts + hover_column]);
+    ImGui::Text("layer %u, expert %d", cell.layer, cell.expert);
+    ImGui::Text("%.0f tokens (%.1f%% of the layer, %.2fx the mean)", cell.tokens,
+                100.0 * cell.share, cell.over_mean);
+    if (cell.has_prediction) {
+      ImGui::Text("predicted %.0f tokens", cell.predicted);
     } else {
       ImGui::TextDisabled("no predicted load recorded");
     }

@@ -61,7 +61,7 @@ class TraceTablesJob {
 // trace loads; smaller traces are read once. 0 = no preview.
 class TraceLoadingJob {
  public:
-  static constexpr uint64_t kPreviewEvents = 2'000'000;
+  static constexpr uint64_t kPreviewEvents = 1'000'000;
   explicit TraceLoadingJob(std::vector<std::string> files,
                            uint64_t preview_events = kPreviewEvents);
   ~TraceLoadingJob();

@@ -282,4 +282,55 @@ std::vector<NameStatistics> range_statistics(const TraceModel& model) {
   return statistics_of(by_name);
 }
 
+HeatmapCell heatmap_cell(const ExpertHeatmap& heatmap, int row, int expert) {
+  HeatmapCell cell;
+  if (row < 0 || row >= heatmap.num_layers || expert < 0 || expert >= heatmap.num_experts) {
+    return cell;
+  }
+  cell.layer = heatmap.layer_ids[static_cast<size_t>(row)];
+  cell.expert = expert;
+  cell.tokens = heatmap.at(row, expert);
+  const double layer_total = heatmap.layer_total(row);
+  const double mean = layer_total / std::max(heatmap.num_experts, 1);
+  cell.share = layer_total > 0 ? cell.tokens / layer_total : 0.0;
+  cell.over_mean = mean > 0 ? cell.tokens / mean : 0.0;
+  if (!heatmap.predicted.empty()) {
+    cell.has_prediction = true;
+    cell.predicted = heatmap.predicted[static_cast<size_t>(row) * heatmap.num_experts + expert];
+  }
+  return cell;
+}
+
+std::vector<size_t> sorted_statistics(const TraceModel& model,
+                                      const std::vector<NameStatistics>& rows,
+                                      StatisticsColumn column, bool ascending) {
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto key = [&](size_t i) -> double {
+    const NameStatistics& row = rows[i];
+    switch (column) {
+      case StatisticsColumn::kCount:
+        return static_cast<double>(row.count);
+      case StatisticsColumn::kTotal:
+        return row.total_ns;
+      case StatisticsColumn::kMean:
+        return row.mean_ns;
+      case StatisticsColumn::kP50:
+        return row.p50_ns;
+      case StatisticsColumn::kP99:
+        return row.p99_ns;
+      default:
+        return 0.0;
+    }
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (column == StatisticsColumn::kName) {
+      const int compare = model.name(rows[a].name).compare(model.name(rows[b].name));
+      return ascending ? compare < 0 : compare > 0;
+    }
+    return ascending ? key(a) < key(b) : key(a) > key(b);
+  });
+  return order;
+}
+
 }  // namespace moescope::viewer

@@ -119,31 +119,8 @@ void statistics_table(const char* id, const LoadedTrace& trace,
   if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs();
       specs && specs->SpecsDirty && specs->SpecsCount > 0) {
     const ImGuiTableColumnSortSpecs& spec = specs->Specs[0];
-    auto key = [&](size_t i) -> double {
-      const NameStatistics& row = rows[i];
-      switch (spec.ColumnIndex) {
-        case 1:
-          return static_cast<double>(row.count);
-        case 2:
-          return row.total_ns;
-        case 3:
-          return row.mean_ns;
-        case 4:
-          return row.p50_ns;
-        case 5:
-          return row.p99_ns;
-        default:
-          return 0.0;
-      }
-    };
-    bool ascending = spec.SortDirection == ImGuiSortDirection_Ascending;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      if (spec.ColumnIndex == 0) {
-        int compare = trace.model.name(rows[a].name).compare(trace.model.name(rows[b].name));
-        return ascending ? compare < 0 : compare > 0;
-      }
-      return ascending ? key(a) < key(b) : key(a) > key(b);
-    });
+    order = sorted_statistics(trace.model, rows, static_cast<StatisticsColumn>(spec.ColumnIndex),
+                              spec.SortDirection == ImGuiSortDirection_Ascending);
     specs->SpecsDirty = false;
   }
   ImGuiListClipper clipper;

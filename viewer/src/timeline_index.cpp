@@ -283,6 +283,13 @@ std::vector<analysis::FlowArrow> arrows_of_event(const TraceModel& model,
   return arrows;
 }
 
+int step_match(int current, size_t count, bool previous) {
+  if (count == 0) return -1;
+  const int n = static_cast<int>(count);
+  if (previous) return current <= 0 || current > n ? n - 1 : current - 1;
+  return current < 0 || current >= n - 1 ? 0 : current + 1;
+}
+
 std::vector<EventRef> search_events(const TraceModel& model, const TimelineIndex& index,
                                     const std::string& query) {
   std::vector<EventRef> found;

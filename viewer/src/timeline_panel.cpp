@@ -201,9 +201,7 @@ void TimelinePanel::draw_toolbar(LoadedTrace& trace, ViewerState& state) {
     match_index_ = -1;
   }
   if (!matches_.empty() && (enter || next || previous)) {
-    int count = static_cast<int>(matches_.size());
-    match_index_ =
-        previous ? (match_index_ <= 0 ? count - 1 : match_index_ - 1) : (match_index_ + 1) % count;
+    match_index_ = step_match(match_index_, matches_.size(), previous);
     select_and_show(trace, state, matches_[static_cast<size_t>(match_index_)]);
   }
   ImGui::SameLine();

@@ -40,6 +40,18 @@ struct ExpertHeatmap {
 ExpertHeatmap aggregate_expert_load(const analysis::TraceModel& model,
                                     const StepRankFilter& filter);
 
+// What the heatmap's tooltip shows for the cell under the mouse.
+struct HeatmapCell {
+  uint32_t layer = 0;  // layer number (not the row)
+  int expert = 0;
+  double tokens = 0.0;
+  double share = 0.0;      // of the layer's tokens
+  double over_mean = 0.0;  // tokens / the layer's mean per expert
+  bool has_prediction = false;
+  double predicted = 0.0;  // the balancer's predicted load, when recorded
+};
+HeatmapCell heatmap_cell(const ExpertHeatmap& heatmap, int row, int expert);
+
 // max/mean of tokens per expert for each step and layer (same scope choice as the heatmap).
 struct ImbalanceSeries {
   std::vector<int64_t> steps;  // ascending
@@ -94,5 +106,12 @@ struct NameStatistics {
 };
 std::vector<NameStatistics> kernel_statistics(const analysis::TraceModel& model);
 std::vector<NameStatistics> range_statistics(const analysis::TraceModel& model);
+
+// The statistics tables' columns, in display order; clicking a header sorts by it.
+enum class StatisticsColumn : int { kName = 0, kCount, kTotal, kMean, kP50, kP99 };
+// Row order of `rows` sorted by `column` (stable; names compare as text).
+std::vector<size_t> sorted_statistics(const analysis::TraceModel& model,
+                                      const std::vector<NameStatistics>& rows,
+                                      StatisticsColumn column, bool ascending);
 
 }  // namespace moescope::viewer

@@ -96,6 +96,10 @@ std::vector<analysis::FlowArrow> arrows_of_event(const analysis::TraceModel& mod
                                                  const TimelineIndex& index, const EventRef& ref,
                                                  size_t max_arrows);
 
+// The search box's next (or previous) match after `current` (-1 = none yet) among `count`,
+// wrapping around; -1 when there is no match.
+int step_match(int current, size_t count, bool previous);
+
 // Every span/op whose name contains `query` (case-insensitive), sorted by start time.
 std::vector<EventRef> search_events(const analysis::TraceModel& model, const TimelineIndex& index,
                                     const std::string& query);
