@@ -118,6 +118,63 @@ TEST(ChromeExport, EveryEventSurvivesWithValidNesting) {
   EXPECT_TRUE(found);
 }
 
+// Counters: memory in use per category after every allocation/free, tokens per expert for
+// every expert-load sample, and the recorder's own counters, each on its rank's process.
+TEST(ChromeExport, CountersForMemoryAndExpertLoad) {
+  testing::SyntheticOptions options;
+  options.num_ranks = 2;
+  std::string directory = testing::test_directory("export_counters");
+  TraceModel model = load_traces(testing::write_synthetic_run(directory, "run", options));
+  std::string path = directory + "/out.json";
+  ASSERT_TRUE(export_chrome_trace(model, path).ok);
+  nlohmann::json json = read_json(path);
+  std::map<int64_t, std::vector<nlohmann::json>> memory, tokens;
+  std::map<int64_t, size_t> other_counters;
+  for (const auto& event : json["traceEvents"]) {
+    if (event["ph"] != "C") continue;
+    const std::string name = event["name"];
+    const int64_t pid = event["pid"];
+    if (name == "memory in use (MiB)") {
+      memory[pid].push_back(event);
+    } else if (name.rfind("expert tokens layer ", 0) == 0) {
+      tokens[pid].push_back(event);
+    } else {
+      ++other_counters[pid];
+    }
+  }
+  for (const ProcessTrack& process : model.processes) {
+    const int64_t pid = process.rank;
+    const MemoryUsage& usage = process.memory_usage;
+    ASSERT_EQ(memory[pid].size(), usage.times.size());
+    for (size_t i = 0; i < usage.times.size(); ++i) {
+      const auto& event = memory[pid][i];
+      EXPECT_EQ(to_ns(event["ts"]), usage.times[i]);
+      for (int c = 0; c < kNumMemoryCategories; ++c) {
+        EXPECT_DOUBLE_EQ(event["args"][memory_category_name(c)].get<double>(),
+                         double(usage.by_category[c][i]) / (1 << 20));
+      }
+    }
+    size_t counter_samples = 0;
+    for (const CounterTrack& counter : process.counters) counter_samples += counter.times.size();
+    EXPECT_EQ(other_counters[pid], counter_samples);
+    size_t samples = 0;
+    for (const ExpertLoadSample& sample : model.expert_loads) {
+      if (model.processes[sample.process].rank != process.rank) continue;
+      ASSERT_LT(samples, tokens[pid].size());
+      const auto& event = tokens[pid][samples++];
+      EXPECT_EQ(event["name"], "expert tokens layer " + std::to_string(sample.layer) + " (local)");
+      EXPECT_EQ(to_ns(event["ts"]), sample.time);
+      auto counts = model.tokens(sample);
+      ASSERT_EQ(event["args"].size(), counts.size());
+      for (size_t e = 0; e < counts.size(); ++e) {
+        EXPECT_EQ(event["args"]["e" + std::to_string(e)].get<uint64_t>(), counts[e]);
+      }
+    }
+    EXPECT_EQ(samples, tokens[pid].size());
+    EXPECT_GT(samples, 0u);
+  }
+}
+
 TEST(ChromeExport, EscapesEveryStringAndReplacesInvalidUtf8) {
   std::string out;
   std::string text = testing::nasty_span_name() + "\xff\xc3(" + std::string(1, '\0') + "end";
