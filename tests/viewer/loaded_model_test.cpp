@@ -14,6 +14,7 @@
 
 #include "loaded_trace.h"
 #include "moescope/profiler/trace_loader.h"
+#include "moescope/viewer/event_description.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
@@ -410,6 +411,55 @@ TEST_F(LoadedSample, SearchNextAndPreviousWalkTheMatchesInTimeOrder) {
   EXPECT_EQ(step_match(5, matches.size(), true), 4);
   EXPECT_EQ(step_match(-1, matches.size(), true), int(matches.size()) - 1);
   EXPECT_EQ(step_match(3, 0, false), -1);
+}
+
+// What the hover tooltip (short form) and the details pane (long form) say about a kernel, an
+// all-to-all and a span.
+TEST_F(LoadedSample, TooltipsAndDetailsDescribeTheEvent) {
+  auto joined = [](const std::vector<std::string>& lines) {
+    std::string text;
+    for (const auto& line : lines) text += line + "\n";
+    return text;
+  };
+  auto kernels = search_events(*model_, *index_, "grouped_gemm_kernel");
+  ASSERT_FALSE(kernels.empty());
+  EventSummary kernel = summarize_event(*model_, *index_, kernels.front());
+  char duration[32];
+  format_duration(double(kernel.end_ns - kernel.start_ns), duration, sizeof(duration));
+  std::vector<std::string> tooltip = describe_event(*model_, *index_, kernels.front(), false);
+  ASSERT_GE(tooltip.size(), 3u);
+  EXPECT_EQ(tooltip[0], "grouped_gemm_kernel");
+  EXPECT_NE(tooltip[1].find(std::string("duration ") + duration), std::string::npos) << tooltip[1];
+  EXPECT_NE(tooltip[1].find("rank 0"), std::string::npos) << tooltip[1];
+  std::string text = joined(tooltip);
+  EXPECT_NE(text.find("kernel   correlation"), std::string::npos) << text;
+  EXPECT_NE(text.find("grid 132 x 1 x 1   block 256 x 1 x 1   96 regs"), std::string::npos) << text;
+  EXPECT_EQ(text.find("launched by"), std::string::npos) << "the tooltip is the short form";
+  text = joined(describe_event(*model_, *index_, kernels.front(), true));
+  EXPECT_NE(text.find("launched by cudaLaunchKernel"), std::string::npos) << text;
+
+  auto all_to_alls = search_events(*model_, *index_, "all_to_all");
+  ASSERT_FALSE(all_to_alls.empty());
+  text = joined(describe_event(*model_, *index_, all_to_alls.front(), true));
+  // Rank 0 sends 1 MiB to rank 0 and 3 MiB to rank 1 (the hot expert's rank).
+  EXPECT_NE(text.find("all_to_all   4194304 bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 0 of 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("bytes to each rank: 1048576 3145728"), std::string::npos) << text;
+
+  auto routers = search_events(*model_, *index_, "router");
+  EventRef span;
+  for (const EventRef& ref : routers) {
+    if (index_->tracks[size_t(ref.track)].kind == TimelineTrackKind::kThread) {
+      span = ref;
+      break;
+    }
+  }
+  ASSERT_TRUE(span.valid());
+  text = joined(describe_event(*model_, *index_, span, true));
+  EXPECT_NE(text.find("router\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("depth 3"), std::string::npos) << text;  // step > pass > layer > router
+  EXPECT_NE(text.find("parent: moe_layer 0"), std::string::npos) << text;
+  EXPECT_TRUE(describe_event(*model_, *index_, EventRef{}, true).empty());
 }
 
 TEST_F(LoadedSample, CommMatrixCoversTheSelectedStepsOnly) {

@@ -7,6 +7,7 @@
 
 #include <GLFW/glfw3.h>
 #include "moescope/recorder.h"
+#include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
 
 namespace moescope::viewer {
@@ -35,99 +36,11 @@ ImU32 colour_of_event(const TraceModel& model, const TimelineTrack& track, uint3
   return colour_of_name(name);
 }
 
-const char* comm_kind_name(uint32_t kind) {
-  switch (kind) {
-    case MOESCOPE_COMM_ALL_REDUCE:
-      return "all_reduce";
-    case MOESCOPE_COMM_ALL_GATHER:
-      return "all_gather";
-    case MOESCOPE_COMM_REDUCE_SCATTER:
-      return "reduce_scatter";
-    case MOESCOPE_COMM_BROADCAST:
-      return "broadcast";
-    case MOESCOPE_COMM_REDUCE:
-      return "reduce";
-    case MOESCOPE_COMM_ALL_TO_ALL:
-      return "all_to_all";
-    case MOESCOPE_COMM_SEND:
-      return "send";
-    case MOESCOPE_COMM_RECV:
-      return "recv";
-    case MOESCOPE_COMM_BARRIER:
-      return "barrier";
-    default:
-      return "other";
-  }
-}
-
-// Lines describing an event: used by the tooltip and the details pane.
-void describe_event(const TraceModel& model, const TimelineIndex& index, const EventRef& ref,
-                    bool long_form) {
-  const TimelineTrack& track = index.tracks[static_cast<size_t>(ref.track)];
-  const Lane& lane = track.lanes[static_cast<size_t>(ref.lane)];
-  uint32_t event = lane.event[static_cast<size_t>(ref.slot)];
-  EventSummary summary = summarize_event(model, index, ref);
-  const ProcessTrack& process = model.processes[track.process];
-  char duration[32], start[32];
-  format_duration(static_cast<double>(summary.end_ns - summary.start_ns), duration,
-                  sizeof(duration));
-  format_duration(static_cast<double>(summary.start_ns - model.begin), start, sizeof(start));
-  ImGui::TextUnformatted(model.name(summary.name).empty() ? "(unnamed)"
-                                                          : model.name(summary.name).c_str());
-  ImGui::Text("duration %s   start +%s   %s", duration, start, track.label.c_str());
-  if (track.kind == TimelineTrackKind::kThread) {
-    const auto& span = process.threads[track.track].spans[event];
-    ImGui::Text("depth %u%s%s%s", span.depth, model.name(span.domain).empty() ? "" : "   domain ",
-                model.name(span.domain).c_str(),
-                span.flags & analysis::kSpanUnclosed ? "   (never closed)" : "");
-    if (long_form && span.parent >= 0) {
-      ImGui::Text(
-          "parent: %s",
-          model.name(process.threads[track.track].spans[static_cast<size_t>(span.parent)].name)
-              .c_str());
-    }
-  } else if (track.kind == TimelineTrackKind::kGpuStream) {
-    const auto& stream = process.gpu_streams[track.track];
-    const auto& op = stream.ops[event];
-    ImGui::Text("%s   correlation %u", analysis::gpu_op_kind_name(op.kind), op.correlation_id);
-    if (op.bytes > 0) {
-      double seconds = static_cast<double>(op.duration()) * 1e-9;
-      ImGui::Text("%" PRIu64 " bytes   %.2f GB/s", op.bytes,
-                  seconds > 0 ? static_cast<double>(op.bytes) / seconds * 1e-9 : 0.0);
-    }
-    if (op.detail != analysis::kNoIndex && op.detail < stream.kernel_details.size()) {
-      const auto& detail = stream.kernel_details[op.detail];
-      ImGui::Text("grid %u x %u x %u   block %u x %u x %u   %u regs   %u B shared", detail.grid[0],
-                  detail.grid[1], detail.grid[2], detail.block[0], detail.block[1], detail.block[2],
-                  detail.registers_per_thread, detail.shared_memory_bytes);
-    }
-    if (long_form && op.launch_thread != analysis::kNoIndex &&
-        op.launch_thread < process.threads.size()) {
-      const auto& thread = process.threads[op.launch_thread];
-      if (op.launch_call < thread.api_calls.size()) {
-        const auto& call = thread.api_calls[op.launch_call];
-        char latency[32];
-        format_duration(static_cast<double>(op.start - call.start), latency, sizeof(latency));
-        ImGui::Text("launched by %s, %s before it ran", model.name(call.name).c_str(), latency);
-      }
-    }
-  } else if (track.kind == TimelineTrackKind::kCommunicator) {
-    const auto& communicator = process.communicators[track.track];
-    const auto& op = communicator.ops[event];
-    double seconds = static_cast<double>(op.duration()) * 1e-9;
-    ImGui::Text("%s   %" PRIu64 " bytes   %.2f GB/s   rank %d of %d", comm_kind_name(op.kind),
-                op.bytes, seconds > 0 ? static_cast<double>(op.bytes) / seconds * 1e-9 : 0.0,
-                op.rank, op.num_ranks);
-    if (op.peer >= 0) ImGui::Text("peer %d", op.peer);
-    char wait[32];
-    format_duration(static_cast<double>(op.start - op.enqueue), wait, sizeof(wait));
-    ImGui::Text("enqueued %s before the transfer started%s", wait,
-                op.flags & analysis::kCommEndUnknown ? "   (completion unknown)" : "");
-    if (long_form && op.num_splits > 0) {
-      std::string splits = "bytes to each rank:";
-      for (uint64_t bytes : communicator.splits(op)) splits += " " + std::to_string(bytes);
-      ImGui::TextUnformatted(splits.c_str());
-    }
+// Lines describing an event (event_description.h): used by the tooltip and the details pane.
+void show_event(const TraceModel& model, const TimelineIndex& index, const EventRef& ref,
+                bool long_form) {
+  for (const std::string& line : describe_event(model, index, ref, long_form)) {
+    ImGui::TextUnformatted(line.c_str());
   }
 }
 
@@ -527,7 +440,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
     ImGui::SetTooltip("%u events folded (zoom in to see them)", hovered_fold->count);
   } else if (hovered_event.valid()) {
     ImGui::BeginTooltip();
-    describe_event(model, index, hovered_event, false);
+    show_event(model, index, hovered_event, false);
     ImGui::EndTooltip();
   }
   if (over_spans && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
@@ -545,7 +458,7 @@ void TimelinePanel::draw_details(const LoadedTrace& trace, const ViewerState& st
   ImGui::BeginChild("details", ImVec2(0, 0), true);
   if (state.selected.valid() &&
       static_cast<size_t>(state.selected.track) < trace.timeline.tracks.size()) {
-    describe_event(trace.model, trace.timeline, state.selected, true);
+    show_event(trace.model, trace.timeline, state.selected, true);
   } else {
     ImGui::TextDisabled("Click a span, kernel or communication op to see its details.");
   }
