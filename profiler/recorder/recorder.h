@@ -34,9 +34,23 @@ class Recorder {
  public:
   static Recorder& instance() {
     // Deliberately leaked: static destructors of the host program may still record.
-    static Recorder* recorder = new Recorder;
+    static Recorder* recorder = s_instance = new Recorder;
     return *recorder;
   }
+  // The hot path's view, without instance()'s first-use guard: the calling thread's buffer
+  // when the recorder exists and the buffer belongs to the current recording, else nullptr
+  // (the caller then takes thread_buffer()). Makes no call, so the entry points that use it
+  // stay leaf functions.
+  static ThreadBuffer* registered_thread_buffer() {
+    ThreadBuffer* buffer = t_buffer;
+    // A thread has a buffer only once the recorder exists: s_instance is set then.
+    if (!buffer ||
+        buffer->generation() != s_instance->generation_.load(std::memory_order_relaxed)) {
+      return nullptr;
+    }
+    return buffer;
+  }
+
 
   bool start(const char* path_pattern, const char* metadata_json);
   void stop();
@@ -76,6 +90,7 @@ class Recorder {
   // A plain pointer with the initial-exec model: one TLS load on the hot path, no wrapper call.
   __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadBuffer* t_buffer =
       nullptr;
+  static inline Recorder* s_instance = nullptr;  // set once by instance()
 
   RecorderOptions options_;
   std::atomic<uint64_t> generation_{0};

@@ -47,6 +47,45 @@ void commit(ThreadBuffer* buffer, uint32_t bytes = sizeof(Record)) {
   buffer->commit(bytes);
 }
 
+// General path of record_now(): registers the thread, takes a new block, or drops the record.
+template <typename Record, typename Fill>
+__attribute__((noinline)) void record_now_slow(trace::RecordKind kind, uint32_t name, Fill fill) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  Record* record = begin_now<Record>(buffer, kind, name);
+  if (!record) return;
+  fill(*record);
+  commit<Record>(buffer);
+}
+
+// The hot path of fixed-size records stamped with the CPU clock (spans, instants, counters).
+// When the thread's buffer has room it is a leaf: no call, so no registers to save, one TLS
+// load, the record's words stored once, then the release store of `committed`.
+// Anything else tail-calls record_now_slow().
+template <typename Record, typename Fill>
+__attribute__((always_inline)) inline void record_now(trace::RecordKind kind, uint32_t name,
+                                                      Fill fill) {
+  if (!moescope_recording) return;
+  ThreadBuffer* buffer = Recorder::registered_thread_buffer();
+  ThreadBuffer::Reservation slot;
+  if (__builtin_expect(!buffer || !buffer->try_reserve(sizeof(Record), slot), 0)) {
+    return record_now_slow<Record>(kind, name, fill);
+  }
+  // Stored field by field straight into the buffer: building the record on the stack and
+  // copying it would read back bytes just stored (a store-forwarding stall).
+  uint64_t first_word = static_cast<uint64_t>(kind) | uint64_t{trace::kRecordRawTicks} << 8 |
+                        uint64_t{sizeof(Record)} << 16 | uint64_t{name} << 32;
+  std::memcpy(slot.data, &first_word, sizeof(first_word));
+  uint64_t ticks = read_ticks();
+  std::memcpy(slot.data + offsetof(trace::RecordHeader, time), &ticks, sizeof(ticks));
+  if constexpr (sizeof(Record) > sizeof(trace::RecordHeader)) {
+    std::memset(slot.data + sizeof(trace::RecordHeader), 0,
+                sizeof(Record) - sizeof(trace::RecordHeader));  // reserved fields stay 0
+  }
+  fill(*reinterpret_cast<Record*>(slot.data));
+  buffer->commit(slot);
+}
+
 }  // namespace
 
 extern "C" {
@@ -92,20 +131,12 @@ void moescope_thread_name(const char* name) {
 }
 
 void moescope_span_begin_impl(moescope_name_t domain, moescope_name_t name) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::SpanBeginRecord>(buffer, trace::RecordKind::kSpanBegin, name);
-  if (!record) return;
-  record->domain = domain;
-  commit<trace::SpanBeginRecord>(buffer);
+  record_now<trace::SpanBeginRecord>(trace::RecordKind::kSpanBegin, name,
+                                     [domain](trace::SpanBeginRecord& r) { r.domain = domain; });
 }
 
 void moescope_span_end_impl(void) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  if (begin_now<trace::SpanEndRecord>(buffer, trace::RecordKind::kSpanEnd, 0)) {
-    commit<trace::SpanEndRecord>(buffer);
-  }
+  record_now<trace::SpanEndRecord>(trace::RecordKind::kSpanEnd, 0, [](trace::SpanEndRecord&) {});
 }
 
 void moescope_span_complete(moescope_name_t domain, moescope_name_t name, uint64_t begin_ns,
@@ -134,30 +165,19 @@ uint64_t moescope_range_start(moescope_name_t domain, moescope_name_t name) {
 }
 
 void moescope_range_end(uint64_t range_id) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::RangeEndRecord>(buffer, trace::RecordKind::kRangeEnd, 0);
-  if (!record) return;
-  record->range_id = range_id;
-  commit<trace::RangeEndRecord>(buffer);
+  record_now<trace::RangeEndRecord>(
+      trace::RecordKind::kRangeEnd, 0,
+      [range_id](trace::RangeEndRecord& r) { r.range_id = range_id; });
 }
 
 void moescope_instant(moescope_name_t domain, moescope_name_t name) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::InstantRecord>(buffer, trace::RecordKind::kInstant, name);
-  if (!record) return;
-  record->domain = domain;
-  commit<trace::InstantRecord>(buffer);
+  record_now<trace::InstantRecord>(trace::RecordKind::kInstant, name,
+                                   [domain](trace::InstantRecord& r) { r.domain = domain; });
 }
 
 void moescope_counter(moescope_name_t name, double value) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::CounterRecord>(buffer, trace::RecordKind::kCounter, name);
-  if (!record) return;
-  record->value = value;
-  commit<trace::CounterRecord>(buffer);
+  record_now<trace::CounterRecord>(trace::RecordKind::kCounter, name,
+                                   [value](trace::CounterRecord& r) { r.value = value; });
 }
 
 void moescope_flow(uint64_t flow_id, int phase) {
@@ -171,12 +191,8 @@ void moescope_flow(uint64_t flow_id, int phase) {
 }
 
 void moescope_step(int64_t step) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::StepRecord>(buffer, trace::RecordKind::kStep, 0);
-  if (!record) return;
-  record->step = step;
-  commit<trace::StepRecord>(buffer);
+  record_now<trace::StepRecord>(trace::RecordKind::kStep, 0,
+                                [step](trace::StepRecord& r) { r.step = step; });
 }
 
 void moescope_clock_sync(uint64_t sync_id) {

@@ -66,6 +66,7 @@ void ThreadBuffer::release_blocks() {
     block = next;
   }
   read_block_ = write_block_ = nullptr;
+  write_pos_ = Block::kBlockBytes;
   first_block_.store(nullptr, std::memory_order_relaxed);
 }
 

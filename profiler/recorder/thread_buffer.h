@@ -59,6 +59,26 @@ class ThreadBuffer {
     write_block_->committed.store(write_pos_, std::memory_order_release);
   }
 
+  // Hot path: space in the current block, remembered with where it ends, so that committing
+  // needs no reload of the buffer's state after the record's bytes were stored (stores through
+  // a byte pointer may alias anything, so the compiler would reload it).
+  struct Reservation {
+    uint8_t* data;
+    Block* block;
+    uint32_t end;
+  };
+  // False when the caller must take the slow path (no block yet, or the block is full).
+  bool try_reserve(uint32_t bytes, Reservation& out) {
+    uint32_t end = write_pos_ + bytes;
+    if (end > Block::kBlockBytes) return false;  // also when there is no block (see write_pos_)
+    out = Reservation{write_block_->data + write_pos_, write_block_, end};
+    return true;
+  }
+  void commit(const Reservation& reservation) {
+    write_pos_ = reservation.end;
+    reservation.block->committed.store(reservation.end, std::memory_order_release);
+  }
+
   // Consumer side: appends every committed record since the last drain to `out`; returns the
   // number of bytes appended. Frees blocks the producer has left.
   size_t drain(std::vector<uint8_t>& out);
@@ -82,7 +102,9 @@ class ThreadBuffer {
   const uint64_t generation_;
   // Producer state.
   Block* write_block_ = nullptr;
-  uint32_t write_pos_ = 0;
+  // kBlockBytes while there is no block, so that one bounds check sends the first record (and
+  // any after the pool ran dry) to the slow path.
+  uint32_t write_pos_ = Block::kBlockBytes;
   // Consumer state.
   Block* read_block_ = nullptr;
   uint32_t read_pos_ = 0;
