@@ -1,7 +1,9 @@
 #include "moescope/viewer/timeline_index.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <thread>
 
 namespace moescope::viewer {
 
@@ -14,22 +16,51 @@ std::string rank_prefix(const ProcessTrack& process) {
   return "rank " + std::to_string(process.rank) + " | ";
 }
 
-// Lanes for start-sorted items that may overlap (GPU ops, comm ops): first-fit lane per item.
+// Lanes for start-sorted items that may overlap (GPU ops, comm ops): first-fit lane per item
+// (as assign_lanes), each lane reserved to its exact size so its pages are touched once.
 template <typename Item>
 std::vector<Lane> lanes_of_sorted_items(const std::vector<Item>& items) {
-  std::vector<int64_t> starts(items.size()), ends(items.size());
+  std::vector<uint32_t> lane_of(items.size());
+  std::vector<int64_t> lane_end;  // end of the last item placed in each lane
+  std::vector<size_t> lane_size;
   for (size_t i = 0; i < items.size(); ++i) {
-    starts[i] = items[i].start;
-    ends[i] = std::max(items[i].end, items[i].start);
+    const int64_t start = items[i].start;
+    uint32_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > start) ++lane;
+    if (lane == lane_end.size()) lane_end.push_back(0), lane_size.push_back(0);
+    lane_end[lane] = std::max(items[i].end, start);
+    ++lane_size[lane];
+    lane_of[i] = lane;
   }
-  std::vector<uint32_t> lane_of = assign_lanes(starts, ends);
-  uint32_t num_lanes = 0;
-  for (uint32_t lane : lane_of) num_lanes = std::max(num_lanes, lane + 1);
-  std::vector<Lane> lanes(num_lanes);
+  std::vector<Lane> lanes(lane_end.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    lanes[l].start_ns.reserve(lane_size[l]);
+    lanes[l].end_ns.reserve(lane_size[l]);
+    lanes[l].event.reserve(lane_size[l]);
+  }
   for (size_t i = 0; i < items.size(); ++i) {
-    lanes[lane_of[i]].push(starts[i], ends[i], static_cast<uint32_t>(i));
+    lanes[lane_of[i]].push(items[i].start, std::max(items[i].end, items[i].start),
+                           static_cast<uint32_t>(i));
   }
   for (Lane& lane : lanes) lane.build_fold_index();
+  return lanes;
+}
+
+// One lane per nesting depth: spans of one depth never overlap.
+std::vector<Lane> lanes_of_thread(const analysis::CpuThreadTrack& thread) {
+  std::vector<Lane> lanes(thread.spans_by_depth.size());
+  for (size_t depth = 0; depth < lanes.size(); ++depth) {
+    const auto& depth_indices = thread.spans_by_depth[depth];
+    Lane& lane = lanes[depth];
+    lane.start_ns.reserve(depth_indices.size());
+    lane.end_ns.reserve(depth_indices.size());
+    lane.event.reserve(depth_indices.size());
+    for (uint32_t span_index : depth_indices) {
+      const auto& span = thread.spans[span_index];
+      lane.push(span.start, std::max(span.end, span.start), span_index);
+    }
+    lane.build_fold_index();
+  }
   return lanes;
 }
 
@@ -87,30 +118,18 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
   TimelineIndex index;
   index.begin_ns = model.begin;
   index.end_ns = model.end;
+  // The tracks and their labels first; their lanes (copies of every span's times: most of the
+  // work) are built afterwards, tracks spread over the hardware threads.
   for (uint32_t p = 0; p < model.processes.size(); ++p) {
     const ProcessTrack& process = model.processes[p];
     std::string prefix = rank_prefix(process);
     for (uint32_t t = 0; t < process.threads.size(); ++t) {
       const auto& thread = process.threads[t];
+      if (thread.spans_by_depth.empty() && thread.api_calls.empty()) continue;
       TimelineTrack track{TimelineTrackKind::kThread, p, t, {}, {}, false};
       std::string name = model.name(thread.name);
       track.label = prefix + "thread " + (name.empty() ? std::to_string(thread.stream) : name);
       if (thread.os_thread_id != 0) track.label += " (" + std::to_string(thread.os_thread_id) + ")";
-      // Spans of one depth never overlap: each depth is a lane as it is.
-      for (const auto& depth_indices : thread.spans_by_depth) {
-        Lane lane;
-        lane.start_ns.reserve(depth_indices.size());
-        lane.end_ns.reserve(depth_indices.size());
-        lane.event.reserve(depth_indices.size());
-        for (uint32_t span_index : depth_indices) {
-          const auto& span = thread.spans[span_index];
-          lane.push(span.start, std::max(span.end, span.start), span_index);
-        }
-        index.num_spans += lane.size();
-        lane.build_fold_index();
-        track.lanes.push_back(std::move(lane));
-      }
-      if (track.lanes.empty() && thread.api_calls.empty()) continue;
       index.tracks.push_back(std::move(track));
     }
     for (uint32_t s = 0; s < process.gpu_streams.size(); ++s) {
@@ -120,8 +139,6 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
           prefix + "GPU " + std::to_string(stream.device) +
           (stream.stream == analysis::kAllStreams ? std::string(" | device syncs")
                                                   : " | stream " + std::to_string(stream.stream));
-      track.lanes = lanes_of_sorted_items(stream.ops);
-      for (const Lane& lane : track.lanes) index.num_spans += lane.size();
       index.tracks.push_back(std::move(track));
     }
     for (uint32_t c = 0; c < process.communicators.size(); ++c) {
@@ -131,8 +148,6 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
       std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(communicator.comm_id));
       track.label =
           prefix + "comm " + id + " (" + std::to_string(communicator.num_ranks) + " ranks)";
-      track.lanes = lanes_of_sorted_items(communicator.ops);
-      for (const Lane& lane : track.lanes) index.num_spans += lane.size();
       index.tracks.push_back(std::move(track));
     }
     if (!process.memory_usage.times.empty()) {
@@ -144,6 +159,37 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
       track.label = prefix + "counter " + model.name(process.counters[c].name);
       index.tracks.push_back(std::move(track));
     }
+  }
+  auto build_lanes = [&](TimelineTrack& track) {
+    const ProcessTrack& process = model.processes[track.process];
+    switch (track.kind) {
+      case TimelineTrackKind::kThread:
+        track.lanes = lanes_of_thread(process.threads[track.track]);
+        break;
+      case TimelineTrackKind::kGpuStream:
+        track.lanes = lanes_of_sorted_items(process.gpu_streams[track.track].ops);
+        break;
+      case TimelineTrackKind::kCommunicator:
+        track.lanes = lanes_of_sorted_items(process.communicators[track.track].ops);
+        break;
+      default:
+        break;
+    }
+  };
+  const size_t workers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), index.tracks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t t = next.fetch_add(1); t < index.tracks.size(); t = next.fetch_add(1)) {
+      build_lanes(index.tracks[t]);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  for (const TimelineTrack& track : index.tracks) {
+    for (const Lane& lane : track.lanes) index.num_spans += lane.size();
   }
   return index;
 }
