@@ -5,6 +5,7 @@
 // model costs tens of milliseconds. Internal to the analysis library.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
@@ -116,5 +117,137 @@ class TrackAppender {
   TimeNs begin_ = INT64_MAX, end_ = INT64_MIN;
   uint32_t max_name_ = 0;
 };
+
+// The per-record functions, inline so the reader's switch over record kinds absorbs them.
+
+inline uint32_t TrackAppender::begin_span(uint32_t t, Span span, bool paired) {
+  CpuThreadTrack& thread = process_.threads[t];
+  ThreadState& state = thread_state_[t];
+  const uint32_t index = static_cast<uint32_t>(thread.spans.size());
+  if (!paired || span.start < state.last_span_time) state.nested = false;
+  state.last_span_time = std::max(state.last_span_time, span.start);
+  if (state.nested) {
+    const size_t depth = state.open_spans.size();
+    span.parent = depth ? static_cast<int32_t>(state.open_spans.back()) : -1;
+    span.depth = static_cast<uint16_t>(std::min<size_t>(depth, UINT16_MAX));
+    if (thread.spans_by_depth.size() <= span.depth) thread.spans_by_depth.resize(span.depth + 1);
+    thread.spans_by_depth[span.depth].push_back(index);
+  }
+  if (paired) state.open_spans.push_back(index);
+  thread.spans.push_back(span);
+  cover(span.start, span.end);
+  touch(t, span.end);
+  return index;
+}
+
+inline void TrackAppender::end_span(uint32_t t, TimeNs time) {
+  CpuThreadTrack& thread = process_.threads[t];
+  ThreadState& state = thread_state_[t];
+  touch(t, time);
+  if (time < state.last_span_time) state.nested = false;
+  state.last_span_time = std::max(state.last_span_time, time);
+  if (state.open_spans.empty()) {
+    ++process_.unmatched_span_ends;
+    return;
+  }
+  Span& span = thread.spans[state.open_spans.back()];
+  span.end = std::max(span.start, time);
+  if (span.end == span.start) state.nested = false;
+  cover(span.start, span.end);
+  state.open_spans.pop_back();
+}
+
+inline void TrackAppender::close_span(uint32_t t, uint32_t index, TimeNs time) {
+  Span& span = process_.threads[t].spans[index];
+  span.end = std::max(span.start, time);
+  cover(span.start, span.end);
+}
+
+inline void TrackAppender::add_instant(uint32_t t, const Instant& instant) {
+  ThreadState& state = thread_state_[t];
+  if (instant.time < state.last_instant) state.in_order = false;
+  state.last_instant = instant.time;
+  process_.threads[t].instants.push_back(instant);
+  cover(instant.time, instant.time);
+  touch(t, instant.time);
+}
+
+inline void TrackAppender::add_api_call(uint32_t t, const ApiCall& call) {
+  ThreadState& state = thread_state_[t];
+  CpuThreadTrack& thread = process_.threads[t];
+  if (call.start < state.last_call) state.in_order = false;
+  state.last_call = call.start;
+  remember_call(call.correlation_id, t, static_cast<uint32_t>(thread.api_calls.size()));
+  thread.api_calls.push_back(call);
+  cover(call.start, call.end);
+  touch(t, call.end);
+}
+
+inline void TrackAppender::add_counter_sample(uint32_t name, TimeNs time, double value) {
+  const uint32_t index = counter(name);
+  CounterState& state = counter_state_[index];
+  if (time < state.last_time) state.in_order = false;
+  state.last_time = time;
+  CounterTrack& track = process_.counters[index];
+  track.times.push_back(time);
+  track.values.push_back(value);
+  cover(time, time);
+}
+
+inline void TrackAppender::add_gpu_op(uint32_t stream, GpuOp op) {
+  GpuStreamTrack& track = process_.gpu_streams[stream];
+  OpsState& state = gpu_state_[stream];
+  if (op.kind != GpuOpKind::kSync && op.correlation_id && links_usable_ && !link_launch(op)) {
+    unlinked_ops_.push_back({stream, static_cast<uint32_t>(track.ops.size())});
+  }
+  if (op.start < state.last_start) state.in_order = false;
+  state.last_start = op.start;
+  state.max_end = std::max(state.max_end, op.end);
+  track.ops.push_back(op);
+  track.max_end.push_back(state.max_end);
+  cover(op.start, op.end);
+}
+
+inline void TrackAppender::add_comm_op(uint32_t communicator, const CommOp& op) {
+  CommunicatorTrack& track = process_.communicators[communicator];
+  OpsState& state = comm_state_[communicator];
+  if (op.start < state.last_start) state.in_order = false;
+  state.last_start = op.start;
+  state.max_end = std::max(state.max_end, op.end);
+  track.num_ranks = std::max(track.num_ranks, op.num_ranks);
+  track.ops.push_back(op);
+  track.max_end.push_back(state.max_end);
+  cover(std::min(op.enqueue, op.start), op.end);
+}
+
+inline void TrackAppender::remember_call(uint32_t correlation, uint32_t thread, uint32_t call) {
+  if (!correlation || !links_usable_) return;
+  ++calls_seen_;
+  if (call_by_correlation_.empty()) {
+    correlation_base_ = correlation - std::min<uint32_t>(correlation, 4096);
+  }
+  if (correlation < correlation_base_) {
+    links_usable_ = false;
+    return;
+  }
+  const uint64_t slot = correlation - correlation_base_;
+  if (slot >= call_by_correlation_.size()) {
+    if (slot > 8 * calls_seen_ + (1u << 20)) {  // too sparse for a table
+      links_usable_ = false;
+      return;
+    }
+    call_by_correlation_.resize(slot + 1, 0);
+  }
+  call_by_correlation_[slot] = (uint64_t{thread} + 1) << 32 | call;
+}
+
+inline bool TrackAppender::link_launch(GpuOp& op) const {
+  if (op.correlation_id < correlation_base_) return false;
+  const uint64_t slot = uint64_t{op.correlation_id} - correlation_base_;
+  if (slot >= call_by_correlation_.size() || call_by_correlation_[slot] == 0) return false;
+  op.launch_thread = static_cast<uint32_t>(call_by_correlation_[slot] >> 32) - 1;
+  op.launch_call = static_cast<uint32_t>(call_by_correlation_[slot]);
+  return true;
+}
 
 }  // namespace moescope::analysis
