@@ -249,8 +249,12 @@ int main(int argc, char** argv) {
     written += write_rank(paths.back(), r, ranks, events / uint64_t(ranks));
     file_bytes += std::filesystem::file_size(paths.back());
   }
-  std::printf("trace: %d ranks, %.2f M events, %.1f MB on disk (written in %.1f s)\n", ranks,
-              double(written) / 1e6, double(file_bytes) / 1e6, seconds_since(start));
+  if (given_files.empty()) {
+    std::printf("trace: %d ranks, %.2f M events, %.1f MB on disk (written in %.1f s)\n", ranks,
+                double(written) / 1e6, double(file_bytes) / 1e6, seconds_since(start));
+  } else {
+    std::printf("trace: %zu given file(s)\n", given_files.size());
+  }
 
   if (load_only) {
     for (int trial = 0; trial < 3; ++trial) {
