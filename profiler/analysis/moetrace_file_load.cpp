@@ -37,7 +37,8 @@ class MoetraceFileLoader {
     if (host != meta.end() && host->is_string()) process_.host = host->get<std::string>();
   }
 
-  void read_chunk(const trace::Chunk& chunk) {
+  // Flattened: read_record and the appender functions inline into the loop over records.
+  [[gnu::flatten]] void read_chunk(const trace::Chunk& chunk) {
     // Every record of a chunk comes from one stream: its thread track is looked up once, on
     // the first record that needs it (a chunk of GPU records makes no thread).
     chunk_stream_ = chunk.stream;
