@@ -133,7 +133,7 @@ bool ColumnEncoder::encode(const uint8_t* records, size_t bytes, std::vector<uin
   uint8_t* sizes = kinds + count;
   uint8_t* tails = image + head + census.column_bytes;
 
-  size_t base[kKinds];
+  size_t base[kKinds] = {};
   columns_.resize(place_columns(census, base));
   uint32_t* next[kKinds];
   const uint8_t* previous[kKinds];
@@ -250,7 +250,7 @@ bool ColumnDecoder::decode(const uint8_t* image, size_t image_bytes, uint8_t* re
     return false;
   }
 
-  size_t base[kKinds];
+  size_t base[kKinds] = {};
   columns_.resize(place_columns(census, base));
   const uint8_t* plane = image + head;
   for (int kind = 1; kind < kKinds; ++kind) {
@@ -294,7 +294,9 @@ bool ColumnDecoder::decode(const uint8_t* image, size_t image_bytes, uint8_t* re
         return false;
       }
     }
-    if (size > raw_bytes - offset) {
+    // The totals were checked above, but a record can still claim more than is left of the
+    // chunk or of the tails before the records after it are counted.
+    if (size > raw_bytes - offset || size - fixed > image + image_bytes - tails) {
       error = "column image: record " + std::to_string(index) + " runs past the chunk end";
       return false;
     }
