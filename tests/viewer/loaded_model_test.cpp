@@ -462,6 +462,52 @@ TEST_F(LoadedSample, TooltipsAndDetailsDescribeTheEvent) {
   EXPECT_TRUE(describe_event(*model_, *index_, EventRef{}, true).empty());
 }
 
+// The imbalance plot: max/mean per layer and step, the same numbers as the heatmap of that one
+// step; the hot layer stands out; the rebalancing decision it marks is in the model.
+TEST_F(LoadedSample, ImbalanceOverStepsMatchesTheHeatmapOfEachStep) {
+  ImbalanceSeries series = imbalance_over_steps(*model_, -1);
+  ASSERT_EQ(series.layer_ids.size(), static_cast<size_t>(shape_.num_layers));
+  ASSERT_EQ(series.steps, known_steps(*model_));
+  ASSERT_EQ(series.steps.size(), static_cast<size_t>(shape_.num_steps));
+  for (size_t column = 0; column < series.steps.size(); ++column) {
+    const int64_t step = series.steps[column];
+    ExpertHeatmap one = aggregate_expert_load(*model_, {step, step, -1});
+    for (int row = 0; row < one.num_layers; ++row) {
+      double max = 0;
+      for (int e = 0; e < one.num_experts; ++e) max = std::max(max, one.at(row, e));
+      const double expected = max / (one.layer_total(row) / one.num_experts);
+      EXPECT_NEAR(series.per_layer[size_t(row)][column], expected, 1e-9)
+          << "layer row " << row << " step " << step;
+      // The hot expert gets 6x its share: about 6 / (63 + 6) x 64 = 5.6x the mean.
+      if (row == shape_.hot_layer) {
+        EXPECT_GT(series.per_layer[size_t(row)][column], 4.0);
+      } else {
+        EXPECT_LT(series.per_layer[size_t(row)][column], 2.0);
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(series.max_value,
+                   *std::max_element(series.per_layer[size_t(shape_.hot_layer)].begin(),
+                                     series.per_layer[size_t(shape_.hot_layer)].end()));
+  ASSERT_FALSE(model_->rebalances.empty());
+  EXPECT_EQ(model_->rebalances[0].step, shape_.num_steps / 2);
+  EXPECT_EQ(model_->rebalances[0].layer, static_cast<uint32_t>(shape_.hot_layer));
+}
+
+TEST_F(LoadedSample, StepWindowCoversTheSelectedSteps) {
+  const analysis::ProcessTrack& process = model_->processes[0];
+  ASSERT_GE(process.steps.size(), 4u);
+  analysis::TimeNs begin = 0, end = 0;
+  step_window(*model_, process, {}, begin, end);
+  EXPECT_EQ(begin, model_->begin);
+  EXPECT_EQ(end, model_->end);
+  step_window(*model_, process, {2, 3, -1}, begin, end);
+  EXPECT_EQ(begin, process.steps[2].start);
+  EXPECT_EQ(end, process.steps[3].end);
+  step_window(*model_, process, {1000, 1000, -1}, begin, end);  // no such step: everything
+  EXPECT_EQ(begin, model_->begin);
+}
+
 TEST_F(LoadedSample, CommMatrixCoversTheSelectedStepsOnly) {
   CommMatrix all = all_to_all_matrix(*model_, {});
   CommMatrix one = all_to_all_matrix(*model_, {2, 2, -1});
