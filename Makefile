@@ -29,8 +29,7 @@ test-asan: setup
 	  -DMOESCOPE_WITH_TORCH=OFF -DMOESCOPE_WITH_CUDA=OFF -DMOESCOPE_WITH_VIEWER=OFF \
 	  -DMOESCOPE_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	# Known flake (one hang of CaptureProcessLife.ForkTrace* under ASan with -j2): one retry.
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 --repeat until-pass:2
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 fuzz: setup
 	bash scripts/run_fuzz.sh $(FUZZ_SECONDS)

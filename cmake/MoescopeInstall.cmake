@@ -23,6 +23,20 @@ foreach(component profiler runtime kernels viewer)
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   endif()
 endforeach()
+# The Python annotation module (ctypes, no build step) under share/moescope/python, with a
+# generated _install_layout.py telling it where the shim is relative to itself. `moescope
+# record` appends that directory to PYTHONPATH; other runs add it themselves (docs/capture.md).
+set(MOESCOPE_INSTALL_PYTHONDIR ${CMAKE_INSTALL_DATADIR}/moescope/python)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope
+        DESTINATION ${MOESCOPE_INSTALL_PYTHONDIR}
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+file(RELATIVE_PATH _moescope_python_to_libdir
+     ${CMAKE_INSTALL_FULL_DATADIR}/moescope/python/moescope ${CMAKE_INSTALL_FULL_LIBDIR})
+file(WRITE ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
+     "# Written by cmake/MoescopeInstall.cmake: the library directory relative to this file.\n"
+     "LIBRARY_DIR = \"${_moescope_python_to_libdir}\"\n")
+install(FILES ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
+        DESTINATION ${MOESCOPE_INSTALL_PYTHONDIR}/moescope)
 install(EXPORT moescopeTargets NAMESPACE moescope:: DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/moescopeConfig.cmake.in
   ${CMAKE_BINARY_DIR}/moescopeConfig.cmake INSTALL_DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})

@@ -80,6 +80,13 @@ void print_text(const TraceInfo& info) {
   std::printf("  process   pid %s on %s, rank %s of %s\n", field("pid").c_str(),
               field("host").c_str(), field("rank").c_str(), field("world_size").c_str());
   std::printf("  command   %s\n", field("command_line").c_str());
+  // Traces from `moescope record` say what the GPU capture did, e.g. why there is no GPU event.
+  if (!meta.is_discarded() && meta.contains("capture") && meta["capture"].is_object() &&
+      meta["capture"].contains("gpu") && meta["capture"]["gpu"].is_object()) {
+    const auto& gpu = meta["capture"]["gpu"];
+    std::printf("  gpu       CUPTI %s%s%s\n", gpu.value("cupti", "?").c_str(),
+                gpu.contains("cupti_detail") ? ": " : "", gpu.value("cupti_detail", "").c_str());
+  }
   double seconds = process.events ? double(process.end - process.begin) * 1e-9 : 0.0;
   std::printf("  events    %llu in %llu chunks, %u streams, spanning %.3f s\n",
               static_cast<unsigned long long>(process.events),

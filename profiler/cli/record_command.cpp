@@ -71,6 +71,17 @@ std::string find_inject_library(std::vector<std::string>& looked_in) {
   return {};
 }
 
+// The installed Python annotation module (`import moescope`), next to this executable's
+// installation: <prefix>/share/moescope/python. Empty in a build tree.
+std::string installed_python_module_dir() {
+  char self[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) return {};
+  self[length] = '\0';
+  std::string directory = directory_of(directory_of(self)) + "/share/moescope/python";
+  return readable_file(directory + "/moescope/__init__.py") ? directory : std::string();
+}
+
 std::string absolute_pattern(const std::string& pattern) {
   if (!pattern.empty() && pattern[0] == '/') return pattern;
   char cwd[PATH_MAX];
@@ -180,6 +191,12 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
 [[noreturn]] void exec_command(const RecordOptions& options, const std::string& library,
                                const std::string& pattern, const std::string& session) {
   ::setenv("LD_PRELOAD", preload_with(library).c_str(), 1);
+  // Appended, so a `moescope` module the program already finds keeps precedence.
+  if (std::string python = installed_python_module_dir(); !python.empty()) {
+    const char* existing = std::getenv("PYTHONPATH");
+    std::string joined = existing && *existing ? std::string(existing) + ":" + python : python;
+    ::setenv("PYTHONPATH", joined.c_str(), 1);
+  }
   ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
   ::setenv("MOESCOPE_OUTPUT", pattern.c_str(), 1);
   ::setenv("MOESCOPE_FORK", options.fork_mode.c_str(), 1);

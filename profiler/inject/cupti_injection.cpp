@@ -19,6 +19,11 @@ struct ProcessCapture {
   std::mutex mutex;
   CaptureState state = CaptureState::kOff;
   std::string detail;  // library path or error
+  // Set by gpu_capture_prepare(), consumed by gpu_capture_start(): the decision was made (and
+  // written into the trace's metadata) before the recording started.
+  bool prepared = false;
+  bool enable_at_start = false;  // eager: CUPTI starts in gpu_capture_start()
+  bool ever_prepared = false;    // InitializeInjection: did the core decide anything?
   // Heap objects never freed: CUPTI threads may call back into them until the process ends.
   DlopenCuptiApi* api = nullptr;
   CuptiCapture* capture = nullptr;
@@ -93,11 +98,12 @@ void enable_cupti_locked(ProcessCapture& process) {
   process.detail = process.api->library_path();
 }
 
-}  // namespace
-
-void gpu_capture_start() {
-  ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+// Decides from the environment and the machine what the capture will do. Caller holds the
+// mutex. Touches no recording, so it can run before one starts.
+void prepare_locked(ProcessCapture& process) {
+  process.prepared = true;
+  process.ever_prepared = true;
+  process.enable_at_start = false;
   if (process.state == CaptureState::kOn) return;
   const char* mode = std::getenv("MOESCOPE_CUPTI");
   std::string mode_text = mode && *mode ? mode : "auto";
@@ -107,19 +113,44 @@ void gpu_capture_start() {
     return;
   }
   const char* driver = std::getenv("MOESCOPE_CUDA_DRIVER_LIBRARY");  // tests point it elsewhere
-  if (!cuda_driver_loadable(driver && *driver ? driver : "libcuda.so.1")) {
+  std::string driver_library = driver && *driver ? driver : "libcuda.so.1";
+  if (!cuda_driver_loadable(driver_library.c_str())) {
     process.state = CaptureState::kNoDriver;
-    process.detail = "libcuda.so.1 not loadable";
-    record_note("gpu capture off: no CUDA driver (libcuda.so.1 not found)");
+    process.detail = driver_library + " not found";
     return;
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
   bool lazy = mode_text == "lazy" || (mode_text == "auto" && injection && *injection);
   if (lazy) {
     process.state = CaptureState::kWaitingForCuInit;
+    process.detail = "CUPTI starts when the program initializes CUDA";
     return;
   }
-  enable_cupti_locked(process);
+  process.state = CaptureState::kOff;
+  process.detail = "CUPTI starts with the recording";
+  process.enable_at_start = true;
+}
+
+}  // namespace
+
+void gpu_capture_prepare() {
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  prepare_locked(process);
+}
+
+void gpu_capture_start() {
+  ProcessCapture& process = process_capture();
+  std::lock_guard<std::mutex> lock(process.mutex);
+  if (process.state == CaptureState::kOn) return;
+  if (!process.prepared) prepare_locked(process);
+  process.prepared = false;  // the next start decides again
+  if (process.state == CaptureState::kNoDriver) {
+    record_note("gpu capture off: no CUDA driver (libcuda.so.1 not found)");
+  } else if (process.enable_at_start) {
+    process.enable_at_start = false;
+    enable_cupti_locked(process);
+  }
 }
 
 void gpu_capture_stop() {
@@ -144,6 +175,7 @@ void gpu_capture_after_fork_in_child() {
   if (process.capture) process.capture->abandon_after_fork();
   process.state = CaptureState::kOff;
   process.detail = "forked child";
+  process.prepared = process.enable_at_start = false;
   nccl_capture_after_fork_in_child();
 }
 
@@ -167,7 +199,7 @@ extern "C" int InitializeInjection(void) {
   ProcessCapture& process = process_capture();
   std::lock_guard<std::mutex> lock(process.mutex);
   // Also when the core never called gpu_capture_start (state still off, nothing decided).
-  bool undecided = process.state == CaptureState::kOff && process.detail.empty();
+  bool undecided = !process.ever_prepared;
   const char* mode = std::getenv("MOESCOPE_CUPTI");
   const char* cuda = std::getenv("MOESCOPE_CUDA");  // the shim's switch (record --no-cuda)
   bool disabled = (mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0)) ||

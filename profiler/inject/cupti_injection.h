@@ -17,12 +17,17 @@
 
 namespace moescope::inject {
 
+// Optional, before the recording starts: decides what gpu_capture_start() will do (off, no CUDA
+// driver, wait for cuInit, start now), so gpu_capture_metadata_json() can go into the trace's
+// header. gpu_capture_start() decides by itself when this was not called.
+void gpu_capture_prepare();
 void gpu_capture_start();
 // Idempotent: delivers CUPTI's last records, finalizes CUPTI and drains pending NCCL timings.
 void gpu_capture_stop();
 // In a forked child: forget the parent's CUPTI session (the child records no CUDA activity).
 void gpu_capture_after_fork_in_child();
-// A JSON object for the trace metadata, e.g. {"cupti":"on","cupti_library":"libcupti.so.13"}.
+// A JSON object for the trace metadata: {"cupti":"<state>","cupti_detail":"<why>"}, e.g.
+// {"cupti":"no CUDA driver","cupti_detail":"libcuda.so.1 not found"}.
 std::string gpu_capture_metadata_json();
 // What the capture is doing now: "off", "no CUDA driver", "waiting for cuInit", "on", "failed".
 std::string gpu_capture_state();

@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <new>
 #include <unordered_map>
 
 #include "recorder/recorder.h"
@@ -75,9 +76,12 @@ std::unordered_map<uint32_t, std::string>* g_pending_thread_names = nullptr;
 std::atomic<uint32_t> g_thread_names_version{0};
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_seen_thread_names_version = 0;
 
+// 0 until the thread asks; reset in a forked child, whose thread inherits the parent's value.
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t t_os_thread_id = 0;
+
 uint32_t current_os_thread_id() {
-  thread_local uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  return tid;
+  if (!t_os_thread_id) t_os_thread_id = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_os_thread_id;
 }
 
 }  // namespace
@@ -107,6 +111,15 @@ void apply_pending_thread_name() {
     g_pending_thread_names->erase(it);
   }
   moescope_thread_name(name.c_str());
+}
+
+void forget_thread_names_after_fork() {
+  // Another thread may have held the lock at the fork; its pending names were for threads
+  // (by the parent's thread ids) that do not exist in the child.
+  new (&g_thread_names_mutex) std::mutex;
+  if (g_pending_thread_names) g_pending_thread_names->clear();
+  t_os_thread_id = 0;
+  t_seen_thread_names_version = g_thread_names_version.load(std::memory_order_relaxed);
 }
 
 }  // namespace moescope::inject

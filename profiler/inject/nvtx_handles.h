@@ -66,5 +66,7 @@ void apply_pending_thread_name();
 // In a forked child (on the thread that forked): ranges the parent pushed were recorded into
 // the parent's trace; their pops must not close spans of the child's trace.
 void forget_recorded_nvtx_ranges();
+// In a forked child: thread names waiting for parent threads are dropped, the lock rebuilt.
+void forget_thread_names_after_fork();
 
 }  // namespace moescope::inject

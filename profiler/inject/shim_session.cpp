@@ -25,6 +25,8 @@
 namespace moescope::inject {
 
 // The GPU capture (cupti_injection.h): weak, so the core links without the CUDA/NCCL sources.
+__attribute__((weak)) void gpu_capture_prepare();
+__attribute__((weak)) std::string gpu_capture_metadata_json();
 __attribute__((weak)) void gpu_capture_start();
 __attribute__((weak)) void gpu_capture_stop();
 __attribute__((weak)) void gpu_capture_after_fork_in_child();
@@ -45,6 +47,26 @@ Session& session() {
   return *instance;
 }
 
+// What the GPU capture will do in this process, and why not when it will not (no CUDA driver,
+// switched off, a forked child): `moescope info` shows it, so a trace without GPU events
+// explains itself.
+nlohmann::json gpu_capture_metadata(const ShimOptions& options, bool forked_child) {
+  if (!options.capture_cuda) {
+    return {{"cupti", "off"},
+            {"cupti_detail", "CUDA capture switched off (moescope record --no-cuda)"}};
+  }
+  if (forked_child) {
+    return {{"cupti", "off"}, {"cupti_detail", "forked child (CUDA does not survive fork)"}};
+  }
+  if (!gpu_capture_prepare || !gpu_capture_metadata_json) {
+    return {{"cupti", "off"}, {"cupti_detail", "moescope was built without the CUPTI headers"}};
+  }
+  gpu_capture_prepare();
+  nlohmann::json described = nlohmann::json::parse(gpu_capture_metadata_json(), nullptr, false);
+  if (described.is_discarded()) return {{"cupti", "unknown"}};
+  return described;
+}
+
 std::string session_metadata(const ShimOptions& options, bool forked_child, bool primary_path) {
   nlohmann::json capture = {
       {"tool", "moescope record"},
@@ -55,6 +77,7 @@ std::string session_metadata(const ShimOptions& options, bool forked_child, bool
       {"pattern", options.output_pattern},
       // false: a name the shim chose (no rank, forked child, taken): removed if left empty.
       {"primary_path", primary_path},
+      {"gpu", gpu_capture_metadata(options, forked_child)},
   };
   nlohmann::json metadata = {{"capture", capture}};
   if (!options.session.empty()) metadata["session"] = options.session;
@@ -104,6 +127,7 @@ void after_fork_in_child() {
   new (&state.mutex) std::mutex;  // the parent's lock holder does not exist here
   forget_signal_watcher_after_fork();
   forget_recorded_nvtx_ranges();
+  forget_thread_names_after_fork();
   if (!state.active.load()) return;
   state.active = false;
   recorder::Recorder::instance().abandon_after_fork();
@@ -185,6 +209,9 @@ __attribute__((constructor)) void moescope_shim_constructor() {
     ShimOptions options;
     if (!read_shim_options(options)) return;
     install_signal_trampolines();
+    // The recorder's fork handlers first: a fork waits for a drain in progress, and in the
+    // child the recorder has abandoned the parent's recording before after_fork_in_child runs.
+    moescope::recorder::Recorder::install_fork_handlers();
     pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     if (!start_capture_session(/*forked_child=*/false)) return;
     std::atexit(&stop_at_exit);

@@ -34,6 +34,7 @@ std::atomic<bool> g_trampoline_active[2];
 std::atomic<int> g_wake_fd{-1};  // write end of the watcher's pipe; -1 without a watcher
 int g_watch_fd = -1;             // its read end
 std::atomic<int> g_flush_state{kIdle};
+std::atomic<bool> g_watcher_running{false};
 
 int watched_index(int signal_number) {
   for (int i = 0; i < 2; ++i) {
@@ -119,6 +120,7 @@ int install_for(int index, const struct sigaction& wanted) {
 
 void* watcher_main(void* read_fd_pointer) {
   int read_fd = static_cast<int>(reinterpret_cast<intptr_t>(read_fd_pointer));
+  g_watcher_running = true;
   for (;;) {
     char byte;
     ssize_t got = ::read(read_fd, &byte, 1);
@@ -175,6 +177,12 @@ void start_signal_watcher() {
   pthread_setname_np(thread, "moescope-signal");
   g_watch_fd = fds[0];
   g_wake_fd = fds[1];
+  // A starting thread allocates (the sanitizers' thread setup): wait until it runs, so a fork
+  // right after the shim started cannot copy an allocator lock it holds. Bounded: 1 s at most.
+  struct timespec pause = {0, 50000};
+  for (int waited = 0; !g_watcher_running.load() && waited < 20000; ++waited) {
+    nanosleep(&pause, nullptr);
+  }
 }
 
 void forget_signal_watcher_after_fork() {
@@ -183,6 +191,7 @@ void forget_signal_watcher_after_fork() {
   if (g_watch_fd >= 0) ::close(g_watch_fd);
   g_watch_fd = -1;
   g_flush_state = kIdle;
+  g_watcher_running = false;
 }
 
 }  // namespace moescope::inject

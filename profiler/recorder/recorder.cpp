@@ -16,6 +16,10 @@ namespace {
 
 constexpr size_t kChunkRawBytes = 1u << 20;  // split drains into ~1 MB chunks
 
+// How long fork() waits for the drain in progress. A drain takes milliseconds; only a stalled
+// disk makes it longer, and then the fork goes ahead rather than hold up the program.
+constexpr auto kForkWaitForDrain = std::chrono::seconds(2);
+
 uint32_t env_number(const char* name, uint32_t fallback, uint32_t low, uint32_t high) {
   const char* value = std::getenv(name);
   if (!value || !*value) return fallback;
@@ -49,6 +53,7 @@ RecorderOptions RecorderOptions::from_environment() {
 Recorder::Recorder() {}
 
 bool Recorder::start(const char* path_pattern, const char* metadata_json) {
+  install_fork_handlers();
   std::lock_guard<std::mutex> lifecycle(lifecycle_mutex_);
   if (active_) return true;
   options_ = RecorderOptions::from_environment();
@@ -73,9 +78,17 @@ bool Recorder::start(const char* path_pattern, const char* metadata_json) {
   warned_write_failure_ = false;
   stop_requested_ = false;
   flush_requested_ = flush_completed_ = 0;
+  flush_thread_running_ = false;
   generation_.fetch_add(1, std::memory_order_relaxed);
   active_ = true;
   flush_thread_ = std::thread([this] { flush_loop(); });
+  {
+    // A new thread allocates while it starts (a sanitizer runtime's thread setup): a fork in
+    // that window could copy an allocator lock held into the child. Returning only once the
+    // thread runs closes the window before the program can fork.
+    std::unique_lock<std::mutex> lock(flush_mutex_);
+    flush_done_.wait_for(lock, std::chrono::seconds(1), [&] { return flush_thread_running_; });
+  }
   moescope_recording = 1;
   return true;
 }
@@ -104,7 +117,8 @@ void Recorder::flush() {
 
 void Recorder::abandon_after_fork() {
   // Only this thread exists in the child; the parent's locks may be held by threads that are
-  // gone, so every lock-bearing member is rebuilt instead of used.
+  // gone, so every lock-bearing member is rebuilt instead of used. Idempotent: the fork handler
+  // calls it, and so may the shim's own handler after it.
   moescope_recording = 0;
   new (&lifecycle_mutex_) std::mutex;
   new (&threads_mutex_) std::mutex;
@@ -112,15 +126,46 @@ void Recorder::abandon_after_fork() {
   new (&flush_wakeup_) std::condition_variable;
   new (&flush_done_) std::condition_variable;
   new (&flush_thread_) std::thread;  // the parent's flush thread does not exist here
+  if (!active_.load()) return;
   new (&strings_) StringTable;
   writer_.abandon();  // the file belongs to the parent; never flush its buffered bytes here
-  threads_.clear();   // buffers of parent threads are leaked, not touched
+  // Buffers of parent threads and the pool (its mutex may be held) are kept, never touched.
+  abandoned_buffers_.insert(abandoned_buffers_.end(), threads_.begin(), threads_.end());
+  abandoned_buffers_.insert(abandoned_buffers_.end(), retired_.begin(), retired_.end());
+  threads_.clear();
   retired_.clear();
+  if (pool_) abandoned_pools_.push_back(pool_);
+  pool_ = nullptr;  // a new recording makes a new pool
   t_buffer = nullptr;
   t_exit_hook.buffer = nullptr;
-  pool_ = nullptr;  // its mutex may be held too; a new recording makes a new pool
   active_ = false;
   generation_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Recorder::install_fork_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto prepare = [] {
+      Recorder& recorder = instance();
+      recorder.fork_holds_drain_gate_ = recorder.drain_gate_.try_lock_for(kForkWaitForDrain);
+    };
+    auto in_parent = [] {
+      Recorder& recorder = instance();
+      if (recorder.fork_holds_drain_gate_) recorder.drain_gate_.unlock();
+      recorder.fork_holds_drain_gate_ = false;
+    };
+    auto in_child = [] {
+      Recorder& recorder = instance();
+      if (recorder.fork_holds_drain_gate_) {
+        recorder.drain_gate_.unlock();  // locked by this very thread, before the fork
+      } else {
+        new (&recorder.drain_gate_) std::timed_mutex;  // the wait timed out: held by a ghost
+      }
+      recorder.fork_holds_drain_gate_ = false;
+      recorder.abandon_after_fork();
+    };
+    pthread_atfork(prepare, in_parent, in_child);
+  });
 }
 
 void Recorder::rename_current_thread(const char* name) {
@@ -158,13 +203,18 @@ ThreadBuffer* Recorder::register_current_thread() {
 void Recorder::flush_loop() {
   pthread_setname_np(pthread_self(), "moescope-flush");
   std::unique_lock<std::mutex> lock(flush_mutex_);
+  flush_thread_running_ = true;
+  flush_done_.notify_all();
   for (;;) {
     flush_wakeup_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
                            [&] { return stop_requested_ || flush_requested_ > flush_completed_; });
     bool final = stop_requested_;
     uint64_t serving = flush_requested_;
     lock.unlock();
-    drain_all(final);
+    {
+      std::lock_guard<std::timed_mutex> gate(drain_gate_);
+      drain_all(final);
+    }
     lock.lock();
     flush_completed_ = serving;
     flush_done_.notify_all();

@@ -51,13 +51,18 @@ class Recorder {
     return buffer;
   }
 
-
   bool start(const char* path_pattern, const char* metadata_json);
   void stop();
   // Writes everything recorded so far; returns when it is in the file (fflush'd).
   void flush();
-  // In a forked child: forget the parent's recording without touching its file.
+  // In a forked child: forget the parent's recording without touching its file. The child
+  // records nothing until a recording is started in it (the shim starts one with --fork=trace).
   void abandon_after_fork();
+  // Registers the pthread_atfork handlers that keep a fork from copying the flush thread in the
+  // middle of a drain, and make the child abandon the parent's recording. Once per process;
+  // start() calls it too. A caller with its own atfork handlers calls it before registering
+  // them: child handlers run in registration order, so the child sees the recording abandoned.
+  static void install_fork_handlers();
 
   // The calling thread's buffer for the current recording, registering the thread if needed.
   ThreadBuffer* thread_buffer() {
@@ -116,10 +121,19 @@ class Recorder {
   bool warned_write_failure_ = false;
 
   std::thread flush_thread_;
+  // Held by the flush thread while it drains (it allocates and writes then) and by a fork in
+  // progress: fork() waits for the drain to end, so no lock of the flush thread's (the
+  // allocator's included) is copied held into the child.
+  std::timed_mutex drain_gate_;
+  bool fork_holds_drain_gate_ = false;
+  // What a forked child abandoned: the parent's buffers and pools, kept reachable, never used.
+  std::vector<ThreadBuffer*> abandoned_buffers_;
+  std::vector<BlockPool*> abandoned_pools_;
   std::mutex flush_mutex_;
   std::condition_variable flush_wakeup_;
   std::condition_variable flush_done_;
   bool stop_requested_ = false;
+  bool flush_thread_running_ = false;  // start() returns once the new thread got this far
   uint64_t flush_requested_ = 0;
   uint64_t flush_completed_ = 0;
 };

@@ -4,11 +4,16 @@
 //   fork               parent range "parent_work", forks; the child records "child_work", pops
 //                      the inherited "parent_work" too and exits; prints "parent <pid> child
 //                      <pid> status <code>"
+//   fork-many N        a second thread records "busy" ranges without pause (the flush thread
+//                      always has work) while the main thread forks N children one after the
+//                      other; each records "child_work" and exits. A child still running after
+//                      10 s is killed as hung; prints "forked N hung H", exits 1 if H > 0
 //   exit-from-thread   a second thread records "last_words" and calls exit(3) while the main
 //                      thread keeps recording
 //   wait-for-signal    records ranges in a loop; prints "ready" once, runs until a signal
 //   lines N [CODE]     prints N lines, each inside a range "line", exits with CODE
 #include <nvtx3/nvToolsExt.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +48,47 @@ int run_fork() {
   std::printf("parent %d child %d status %d\n", static_cast<int>(getpid()), static_cast<int>(child),
               WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return 0;
+}
+
+// Waits up to `limit_ms` for `child`; kills it if it is still running. True if it exited 0.
+bool wait_or_kill(pid_t child, int limit_ms) {
+  for (int waited = 0; waited < limit_ms; ++waited) {
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child) return WIFEXITED(status) && !WEXITSTATUS(status);
+    sleep_ms(1);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return false;
+}
+
+int run_fork_many(int children) {
+  // NVTX initializes itself once, on the first call (loading the shim as its tool); a fork
+  // while another thread is inside that leaves NVTX in the child waiting for it forever.
+  nvtxInitialize(nullptr);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    for (int i = 0; !stop; ++i) {
+      nvtxRangePushA("busy");
+      nvtxRangePop();
+      if (i % 256 == 0) sleep_ms(1);  // plenty for every drain, not all of two cores
+    }
+  });
+  int hung = 0;
+  for (int i = 0; i < children; ++i) {
+    std::fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+      nvtxRangePushA("child_work");
+      nvtxRangePop();
+      std::exit(0);
+    }
+    if (child < 0 || !wait_or_kill(child, 10000)) ++hung;
+  }
+  stop = true;
+  busy.join();
+  std::printf("forked %d hung %d\n", children, hung);
+  return hung ? 1 : 0;
 }
 
 int run_exit_from_thread() {
@@ -90,13 +136,15 @@ int run_lines(int lines, int exit_code) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && !std::strcmp(argv[1], "fork")) return run_fork();
+  if (argc >= 3 && !std::strcmp(argv[1], "fork-many")) return run_fork_many(std::atoi(argv[2]));
   if (argc >= 2 && !std::strcmp(argv[1], "exit-from-thread")) return run_exit_from_thread();
   if (argc >= 2 && !std::strcmp(argv[1], "wait-for-signal")) return run_wait_for_signal();
   if (argc >= 3 && !std::strcmp(argv[1], "lines")) {
     return run_lines(std::atoi(argv[2]), argc >= 4 ? std::atoi(argv[3]) : 0);
   }
   std::fprintf(stderr,
-               "usage: %s fork | exit-from-thread | wait-for-signal | lines N [EXIT_CODE]\n",
+               "usage: %s fork | fork-many N | exit-from-thread | wait-for-signal | lines N "
+               "[EXIT_CODE]\n",
                argv[0]);
   return 2;
 }

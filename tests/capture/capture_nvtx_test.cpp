@@ -1,5 +1,6 @@
 // samples/nvtx_ranges under `moescope record`: every NVTX range is in the trace with the right
 // nesting, thread, domain and name, and `moescope info --json` counts them.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -119,6 +120,80 @@ TEST(CaptureNvtx, NoCudaNoNcclAreWrittenToTheMetadataAndHonoured) {
         << name_of(trace, instant.header().name);
   }
   EXPECT_EQ(trace.of_kind(RecordKind::kSpanBegin).size(), 15u);
+  EXPECT_EQ(metadata["capture"]["gpu"]["cupti"], "off");
+  EXPECT_NE(metadata["capture"]["gpu"]["cupti_detail"].get<std::string>().find("--no-cuda"),
+            std::string::npos)
+      << metadata.dump();
+}
+
+// What `moescope info` shows for a trace of a run on a machine without a CUDA driver.
+struct GpuCaptureExplained {
+  nlohmann::json gpu;           // metadata.capture.gpu of `moescope info --json`
+  std::string info_text;        // `moescope info`
+  bool no_driver_note = false;  // the shim's instant "gpu capture off: no CUDA driver (...)"
+};
+
+GpuCaptureExplained record_and_explain(const TempDir& dir, const RunOptions& options) {
+  GpuCaptureExplained explained;
+  std::string pattern = dir / "nvtx.moetrace";
+  RunResult recorded = run_program(record_command(pattern, {nvtx_sample()}), options);
+  EXPECT_EQ(recorded.exit_code, 0) << recorded.err;
+  RunResult json = run_program({moescope_binary(), "info", "--json", pattern});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  explained.gpu = nlohmann::json::parse(json.out)[0]["metadata"]["capture"]["gpu"];
+  RunResult text = run_program({moescope_binary(), "info", pattern});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  explained.info_text = text.out;
+  LoadedTrace trace = load_trace(pattern);
+  for (const auto& instant : trace.of_kind(RecordKind::kInstant)) {
+    explained.no_driver_note |= name_of(trace, instant.header().name) ==
+                                "gpu capture off: no CUDA driver (libcuda.so.1 not found)";
+  }
+  return explained;
+}
+
+TEST(CaptureNvtx, WithoutACudaDriverTheTraceSaysWhyThereIsNoGpuActivity) {
+  TempDir dir;
+  RunOptions options;
+  // A driver library that cannot exist, so the run is the same on a GPU machine.
+  options.environment = {{"MOESCOPE_CUDA_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1"}};
+  GpuCaptureExplained explained = record_and_explain(dir, options);
+#ifdef MOESCOPE_TEST_HAVE_GPU_CAPTURE
+  EXPECT_EQ(explained.gpu["cupti"], "no CUDA driver") << explained.gpu.dump();
+  EXPECT_EQ(explained.gpu["cupti_detail"], "/nonexistent/libcuda.so.1 not found");
+  EXPECT_NE(explained.info_text.find(
+                "gpu       CUPTI no CUDA driver: /nonexistent/libcuda.so.1 not found"),
+            std::string::npos)
+      << explained.info_text;
+  EXPECT_TRUE(explained.no_driver_note);
+#else
+  EXPECT_EQ(explained.gpu["cupti"], "off") << explained.gpu.dump();
+  EXPECT_NE(explained.info_text.find("built without the CUPTI headers"), std::string::npos)
+      << explained.info_text;
+#endif
+}
+
+TEST(CaptureNvtx, TheMachinesOwnDriverDecidesWhatTheMetadataSays) {
+  // Nothing overridden: what the shim finds on this machine (CPU machines: no libcuda.so.1).
+  TempDir dir;
+  RunOptions options;
+  options.unset_environment = {"MOESCOPE_CUDA_DRIVER_LIBRARY", "MOESCOPE_CUPTI"};
+  GpuCaptureExplained explained = record_and_explain(dir, options);
+#ifdef MOESCOPE_TEST_HAVE_GPU_CAPTURE
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) {
+    EXPECT_EQ(explained.gpu["cupti"], "no CUDA driver") << explained.gpu.dump();
+    EXPECT_EQ(explained.gpu["cupti_detail"], "libcuda.so.1 not found");
+    EXPECT_TRUE(explained.no_driver_note);
+  } else {
+    // `moescope record` points CUDA_INJECTION64_PATH at the shim: CUPTI waits for cuInit.
+    EXPECT_EQ(explained.gpu["cupti"], "waiting for cuInit") << explained.gpu.dump();
+    EXPECT_FALSE(explained.no_driver_note);
+  }
+#else
+  EXPECT_EQ(explained.gpu["cupti"], "off") << explained.gpu.dump();
+#endif
+  EXPECT_NE(explained.info_text.find("gpu       CUPTI "), std::string::npos) << explained.info_text;
 }
 
 TEST(CaptureNvtx, WithoutRecordTheShimStaysIdle) {

@@ -58,6 +58,36 @@ TEST(CaptureProcessLife, ForkTraceGivesTheChildItsOwnTrace) {
   EXPECT_EQ(metadata_of(parent)["pid"], parent_pid);
   EXPECT_EQ(metadata_of(child)["pid"], child_pid);
   EXPECT_EQ(metadata_of(child)["capture"]["forked_child"], true);
+  EXPECT_EQ(metadata_of(child)["capture"]["gpu"]["cupti_detail"],
+            "forked child (CUDA does not survive fork)");
+}
+
+// Children forked while the parent's flush thread drains (every 1 ms, always with work) must
+// neither hang nor lose their trace. A fork copies only the forking thread: a lock another
+// thread held at that moment (the allocator's, under a sanitizer) stays held in the child.
+TEST(CaptureProcessLife, ForksDuringFlushesNeverHangAChild) {
+  TempDir dir;
+  constexpr int kChildren = 40;
+  RunResult run = run_program(
+      record_command(dir / "run.moetrace", {life_program(), "fork-many", std::to_string(kChildren)},
+                     {"--fork=trace", "--flush-ms", "1"}));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(run.out, "forked " + std::to_string(kChildren) + " hung 0\n");
+  auto files = dir.files();
+  ASSERT_EQ(files.size(), kChildren + 1u) << run.err;
+  int children_complete = 0;
+  for (const auto& file : files) {
+    if (file == dir / "run.moetrace") continue;  // the parent's
+    LoadedTrace child = load_trace(file);
+    EXPECT_TRUE(child.complete) << file;
+    EXPECT_EQ(count_spans(child, "child_work"), 1) << file;
+    EXPECT_EQ(count_spans(child, "busy"), 0) << file;  // the parent's thread is not in the child
+    children_complete += child.complete;
+  }
+  EXPECT_EQ(children_complete, kChildren);
+  LoadedTrace parent = load_trace(dir / "run.moetrace");
+  EXPECT_TRUE(parent.complete);
+  EXPECT_GT(count_spans(parent, "busy"), 0);
 }
 
 TEST(CaptureProcessLife, ForkSkipRecordsOnlyTheParent) {

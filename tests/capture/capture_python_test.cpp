@@ -2,6 +2,8 @@
 // `nvtx` package and moescope's Python module, and two ranks launched by torchrun.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "capture_test_support.h"
@@ -57,12 +59,17 @@ void expect_training_recorded(const LoadedTrace& trace, int steps) {
     if (span.name == "router") {
       EXPECT_EQ(span.parent, "forward");
     }
+    if (span.name == "optimizer_step") {  // torch.cuda.nvtx: torch's own copy of NVTX
+      EXPECT_EQ(span.parent, "backward");
+      EXPECT_EQ(span.domain, "");
+    }
   }
   EXPECT_EQ(spans["train_step"], steps);  // nvtx.annotate
   EXPECT_EQ(spans["router"], steps);
   EXPECT_EQ(spans["experts"], steps);
   EXPECT_EQ(spans["forward"], steps);  // moescope.range
   EXPECT_EQ(spans["backward"], steps);
+  EXPECT_EQ(spans["optimizer_step"], steps);
   auto loads = trace.of_kind(RecordKind::kExpertLoad);
   ASSERT_EQ(loads.size(), static_cast<size_t>(steps));
   for (int step = 0; step < steps; ++step) {
@@ -117,6 +124,15 @@ TEST_F(CapturePython, InterruptedTrainingLeavesACompleteTrace) {
   LoadedTrace trace = only_trace(dir);
   EXPECT_TRUE(trace.complete) << "no closing chunk after SIGINT";
   expect_training_recorded(trace, 2);
+  // stdout is exactly the program's: its step lines (the losses it printed are the ones it
+  // recorded as counters) and "waiting", nothing added, nothing lost to the interruption.
+  auto losses = trace.of_kind(RecordKind::kCounter);
+  ASSERT_EQ(losses.size(), 2u);
+  char expected[128];
+  std::snprintf(expected, sizeof(expected), "step 0 loss %.6f\nstep 1 loss %.6f\nwaiting\n",
+                losses[0].as<trace::CounterRecord>().value,
+                losses[1].as<trace::CounterRecord>().value);
+  EXPECT_EQ(recorded.out, expected);
 }
 
 TEST_F(CapturePython, ModuleIsANoOpWithoutRecorder) {

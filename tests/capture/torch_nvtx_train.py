@@ -1,5 +1,6 @@
-"""A small PyTorch CPU training run annotated with NVTX (the `nvtx` package) and moescope's
-Python module, used by the capture tests under `moescope record`.
+"""A small PyTorch CPU training run annotated with NVTX (the `nvtx` package and torch's own
+`torch.cuda.nvtx`, which works without a GPU) and moescope's Python module, used by the capture
+tests under `moescope record`.
 
 Prints one deterministic line per step (same output recorded or not). Options:
   --steps N        training steps (default 4)
@@ -62,7 +63,9 @@ def main():
             with moescope.range("backward"):
                 optimizer.zero_grad()
                 loss.backward()
+                torch.cuda.nvtx.range_push("optimizer_step")  # torch's NVTX, default domain
                 optimizer.step()
+                torch.cuda.nvtx.range_pop()
         print("step %d loss %.6f" % (step, loss.item()), flush=True)
         if step == args.wait_after:
             print("waiting", flush=True)

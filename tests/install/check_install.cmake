@@ -6,7 +6,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
 foreach(path bin/moescope lib/libmoescope_recorder.so include/moescope/recorder.h
-             lib/cmake/moescope/moescopeConfig.cmake)
+             lib/cmake/moescope/moescopeConfig.cmake share/moescope/python/moescope/__init__.py
+             share/moescope/python/moescope/_install_layout.py)
   if(NOT EXISTS ${WORK_DIR}/prefix/${path})
     message(FATAL_ERROR "not installed: ${path}")
   endif()
@@ -28,3 +29,42 @@ message("${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the consumer failed (${rc})")
 endif()
+
+# The installed Python module: it finds the installed shim by itself, and `moescope record`
+# from the prefix puts it on PYTHONPATH, so `import moescope` records with nothing set up.
+find_program(PYTHON3 python3)
+if(NOT PYTHON3)
+  message(FATAL_ERROR "python3 not found: cannot check the installed Python module")
+endif()
+set(prefix ${WORK_DIR}/prefix)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/share/moescope/python
+                ${PYTHON3} -c "import moescope; print(moescope._library._name)"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+file(REAL_PATH "${out}" loaded_library)
+file(REAL_PATH ${prefix}/lib/libmoescope_inject.so installed_shim)
+if(NOT rc EQUAL 0 OR NOT loaded_library STREQUAL installed_shim)
+  message(FATAL_ERROR "the installed module did not load the installed shim "
+                      "(${installed_shim}): '${out}' ${err}")
+endif()
+string(CONCAT script "import moescope\nassert moescope.recording()\nmoescope.step(0)\n"
+       "moescope.expert_load(0, [5, 6, 7])\nprint('python annotations', moescope.__file__)\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=PYTHONPATH
+                ${prefix}/bin/moescope record -o ${WORK_DIR}/python.moetrace --no-cuda --
+                ${PYTHON3} -c "${script}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(FIND "${out}" "python annotations ${prefix}/share/moescope/python/" found)
+if(NOT rc EQUAL 0 OR found EQUAL -1)
+  message(FATAL_ERROR "moescope record with the installed module failed (${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${prefix}/bin/moescope info --json ${WORK_DIR}/python.moetrace
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "moescope info failed (${rc}):\n${err}")
+endif()
+string(JSON expert_loads ERROR_VARIABLE json_error GET "${out}" 0 events_per_kind expert_load)
+string(JSON steps ERROR_VARIABLE json_error GET "${out}" 0 events_per_kind step)
+if(NOT expert_loads EQUAL 1 OR NOT steps EQUAL 1)
+  message(FATAL_ERROR "the installed module's events are not in the trace:\n${out}")
+endif()
+message("python module: expert_load=${expert_loads} step=${steps}")

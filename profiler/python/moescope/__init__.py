@@ -13,8 +13,10 @@ The calls go through ctypes to the recorder C API (moescope/recorder.h) of the c
 library cannot be found) every function is a silent no-op, so annotated code runs anywhere.
 
 The library is looked up in this order: the shim or libmoescope_recorder already loaded in
-this process, ``MOESCOPE_LIBRARY``, then ``build/lib/libmoescope_inject.so`` of the source tree
-this module lives in. Loading a library does not start a recording; ``moescope record`` does.
+this process, ``MOESCOPE_LIBRARY``, then the shim of the installation this module belongs to
+(``cmake --install`` puts the module in ``share/moescope/python``; ``moescope record`` adds that
+to ``PYTHONPATH``) or ``build/lib/libmoescope_inject.so`` of the source tree it lives in.
+Loading a library does not start a recording; ``moescope record`` does.
 """
 
 import contextlib
@@ -53,9 +55,14 @@ def _load():
     candidates = [None]  # the process's global namespace: a preloaded shim is there
     if os.environ.get("MOESCOPE_LIBRARY"):
         candidates.append(os.environ["MOESCOPE_LIBRARY"])
-    source_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
-    candidates.append(os.path.join(source_root, "build", "lib", "libmoescope_inject.so"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:  # an installed copy: cmake --install wrote where the libraries are
+        from . import _install_layout
+        candidates.append(os.path.normpath(os.path.join(
+            here, _install_layout.LIBRARY_DIR, "libmoescope_inject.so")))
+    except ImportError:  # the source tree: profiler/python/moescope
+        source_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+        candidates.append(os.path.join(source_root, "build", "lib", "libmoescope_inject.so"))
     for candidate in candidates:
         if candidate is not None and not os.path.exists(candidate):
             continue
