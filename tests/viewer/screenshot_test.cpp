@@ -306,6 +306,33 @@ TEST_F(ViewerScreenshots, MouseAndKeysDriveTheTimeline) {
   EXPECT_EQ(layout["collapsed_tracks"].get<int>(), 1) << "clicking a track header collapses it";
 }
 
+// Clicking a step in the step ruler selects that step for the panels and zooms to it.
+TEST_F(ViewerScreenshots, StepRulerClickSelectsAndZoomsToTheStep) {
+  Image image;
+  nlohmann::json base;
+  render("timeline", image, base, false, "", "_ruler0");
+  EXPECT_EQ(base["step_first"].get<int64_t>(), -1);
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  const auto& steps = model.processes.at(0).steps;
+  ASSERT_GE(steps.size(), 4u);
+  const auto& step = steps[2];
+  const double start = base["timeline_start_ns"], end = base["timeline_end_ns"];
+  const double area_x = base["timeline_area_x"], width = base["timeline_width"];
+  const double x = area_x + (0.5 * double(step.start + step.end) - start) / (end - start) * width;
+  const double y = base["step_ruler_y"];
+  nlohmann::json layout;
+  render("timeline", image, layout, false,
+         "--input 'click " + std::to_string(x) + " " + std::to_string(y) + "'", "_ruler1");
+  EXPECT_EQ(layout["step_first"].get<int64_t>(), step.step);
+  EXPECT_EQ(layout["step_last"].get<int64_t>(), step.step);
+  // Zoomed to the step with 2% margins.
+  const double length = double(step.end - step.start);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), double(step.start) - 0.02 * length,
+              0.01 * length);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), double(step.end) + 0.02 * length,
+              0.01 * length);
+}
+
 // Opening rank 0 alone, then dropping both ranks' files on the window loads them together.
 TEST_F(ViewerScreenshots, DroppedFilesOpenTogether) {
   Image image;

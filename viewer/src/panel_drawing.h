@@ -43,6 +43,8 @@ struct LayoutProbe {
   std::vector<std::pair<float, float>> browser_checkboxes;
   std::pair<float, float> browser_open_button{0, 0};
   int stats_rows = 0;
+  float step_ruler_y = 0;                   // middle of the timeline's step ruler
+  int64_t step_first = -1, step_last = -1;  // the panels' step range (-1 = all steps)
 };
 LayoutProbe& layout_probe();
 

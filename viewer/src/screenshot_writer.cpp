@@ -68,7 +68,10 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"selected_slot", probe.selected_slot},
                          {"focus_layer", probe.focus_layer},
                          {"focus_expert", probe.focus_expert},
-                         {"stats_rows", probe.stats_rows}};
+                         {"stats_rows", probe.stats_rows},
+                         {"step_ruler_y", probe.step_ruler_y},
+                         {"step_first", probe.step_first},
+                         {"step_last", probe.step_last}};
   std::ofstream out(path);
   out << json.dump(2) << "\n";
   if (!out) {

@@ -154,6 +154,7 @@ void TimelinePanel::draw_ruler(const LoadedTrace& trace, ViewerState& state, ImV
   }
   // Step ruler: the selected rank's steps (else the first rank's), clickable.
   float step_top = origin.y + tick_height;
+  layout_probe().step_ruler_y = step_top + 0.5f * step_height;
   draw->AddRectFilled(ImVec2(origin.x, step_top), ImVec2(origin.x + width, step_top + step_height),
                       IM_COL32(28, 30, 34, 255));
   if (trace.model.processes.empty()) return;

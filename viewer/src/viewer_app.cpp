@@ -386,6 +386,8 @@ void ViewerApp::frame() {
 bool ViewerApp::write_screenshot() {
   layout_probe().files = trace_ ? static_cast<int>(trace_->files.size()) : 0;
   layout_probe().ranks = trace_ ? static_cast<int>(trace_->model.processes.size()) : 0;
+  layout_probe().step_first = state_.filter.step_first;
+  layout_probe().step_last = state_.filter.step_last;
   std::vector<uint8_t> pixels(static_cast<size_t>(options_.width) * options_.height * 4);
   glBindFramebuffer(GL_FRAMEBUFFER, framebuffer_);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
