@@ -165,6 +165,8 @@ void ViewerApp::start_loading(std::vector<std::string> files) {
     }
   }
   loading_ = std::make_unique<TraceLoadingJob>(std::move(files));
+  // A preview belongs to the load it came from: another trace's whole load must not keep it.
+  if (trace_ && trace_->preview) trace_.reset();
 }
 
 void ViewerApp::on_files_dropped(std::vector<std::string> files) {
