@@ -263,6 +263,9 @@ int main(int argc, char** argv) {
       analysis::TraceModel model = analysis::load_traces(paths);
       double wall = seconds_since(start);
       CpuUsage cpu = cpu_usage() - cpu_start;
+      for (const auto& error : model.errors)
+        std::fprintf(stderr, "%s\n", error.to_string().c_str());
+      if (model.processes.empty()) return 1;
       std::printf(
           "load %.2f s wall, %.2f s CPU (user %.2f, system %.2f, %.0f k minor faults): %.1f M "
           "events/s, %.1f M events per CPU-s\n",
