@@ -306,6 +306,34 @@ TEST_F(ViewerScreenshots, MouseAndKeysDriveTheTimeline) {
   EXPECT_EQ(layout["collapsed_tracks"].get<int>(), 1) << "clicking a track header collapses it";
 }
 
+// The imbalance plot marks the rebalancing decision (applied: a green line at its step).
+TEST_F(ViewerScreenshots, ImbalancePlotMarksTheRebalance) {
+  Image image;
+  nlohmann::json layout;
+  render("experts", image, layout, false, "", "_rebalance");
+  const auto& markers = layout["rebalance_markers"];
+  // The sample rebalances once, at step num_steps / 2, recorded by every rank.
+  ASSERT_EQ(markers.size(), static_cast<size_t>(shape_.num_ranks));
+  const double x = markers[0][0];
+  for (const auto& marker : markers) {
+    EXPECT_TRUE(marker[1].get<bool>());
+    EXPECT_EQ(marker[0].get<double>(), x);
+  }
+  const double top = layout["imbalance_plot_top"], bottom = layout["imbalance_plot_bottom"];
+  ASSERT_GT(bottom - top, 60.0);
+  auto green_pixels = [&](double column) {
+    int count = 0, total = 0;
+    for (double y = top + 20; y < bottom - 20; y += 1.0, ++total) {
+      Rgb c = image.at(static_cast<float>(column), static_cast<float>(y));
+      if (c.g > c.r + 60 && c.g > c.b + 40) ++count;
+    }
+    return double(count) / double(std::max(total, 1));
+  };
+  double on_marker = std::max({green_pixels(x - 1), green_pixels(x), green_pixels(x + 1)});
+  EXPECT_GT(on_marker, 0.6) << "a green line from top to bottom at x " << x;
+  EXPECT_LT(green_pixels(x - 12), 0.2) << "and not beside it";
+}
+
 // Clicking a step in the step ruler selects that step for the panels and zooms to it.
 TEST_F(ViewerScreenshots, StepRulerClickSelectsAndZoomsToTheStep) {
   Image image;

@@ -115,6 +115,9 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   draw->AddRectFilled(plot_origin, ImVec2(plot_origin.x + plot_size.x, plot_origin.y + plot_size.y),
                       IM_COL32(26, 28, 32, 255));
   const auto& steps = imbalance_.steps;
+  layout_probe().imbalance_plot_top = plot_origin.y;
+  layout_probe().imbalance_plot_bottom = plot_origin.y + plot_size.y;
+  layout_probe().rebalance_markers.clear();
   if (steps.size() >= 1) {
     double y_max = std::max(imbalance_.max_value * 1.1, 1.5);
     double step_min = static_cast<double>(steps.front()),
@@ -137,6 +140,7 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     }
     for (const auto& rebalance : trace.model.rebalances) {
       float x = x_of(static_cast<double>(rebalance.step));
+      layout_probe().rebalance_markers.push_back({x, rebalance.applied});
       draw->AddLine(ImVec2(x, plot_origin.y), ImVec2(x, plot_origin.y + plot_size.y - 16),
                     rebalance.applied ? IM_COL32(90, 230, 120, 200) : IM_COL32(150, 150, 150, 160),
                     1.5f);

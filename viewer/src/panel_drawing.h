@@ -45,6 +45,9 @@ struct LayoutProbe {
   int stats_rows = 0;
   float step_ruler_y = 0;                   // middle of the timeline's step ruler
   int64_t step_first = -1, step_last = -1;  // the panels' step range (-1 = all steps)
+  // The imbalance plot's vertical extent and its rebalancing markers (x, applied).
+  float imbalance_plot_top = 0, imbalance_plot_bottom = 0;
+  std::vector<std::pair<float, bool>> rebalance_markers;
 };
 LayoutProbe& layout_probe();
 

@@ -70,6 +70,9 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"focus_expert", probe.focus_expert},
                          {"stats_rows", probe.stats_rows},
                          {"step_ruler_y", probe.step_ruler_y},
+                         {"imbalance_plot_top", probe.imbalance_plot_top},
+                         {"imbalance_plot_bottom", probe.imbalance_plot_bottom},
+                         {"rebalance_markers", probe.rebalance_markers},
                          {"step_first", probe.step_first},
                          {"step_last", probe.step_last}};
   std::ofstream out(path);
