@@ -63,6 +63,7 @@ class StringRemap {
   bool keeps_file_ids() const { return keeps_ids_; }
 
   StringId operator()(uint32_t local) {
+    if (local == 0) return 0;  // no name
     if (local & kLocalExtraBit) {
       const uint32_t index = local & ~kLocalExtraBit;
       return index < extras_.size() ? extras_[index] : 0;

@@ -322,5 +322,34 @@ TEST(ReadTimeIndex, RanksWithDifferentStringIds) {
   }
 }
 
+// Id 0 means "no name" whatever else the file defines: none at all, or only a far-off id
+// (too sparse for a direct table).
+TEST(ReadTimeIndex, NoNameStaysEmpty) {
+  const std::string dir = testing::test_directory("no_name");
+  std::vector<std::string> paths;
+  for (int variant = 0; variant < 2; ++variant) {
+    trace::TraceWriter writer;
+    paths.push_back(dir + "/v" + std::to_string(variant) + ".moetrace");
+    ASSERT_TRUE(writer.open(paths.back(), "{\"rank\": " + std::to_string(variant) + "}"));
+    trace::RecordBuffer records;
+    if (variant == 1) records.define_string(1'000'000, "far");
+    records.append<trace::SpanBeginRecord>(RecordKind::kSpanBegin, 100, 0);  // domain 0 too
+    records.append<trace::SpanEndRecord>(RecordKind::kSpanEnd, 200);
+    records.append<trace::InstantRecord>(RecordKind::kInstant, 150, variant == 1 ? 1'000'000 : 0);
+    writer.write_chunk(1, records.bytes(), trace::ChunkType::kEnd);
+    writer.close();
+  }
+  TraceModel model = load_traces(paths);
+  ASSERT_EQ(model.processes.size(), 2u);
+  for (const ProcessTrack& process : model.processes) {
+    const auto& thread = process.threads.at(0);
+    ASSERT_EQ(thread.spans.size(), 1u);
+    EXPECT_EQ(thread.spans[0].name, 0u) << "rank " << process.rank;
+    EXPECT_EQ(thread.spans[0].domain, 0u) << "rank " << process.rank;
+    EXPECT_EQ(thread.instants.at(0).domain, 0u);
+    EXPECT_EQ(model.name(thread.instants.at(0).name), process.rank == 1 ? "far" : "");
+  }
+}
+
 }  // namespace
 }  // namespace moescope::analysis
