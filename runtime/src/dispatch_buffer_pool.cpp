@@ -108,7 +108,13 @@ at::Tensor DispatchBufferPool::acquire(DispatchBufferKind kind, int64_t rows) {
   } else {
     ++stats_.reuses;
   }
-  return buffers_[static_cast<size_t>(index)].narrow(0, 0, rows);
+  // A plain tensor on the buffer's memory rather than a narrow() view, so that an autograd
+  // Function may create it in forward and return it as its output.
+  const at::Tensor& buffer = buffers_[static_cast<size_t>(index)];
+  at::Tensor rows_tensor = at::empty({0}, buffer.options());
+  rows_tensor.set_(buffer.storage(), buffer.storage_offset(), {rows, options_.hidden_size},
+                   {options_.hidden_size, 1});
+  return rows_tensor;
 }
 
 }  // namespace moescope::runtime

@@ -25,13 +25,14 @@ using torch::autograd::variable_list;
 
 // Runs one alltoall_base and waits for it. A dead peer or the group timeout surfaces as an
 // exception from wait(); it is rethrown as a c10::Error naming the exchange and the rank.
+// `output`, when given, is the [recv rows, ...] tensor to receive into.
 at::Tensor exchange_rows(const at::Tensor& input, std::vector<int64_t> send_splits,
                          std::vector<int64_t> recv_splits, c10d::Backend& backend,
-                         const char* trace_name) {
+                         const char* trace_name, at::Tensor output = {}) {
   const int64_t recv_rows = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] = recv_rows;
-  at::Tensor output = at::empty(shape, input.options());
+  if (!output.defined()) output = at::empty(shape, input.options());
   at::Tensor send = input.contiguous();
   const int64_t row_bytes = input.dim() > 1
                                 ? input.stride(0) * static_cast<int64_t>(input.element_size())
@@ -55,12 +56,17 @@ struct AllToAllRowsFunction : public torch::autograd::Function<AllToAllRowsFunct
                             const std::vector<int64_t>& send_splits,
                             const std::vector<int64_t>& recv_splits,
                             const c10::intrusive_ptr<c10d::Backend>& backend,
-                            const std::string& trace_name) {
+                            const std::string& trace_name, DispatchBufferPool* pool) {
     ctx->saved_data["send_splits"] = send_splits;
     ctx->saved_data["recv_splits"] = recv_splits;
     ctx->saved_data["backend"] = c10::IValue::make_capsule(backend);
     ctx->saved_data["trace_name"] = trace_name + ".backward";
-    return exchange_rows(input, send_splits, recv_splits, *backend, trace_name.c_str());
+    at::Tensor output;
+    if (pool != nullptr) {
+      output = pool->acquire(DispatchBufferKind::kDispatchReceive,
+                             std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0}));
+    }
+    return exchange_rows(input, send_splits, recv_splits, *backend, trace_name.c_str(), output);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto backend =
@@ -70,7 +76,7 @@ struct AllToAllRowsFunction : public torch::autograd::Function<AllToAllRowsFunct
     at::Tensor grad_input =
         exchange_rows(grad_outputs[0], ctx->saved_data["recv_splits"].toIntVector(),
                       ctx->saved_data["send_splits"].toIntVector(), *backend, trace_name.c_str());
-    return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -141,8 +147,14 @@ ExpertParallelPlan plan_expert_parallel(const std::vector<int64_t>& rows_per_exp
 
 at::Tensor all_to_all_rows(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                            const std::vector<int64_t>& recv_splits,
-                           const ExpertParallelGroup& group, const char* trace_name) {
+                           const ExpertParallelGroup& group, const char* trace_name,
+                           DispatchBufferPool* receive_pool) {
   TORCH_CHECK(group.backend, "all_to_all_rows: the expert-parallel group has no backend");
+  TORCH_CHECK(receive_pool == nullptr ||
+                  (input.dim() == 2 && input.size(1) == receive_pool->options().hidden_size &&
+                   input.scalar_type() == receive_pool->options().dtype),
+              "all_to_all_rows: rows ", input.sizes(), " ", input.scalar_type(),
+              " do not fit the dispatch buffer pool's buffers");
   TORCH_CHECK(static_cast<int64_t>(send_splits.size()) == group.size() &&
                   static_cast<int64_t>(recv_splits.size()) == group.size(),
               "all_to_all_rows: send/recv splits need one entry per rank (", group.size(), ")");
@@ -150,7 +162,7 @@ at::Tensor all_to_all_rows(const at::Tensor& input, const std::vector<int64_t>& 
   TORCH_CHECK(input.size(0) == send_rows, "all_to_all_rows: input has ", input.size(0),
               " rows but the send splits add up to ", send_rows);
   return AllToAllRowsFunction::apply(input, send_splits, recv_splits, group.backend,
-                                     std::string(trace_name));
+                                     std::string(trace_name), receive_pool);
 }
 
 at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group) {

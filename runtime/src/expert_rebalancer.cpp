@@ -144,6 +144,10 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
     decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
   }
   if (decision.applied) decision.change = layer.apply_placement(candidate, optimizers_);
+  // The dispatch buffers follow the forecast: the busiest rank's predicted rows, with headroom.
+  layer.reserve_dispatch_buffers(
+      summarize_gpu_loads(gpu_loads_of_placement(forecast, layer.expert_slots().placement(), 0))
+          .max_gpu_load);
 
   if (is_trace_recording()) {
     moescope_rebalance_info info{};

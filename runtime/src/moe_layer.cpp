@@ -5,8 +5,10 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
+#include "moescope/runtime/receive_cap.h"
 #include "moescope/runtime/token_dispatcher.h"
 
 namespace moescope::runtime {
@@ -94,8 +96,10 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
 
   // ---- dispatch: capacity, permute into expert order, send rows to the experts' ranks
   CapacityResult capacity;
+  CapacityResult receive_cap;
   DispatchPlan plan;
   at::Tensor rows;
+  DispatchBufferPool* pool = group_.is_distributed() ? pool_for(tokens) : nullptr;
   {
     PhaseRange range(MoEPhase::kPermute);
     const int64_t capacity_per_expert = expert_capacity(config_, num_tokens);
@@ -107,8 +111,14 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     // Capacity counts logical experts; rows go to physical slots (a replica of the expert).
     const at::Tensor slot_indices =
         slots_on(tokens.device()).route_to_slots(routing.top_k_indices, group_.rank());
-    plan = build_dispatch_plan(slot_indices, capacity.keep_mask, num_expert_slots(config_));
-    rows = permute_tokens(tokens, plan.row_to_token);  // [R, H]
+    at::Tensor keep_mask = capacity.keep_mask;
+    if (config_.receive_cap_rows > 0) {
+      receive_cap = apply_receive_cap(slot_indices, keep_mask, routing.top_k_weights);
+      keep_mask = receive_cap.keep_mask;
+    }
+    plan = build_dispatch_plan(slot_indices, keep_mask, num_expert_slots(config_));
+    // Rows only travel (nothing saves them for backward) when the experts are elsewhere.
+    rows = permute_tokens(tokens, plan.row_to_token, pool, DispatchBufferKind::kDispatchSend);
   }
   const at::Tensor row_weights =
       gather_row_weights(routing.top_k_weights, plan, tokens.scalar_type());  // [R]
@@ -119,8 +129,8 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   if (group_.is_distributed()) {
     PhaseRange range(MoEPhase::kDispatchAllToAll);
     ep_plan = plan_expert_parallel(plan.rows_per_expert, group_, tokens.device());
-    const at::Tensor received =
-        all_to_all_rows(rows, ep_plan.send_splits, ep_plan.recv_splits, group_, "a2a.dispatch");
+    const at::Tensor received = all_to_all_rows(rows, ep_plan.send_splits, ep_plan.recv_splits,
+                                                group_, "a2a.dispatch", pool);
     expert_rows = permute_tokens(received, ep_plan.source_to_expert_order);
     rows_per_local_expert = ep_plan.rows_per_local_expert;
   }
@@ -136,7 +146,8 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   at::Tensor returned_rows = expert_output;
   if (group_.is_distributed()) {
     PhaseRange range(MoEPhase::kCombineAllToAll);
-    const at::Tensor source_ordered = permute_tokens(expert_output, ep_plan.expert_to_source_order);
+    const at::Tensor source_ordered = permute_tokens(expert_output, ep_plan.expert_to_source_order,
+                                                     pool, DispatchBufferKind::kCombineSend);
     returned_rows = all_to_all_rows(source_ordered, ep_plan.recv_splits, ep_plan.send_splits,
                                     group_, "a2a.combine");
   }
@@ -154,7 +165,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     report.local_tokens_per_expert = routing.tokens_per_expert;
     report.received_tokens_per_expert =
         at::tensor(rows_per_local_expert, at::TensorOptions().dtype(at::kLong));
-    report.num_dropped = capacity.num_dropped;
+    report.num_dropped = capacity.num_dropped + receive_cap.num_dropped;
     report.aux_loss = routing.losses.aux_loss;
     report.z_loss = routing.losses.z_loss;
     report.scores = routing.scores.detach();
@@ -172,6 +183,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   result.tokens_per_expert = routing.tokens_per_expert;
   result.num_dropped = capacity.num_dropped;
   result.num_received_rows = expert_rows.size(0);
+  result.num_dropped_by_receive_cap = receive_cap.num_dropped;
   return result;
 }
 
@@ -274,6 +286,68 @@ void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
     tensor.index_copy_(0, at::tensor(slots, index_options),
                        sums.index_select(0, at::tensor(groups, index_options)).view(shape));
   }
+}
+
+DispatchBufferPool* MoELayerImpl::pool_for(const at::Tensor& like) {
+  if (!config_.use_dispatch_buffer_pool) return nullptr;
+  if (!pool_ || pool_->options().dtype != like.scalar_type() ||
+      pool_->options().device != like.device()) {
+    DispatchBufferPoolOptions options;
+    options.hidden_size = config_.hidden_size;
+    options.dtype = like.scalar_type();
+    options.device = like.device();
+    options.headroom = config_.dispatch_buffer_headroom;
+    pool_ = std::make_unique<DispatchBufferPool>(options);
+  }
+  return pool_.get();
+}
+
+void MoELayerImpl::reserve_dispatch_buffers(double predicted_max_rank_rows) {
+  if (pool_) pool_->reserve_for_predicted_load(predicted_max_rank_rows);
+}
+
+CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
+                                               const at::Tensor& keep_mask,
+                                               const at::Tensor& weights) {
+  const int64_t ep_size = group_.size(), rank = group_.rank();
+  const int64_t cap = config_.receive_cap_rows;
+  // Destination rank of every assignment; already dropped ones go to group ep_size (quota 0).
+  at::Tensor destination = at::div(slot_indices, num_local_experts(), "floor");
+  int64_t already_dropped = 0;
+  if (keep_mask.defined()) {
+    destination = at::where(keep_mask, destination, ep_size);
+    already_dropped = keep_mask.numel() - keep_mask.sum().item<int64_t>();
+  }
+  at::Tensor sent = at::zeros({ep_size, ep_size}, at::kLong);  // [source, destination]
+  sent[rank] = at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size).cpu();
+  sent = all_reduce_sum(sent.to(slot_indices.device()), group_).cpu();
+  std::vector<int64_t> quota(static_cast<size_t>(ep_size + 1), 0);
+  for (int64_t d = 0; d < ep_size; ++d) {
+    const at::Tensor incoming = sent.select(1, d).contiguous();
+    const int64_t total = incoming.sum().item<int64_t>();
+    if (total <= cap) {
+      quota[d] = incoming[rank].item<int64_t>();
+      continue;
+    }
+    // Every rank sees the same counts, so under kFail every rank throws: no rank is left
+    // waiting in the dispatch all-to-all.
+    TORCH_CHECK(config_.receive_cap_policy != ReceiveCapPolicy::kFail, "MoELayer ",
+                config_.layer_index, ": rank ", d, " would receive ", total,
+                " rows in this forward, above MoEConfig.receive_cap_rows = ", cap,
+                " (receive_cap_policy kFail; a drop policy keeps the step going)");
+    quota[d] = split_receive_cap(incoming, cap)[rank].item<int64_t>();
+  }
+  const DropPolicy policy = config_.receive_cap_policy == ReceiveCapPolicy::kDropLatestPosition
+                                ? DropPolicy::kByPosition
+                                : DropPolicy::kByProbability;
+  CapacityResult result =
+      apply_group_capacity(destination, weights, at::tensor(quota, at::kLong), policy);
+  result.num_dropped -= already_dropped;
+  if (is_trace_recording() && result.num_dropped > 0) {
+    static const moescope_name_t counter = moescope_intern("receive_cap.dropped_rows");
+    moescope_counter(counter, static_cast<double>(result.num_dropped));
+  }
+  return result;
 }
 
 void MoELayerImpl::sync_replica_gradients() {

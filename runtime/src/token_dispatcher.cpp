@@ -12,10 +12,13 @@ using torch::autograd::variable_list;
 // rows = hidden[row_to_token]; the backward is a single index_add into a zero [T, H] buffer.
 struct PermuteTokensFunction : public torch::autograd::Function<PermuteTokensFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
-                            const at::Tensor& row_to_token) {
+                            const at::Tensor& row_to_token, DispatchBufferPool* pool,
+                            DispatchBufferKind kind) {
     ctx->save_for_backward({row_to_token});
     ctx->saved_data["num_tokens"] = hidden.size(0);
-    return hidden.index_select(0, row_to_token);
+    if (pool == nullptr) return hidden.index_select(0, row_to_token);
+    at::Tensor rows = pool->acquire(kind, row_to_token.size(0));
+    return at::index_select_out(rows, hidden, 0, row_to_token);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const at::Tensor row_to_token = ctx->get_saved_variables()[0];
@@ -23,7 +26,7 @@ struct PermuteTokensFunction : public torch::autograd::Function<PermuteTokensFun
     const int64_t num_tokens = ctx->saved_data["num_tokens"].toInt();
     at::Tensor grad_hidden = at::zeros({num_tokens, grad_rows.size(1)}, grad_rows.options());
     grad_hidden.index_add_(0, row_to_token, grad_rows);
-    return {grad_hidden, at::Tensor()};
+    return {grad_hidden, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -56,12 +59,21 @@ CapacityResult apply_expert_capacity(const at::Tensor& top_k_indices,
                                      const at::Tensor& top_k_weights, int64_t num_experts,
                                      int64_t capacity, DropPolicy policy) {
   TORCH_CHECK(capacity >= 0, "apply_expert_capacity: capacity must be >= 0, got ", capacity);
-  TORCH_CHECK(top_k_indices.sizes() == top_k_weights.sizes(),
-              "apply_expert_capacity: top_k_indices ", top_k_indices.sizes(), " and top_k_weights ",
-              top_k_weights.sizes(), " differ in shape");
-  const at::Tensor experts = top_k_indices.flatten();
+  return apply_group_capacity(top_k_indices, top_k_weights,
+                              at::full({num_experts}, capacity, at::kLong), policy);
+}
+
+CapacityResult apply_group_capacity(const at::Tensor& groups, const at::Tensor& top_k_weights,
+                                    const at::Tensor& capacity, DropPolicy policy) {
+  TORCH_CHECK(groups.sizes() == top_k_weights.sizes(), "apply_group_capacity: groups ",
+              groups.sizes(), " and top_k_weights ", top_k_weights.sizes(), " differ in shape");
+  TORCH_CHECK(capacity.dim() == 1 && capacity.scalar_type() == at::kLong,
+              "apply_group_capacity: capacity must be [G] int64, got ", capacity.sizes(), " ",
+              capacity.scalar_type());
+  const int64_t num_groups = capacity.size(0);
+  const at::Tensor experts = groups.flatten();
   const int64_t num_assignments = experts.numel();
-  // Order assignments by expert, and inside an expert by priority: position (a = t*K + k)
+  // Order assignments by group, and inside a group by priority: position (a = t*K + k)
   // for kByPosition, descending weight for kByProbability. Stable sorts keep ties by position.
   at::Tensor order;
   if (policy == DropPolicy::kByProbability) {
@@ -73,16 +85,17 @@ CapacityResult apply_expert_capacity(const at::Tensor& top_k_indices,
   } else {
     order = std::get<1>(at::sort(experts, /*stable=*/true, 0, false));
   }
-  at::Tensor counts = at::bincount(experts, {}, num_experts);
+  at::Tensor counts = at::bincount(experts, {}, num_groups);
   at::Tensor group_starts = counts.cumsum(0) - counts;
   at::Tensor sorted_experts = experts.index_select(0, order);
   at::Tensor rank_in_expert =
       at::arange(num_assignments, experts.options()) - group_starts.index_select(0, sorted_experts);
-  at::Tensor keep_sorted = rank_in_expert < capacity;
+  at::Tensor keep_sorted =
+      rank_in_expert < capacity.to(experts.device()).index_select(0, sorted_experts);
   CapacityResult result;
   result.keep_mask = at::zeros({num_assignments}, experts.options().dtype(at::kBool))
                          .scatter_(0, order, keep_sorted)
-                         .view(top_k_indices.sizes());
+                         .view(groups.sizes());
   result.num_dropped = num_assignments - keep_sorted.sum().item<int64_t>();
   return result;
 }
@@ -112,8 +125,15 @@ DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tens
   return plan;
 }
 
-at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token) {
-  return PermuteTokensFunction::apply(hidden, row_to_token);
+at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token,
+                          DispatchBufferPool* pool, DispatchBufferKind kind) {
+  TORCH_CHECK(
+      pool == nullptr || (hidden.dim() == 2 && hidden.size(1) == pool->options().hidden_size &&
+                          hidden.scalar_type() == pool->options().dtype),
+      "permute_tokens: rows ", hidden.sizes(), " ", hidden.scalar_type(),
+      " do not fit the dispatch buffer pool's [rows, ", pool ? pool->options().hidden_size : 0,
+      "] buffers");
+  return PermuteTokensFunction::apply(hidden, row_to_token, pool, kind);
 }
 
 at::Tensor unpermute_tokens(const at::Tensor& rows, const at::Tensor& row_weights,

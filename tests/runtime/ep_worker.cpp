@@ -7,6 +7,8 @@
 //              c10::Error, printed as "DEAD_PEER_ERROR seconds=... message=...".
 //   rebalance  skewed training with redundant experts and an ExpertRebalancer
 //              (rebalance_worker_mode.cpp).
+//   memory     dispatch buffer pool and receive cap in an expert-parallel layer
+//              (memory_worker_mode.cpp).
 //
 // usage: moe_ep_worker MODE RANK WORLD PORT
 #include <ATen/ATen.h>
@@ -25,6 +27,7 @@
 using namespace moescope::runtime;
 
 int run_rebalance(const ExpertParallelGroup& group);  // rebalance_worker_mode.cpp
+int run_memory(const ExpertParallelGroup& group);     // memory_worker_mode.cpp
 
 namespace {
 
@@ -174,7 +177,8 @@ int run_dead_peer(const ExpertParallelGroup& group) {
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::cerr << "usage: moe_ep_worker equality|dead_peer|rebalance RANK WORLD PORT TIMEOUT_MS\n";
+    std::cerr
+        << "usage: moe_ep_worker equality|dead_peer|rebalance|memory RANK WORLD PORT TIMEOUT_MS\n";
     return 2;
   }
   const std::string mode = argv[1];
@@ -189,6 +193,7 @@ int main(int argc, char** argv) {
     if (mode == "equality") return run_equality(group);
     if (mode == "dead_peer") return run_dead_peer(group);
     if (mode == "rebalance") return run_rebalance(group);
+    if (mode == "memory") return run_memory(group);
     std::cerr << "unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& error) {

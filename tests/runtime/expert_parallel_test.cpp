@@ -187,4 +187,35 @@ TEST(ExpertParallel, FourRanksRebalanceWithoutChangingTheModel) {
   EXPECT_LT(after, before * 0.85) << "rebalancing did not lower max/mean rows per rank";
 }
 
+TEST(ExpertParallel, PoolAllocatesNothingInSteadyStateAndTheReceiveCapHoldsAColdStart) {
+  const auto results = run_workers("memory", 2, 30000, std::chrono::seconds(120));
+  const std::regex pool_line(
+      R"(POOL rank=(\d+) output_diff=(\S+) grad_diff=(\S+) allocations_after_warmup=(-?\d+) )"
+      R"(growths_after_warmup=(-?\d+) reuses=(\d+) allocations=(\d+))");
+  const std::regex cap_line(R"(CAP rank=(\d+) received=(\d+) dropped=(\d+) finite=(\d))");
+  const std::regex fail_line(R"(CAP_FAIL rank=(\d+) message=(.*))");
+  int64_t dropped = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
+    ASSERT_EQ(results[rank].exit_code, 0);
+    std::smatch pool, cap, fail;
+    ASSERT_TRUE(std::regex_search(results[rank].output, pool, pool_line));
+    EXPECT_EQ(std::stod(pool[2]), 0.0) << "the pool changed the layer's output";
+    EXPECT_EQ(std::stod(pool[3]), 0.0) << "the pool changed the gradients";
+    EXPECT_EQ(std::stoll(pool[4]), 0) << "allocations after warm-up";
+    EXPECT_EQ(std::stoll(pool[5]), 0) << "growths after warm-up";
+    EXPECT_GE(std::stoll(pool[6]), 3 * 12) << "three buffers reused on every later step";
+    EXPECT_GE(std::stoll(pool[7]), 3);
+
+    ASSERT_TRUE(std::regex_search(results[rank].output, cap, cap_line));
+    EXPECT_LE(std::stoll(cap[2]), 60) << "a rank received more rows than its cap";
+    EXPECT_EQ(cap[4], "1") << "non-finite outputs or gradients";
+    dropped += std::stoll(cap[3]);
+
+    ASSERT_TRUE(std::regex_search(results[rank].output, fail, fail_line));
+    EXPECT_NE(fail[2].str().find("receive_cap_rows = 60"), std::string::npos) << fail[2];
+  }
+  EXPECT_GT(dropped, 0) << "the skewed cold start dropped nothing";
+}
+
 }  // namespace

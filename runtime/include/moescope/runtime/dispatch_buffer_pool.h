@@ -68,7 +68,8 @@ class DispatchBufferPool {
   /// reallocate in steady state; this is not counted as growth.
   void reserve_for_predicted_load(double predicted_max_rank_rows);
 
-  /// A [rows, hidden] view of buffer `kind`. Grows the buffer (one allocation, counted as a
+  /// A [rows, hidden] tensor on the memory of buffer `kind` (a plain tensor, not an autograd
+  /// view, so an autograd Function may return it). Grows the buffer (one allocation, counted as a
   /// growth) when rows exceed its capacity. The view's contents are whatever the previous step
   /// left there, and the next acquire() of the same kind hands out the same memory: do not
   /// keep the view past the step (e.g. saved for backward). rows >= 0.

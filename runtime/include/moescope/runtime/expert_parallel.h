@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moescope/runtime/dispatch_buffer_pool.h"
+
 namespace moescope::runtime {
 
 /// The process group experts are spread over. A null backend means one process.
@@ -47,10 +49,13 @@ ExpertParallelPlan plan_expert_parallel(const std::vector<int64_t>& rows_per_exp
 
 /// All-to-all of rows with autograd: input [sum(send_splits), H] -> [sum(recv_splits), H].
 /// Backward sends the gradient back with the splits swapped. `trace_name` names the op in
-/// traces ("a2a.dispatch", "a2a.combine").
+/// traces ("a2a.dispatch", "a2a.combine"). With a `receive_pool` the forward receives into its
+/// kDispatchReceive buffer (valid until that buffer's next use: only for rows nothing saves for
+/// backward).
 at::Tensor all_to_all_rows(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                            const std::vector<int64_t>& recv_splits,
-                           const ExpertParallelGroup& group, const char* trace_name);
+                           const ExpertParallelGroup& group, const char* trace_name,
+                           DispatchBufferPool* receive_pool = nullptr);
 
 /// Sum of `tensor` over the group, in place and returned (no autograd).
 at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group);

@@ -18,6 +18,7 @@
 
 #include <memory>
 
+#include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_parallel.h"
 #include "moescope/runtime/expert_slots.h"
 #include "moescope/runtime/grouped_experts.h"
@@ -25,6 +26,7 @@
 #include "moescope/runtime/router.h"
 #include "moescope/runtime/routing_replay.h"
 #include "moescope/runtime/slot_migration.h"
+#include "moescope/runtime/token_dispatcher.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -47,6 +49,7 @@ struct MoEOutput {
   at::Tensor tokens_per_expert;   // [E] int64 this rank's assignments per expert before drops
   int64_t num_dropped = 0;        // assignments the capacity limit dropped in this forward
   int64_t num_received_rows = 0;  // token copies this rank's experts computed (its load)
+  int64_t num_dropped_by_receive_cap = 0;  // this rank's assignments the receive cap dropped
 };
 
 class MoELayerImpl : public torch::nn::Module {
@@ -89,6 +92,13 @@ class MoELayerImpl : public torch::nn::Module {
   PlacementChange apply_placement(const ExpertPlacement& target,
                                   const std::vector<torch::optim::Optimizer*>& optimizers = {});
 
+  /// Sizes the dispatch buffer pool (MoEConfig.use_dispatch_buffer_pool) for the largest number
+  /// of rows one rank is predicted to send or receive per forward; the rebalancer calls it with
+  /// its forecast. No-op without a pool (or before the first forward creates it).
+  void reserve_dispatch_buffers(double predicted_max_rank_rows);
+  /// The pool's counters (nullptr without a pool or before the first expert-parallel forward).
+  const DispatchBufferPool* dispatch_buffer_pool() const { return pool_.get(); }
+
   /// Where the logical experts live now.
   const ExpertSlots& expert_slots() const { return slots_; }
 
@@ -117,6 +127,14 @@ class MoELayerImpl : public torch::nn::Module {
   /// For every replicated expert: each replica's rows of the per-slot tensors ([S_local, ...])
   /// become the sum over all its replicas (or, first_replica_only, the first replica's rows).
   void reduce_over_replicas(const std::vector<at::Tensor>& per_slot, bool first_replica_only);
+  /// MoEConfig.receive_cap_rows: every rank learns how many rows each rank sends each rank (one
+  /// all-reduce of [ep, ep] counts), splits each receiver's cap among its senders
+  /// (split_receive_cap) and drops its own rows beyond its quotas. slot_indices/keep_mask/
+  /// weights [T, K]. Returns the new keep mask and the assignments it dropped.
+  CapacityResult apply_receive_cap(const at::Tensor& slot_indices, const at::Tensor& keep_mask,
+                                   const at::Tensor& weights);
+  /// The pool for rows of `like`'s dtype and device (created or recreated on first use).
+  DispatchBufferPool* pool_for(const at::Tensor& like);
   RoutingResult route(const at::Tensor& tokens, int64_t sequence_length);
   at::Tensor add_shared_experts(const at::Tensor& routed_output, const at::Tensor& tokens,
                                 bool use_oracle);
@@ -126,6 +144,7 @@ class MoELayerImpl : public torch::nn::Module {
   std::shared_ptr<RoutingReplay> replay_;
   ExpertSlots slots_;
   at::Tensor last_tokens_per_expert_;
+  std::unique_ptr<DispatchBufferPool> pool_;
 };
 TORCH_MODULE(MoELayer);
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/moe_config.h"
 
 namespace moescope::runtime {
@@ -31,6 +32,11 @@ struct CapacityResult {
 CapacityResult apply_expert_capacity(const at::Tensor& top_k_indices,
                                      const at::Tensor& top_k_weights, int64_t num_experts,
                                      int64_t capacity, DropPolicy policy);
+
+/// The same with one limit per group: groups [T, K] int64 in [0, G) (experts, destination
+/// ranks, ...), capacity [G] int64 assignments each group keeps at most.
+CapacityResult apply_group_capacity(const at::Tensor& groups, const at::Tensor& top_k_weights,
+                                    const at::Tensor& capacity, DropPolicy policy);
 
 /// Where every row of the expert-contiguous layout comes from.
 struct DispatchPlan {
@@ -48,8 +54,12 @@ DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tens
                                  int64_t num_experts);
 
 /// Gathers token copies into expert order: hidden [T, H] -> rows [R, H]. Backward scatters the
-/// row gradients back with one index_add (custom autograd Function).
-at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token);
+/// row gradients back with one index_add (custom autograd Function). With a `pool` the rows are
+/// written into its buffer `kind` (valid until that buffer's next use: only for rows nothing
+/// saves for backward, e.g. an all-to-all's send buffer).
+at::Tensor permute_tokens(const at::Tensor& hidden, const at::Tensor& row_to_token,
+                          DispatchBufferPool* pool = nullptr,
+                          DispatchBufferKind kind = DispatchBufferKind::kDispatchSend);
 
 /// Weighted sum of rows back into tokens: out[t] = sum over rows r of t of w[r] * rows[r].
 /// rows [R, H], row_weights [R] (same dtype as rows) -> [num_tokens, H]. Backward gives the
