@@ -36,12 +36,17 @@ struct KindTable {
   uint16_t fixed_size[kKinds] = {};
   uint8_t lanes[kKinds] = {};
   bool end_time[kKinds] = {};
+  bool variable[kKinds] = {};  // carries a tail whose length a field declares
   constexpr KindTable() {
     for (int kind = 1; kind < kKinds; ++kind) {
       fixed_size[kind] = static_cast<uint16_t>(fixed_record_size(static_cast<uint8_t>(kind)));
       lanes[kind] = static_cast<uint8_t>((fixed_size[kind] - 4) / 4);
       end_time[kind] = has_end_time(static_cast<uint8_t>(kind));
     }
+    variable[static_cast<int>(RecordKind::kString)] = true;
+    variable[static_cast<int>(RecordKind::kExpertLoad)] = true;
+    variable[static_cast<int>(RecordKind::kExpertValues)] = true;
+    variable[static_cast<int>(RecordKind::kCommOp)] = true;
   }
 };
 constexpr KindTable kTable;
@@ -324,6 +329,13 @@ bool ColumnDecoder::decode(const uint8_t* image, size_t image_bytes, uint8_t* re
     if (size > fixed) {
       std::memcpy(record + fixed, tails, size - fixed);
       tails += size - fixed;
+    }
+    // What validate_records() checks beyond kinds and sizes, so that the reader can skip it.
+    if (kTable.variable[kind] && declared_tail_bytes(record) > uint64_t{size} - fixed) {
+      error = "invalid record at payload offset " + std::to_string(offset) + ": " +
+              record_kind_name(kind) + " declares " + std::to_string(declared_tail_bytes(record)) +
+              " tail bytes but has " + std::to_string(size - fixed);
+      return false;
     }
     offset += size;
   }

@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include "moescope/profiler/trace_format.h"
 
 namespace moescope::trace {
@@ -52,6 +54,26 @@ const char* record_kind_name(uint8_t kind) {
       return "stats";
   }
   return "unknown";
+}
+
+uint64_t declared_tail_bytes(const uint8_t* record) {
+  auto field = [record](size_t offset) {
+    uint32_t value;
+    std::memcpy(&value, record + offset, sizeof(value));
+    return uint64_t{value};
+  };
+  switch (static_cast<RecordKind>(record[0])) {
+    case RecordKind::kString:
+      return field(offsetof(StringRecord, length));
+    case RecordKind::kExpertLoad:
+      return field(offsetof(ExpertLoadRecord, num_experts)) * sizeof(uint32_t);
+    case RecordKind::kExpertValues:
+      return field(offsetof(ExpertValuesRecord, num_experts)) * sizeof(float);
+    case RecordKind::kCommOp:
+      return field(offsetof(CommOpRecord, num_splits)) * sizeof(uint64_t);
+    default:
+      return 0;
+  }
 }
 
 }  // namespace moescope::trace

@@ -199,8 +199,11 @@ bool TraceReader::decode_chunk_at(uint64_t offset, Chunk& chunk, uint64_t& next_
       return false;
     }
   }
+  // The column decoder has checked every record already (kind, size, tail).
   size_t bad_at = 0;
-  std::string problem = validate_records(chunk.records.data(), chunk.records.size(), bad_at);
+  std::string problem = columns
+                            ? std::string()
+                            : validate_records(chunk.records.data(), chunk.records.size(), bad_at);
   if (!problem.empty()) {
     add_error(offset, "invalid record at payload offset " + std::to_string(bad_at) + ": " +
                           problem + "; chunk skipped");
@@ -229,36 +232,7 @@ std::string validate_records(const uint8_t* records, size_t bytes, size_t& error
              record_kind_name(header.kind);
     }
     if (header.size > bytes - offset) return "record runs past the chunk end";
-    const uint8_t* fields = records + offset;
-    uint64_t tail_needed = 0;
-    switch (static_cast<RecordKind>(header.kind)) {
-      case RecordKind::kString: {
-        StringRecord record;
-        std::memcpy(&record, fields, sizeof(record));
-        tail_needed = record.length;
-        break;
-      }
-      case RecordKind::kExpertLoad: {
-        ExpertLoadRecord record;
-        std::memcpy(&record, fields, sizeof(record));
-        tail_needed = uint64_t{record.num_experts} * sizeof(uint32_t);
-        break;
-      }
-      case RecordKind::kExpertValues: {
-        ExpertValuesRecord record;
-        std::memcpy(&record, fields, sizeof(record));
-        tail_needed = uint64_t{record.num_experts} * sizeof(float);
-        break;
-      }
-      case RecordKind::kCommOp: {
-        CommOpRecord record;
-        std::memcpy(&record, fields, sizeof(record));
-        tail_needed = uint64_t{record.num_splits} * sizeof(uint64_t);
-        break;
-      }
-      default:
-        break;
-    }
+    uint64_t tail_needed = declared_tail_bytes(records + offset);
     if (tail_needed > header.size - fixed) {
       return std::string(record_kind_name(header.kind)) + " declares " +
              std::to_string(tail_needed) + " tail bytes but has " +

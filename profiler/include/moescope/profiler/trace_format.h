@@ -400,4 +400,8 @@ constexpr uint32_t padded_to_8(uint32_t bytes) {
 
 const char* record_kind_name(uint8_t kind);
 
+// Bytes of variable tail that a record (of at least its kind's fixed size) declares it carries:
+// a string's length, 4 per expert, 8 per split; 0 for the fixed-size kinds.
+uint64_t declared_tail_bytes(const uint8_t* record);
+
 }  // namespace moescope::trace
