@@ -204,6 +204,16 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
 
 }  // namespace
 
+std::function<void(const LoadProgress&)> line_progress(std::FILE* out, uint64_t min_bytes) {
+  return [out, min_bytes](const LoadProgress& progress) {
+    if (progress.bytes_total < min_bytes) return;
+    std::fprintf(out, "\rloading %zu/%zu files, %.0f%%", progress.files_done, progress.files_total,
+                 100.0 * double(progress.bytes_done) / double(progress.bytes_total));
+    if (progress.files_done == progress.files_total) std::fprintf(out, "\n");
+    std::fflush(out);
+  };
+}
+
 bool is_chrome_json_path(const std::string& path) {
   return ends_with(path, ".json") || ends_with(path, ".json.gz");
 }

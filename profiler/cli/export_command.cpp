@@ -3,6 +3,7 @@
 // (OUT with ".json" replaced by ".rank<N>.json"), which is what HTA reads.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <memory>
 
@@ -19,6 +20,7 @@ struct ExportOptions {
   bool split_ranks = false;
   bool no_flows = false;
   bool no_counters = false;
+  bool quiet = false;
 };
 
 std::string rank_path(const std::string& path, int32_t rank) {
@@ -30,7 +32,10 @@ std::string rank_path(const std::string& path, int32_t rank) {
 }
 
 void run_export(const ExportOptions& options) {
-  analysis::TraceModel model = analysis::load_traces(options.traces);
+  analysis::LoadOptions load_options;  // a progress line on long loads, on a terminal
+  if (!options.quiet && isatty(STDERR_FILENO))
+    load_options.progress = analysis::line_progress(stderr);
+  analysis::TraceModel model = analysis::load_traces(options.traces, load_options);
   for (const auto& error : model.errors) {
     std::fprintf(stderr, "moescope export: %s\n", error.to_string().c_str());
   }
@@ -75,6 +80,7 @@ void add_export_command(CLI::App& app) {
                     "One file per rank: OUT.rank<N>.json (for HolisticTraceAnalysis)");
   command->add_flag("--no-flows", options->no_flows, "Leave out launch -> GPU flow arrows");
   command->add_flag("--no-counters", options->no_counters, "Leave out memory and expert counters");
+  command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
   command->callback([options] { run_export(*options); });
 }
 

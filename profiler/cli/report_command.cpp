@@ -25,14 +25,7 @@ struct ReportOptions {
 // A one-line progress indicator on stderr for long loads (only on a terminal).
 analysis::LoadOptions load_options_with_progress(bool quiet) {
   analysis::LoadOptions options;
-  if (quiet || !isatty(STDERR_FILENO)) return options;
-  options.progress = [](const analysis::LoadProgress& progress) {
-    if (progress.bytes_total < (64u << 20)) return;
-    std::fprintf(stderr, "\rloading %zu/%zu files, %.0f%%", progress.files_done,
-                 progress.files_total,
-                 100.0 * double(progress.bytes_done) / double(progress.bytes_total));
-    if (progress.files_done == progress.files_total) std::fprintf(stderr, "\n");
-  };
+  if (!quiet && isatty(STDERR_FILENO)) options.progress = analysis::line_progress(stderr);
   return options;
 }
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -349,6 +351,35 @@ TEST(ReadTimeIndex, NoNameStaysEmpty) {
     EXPECT_EQ(thread.instants.at(0).domain, 0u);
     EXPECT_EQ(model.name(thread.instants.at(0).name), process.rank == 1 ? "far" : "");
   }
+}
+
+// The command-line progress line: quiet below the threshold, one updated line, a newline at
+// the end.
+TEST(LoadProgressLine, OneLineUpdatedInPlace) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  auto progress = line_progress(out, 1000);
+  LoadProgress small;
+  small.files_total = 1;
+  small.bytes_total = 999;
+  progress(small);  // below the threshold: nothing
+  LoadProgress step;
+  step.files_total = 2;
+  step.bytes_total = 4000;
+  step.bytes_done = 1000;
+  progress(step);
+  step.files_done = 1;
+  step.bytes_done = 3000;
+  progress(step);
+  step.files_done = 2;
+  step.bytes_done = 4000;
+  progress(step);
+  std::fclose(out);
+  EXPECT_EQ(std::string(text, size),
+            "\rloading 0/2 files, 25%\rloading 1/2 files, 75%\rloading 2/2 files, 100%\n");
+  std::free(text);
 }
 
 }  // namespace

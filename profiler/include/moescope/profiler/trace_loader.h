@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,6 +40,12 @@ struct LoadOptions {
 // Loads every file of `paths` (any mix of .moetrace and Kineto JSON) into one model.
 // Processes are ordered by rank (from the metadata, else the file's position in `paths`).
 TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions& options = {});
+
+// A progress callback for command-line tools: keeps one line on `out` up to date ("\rloading
+// 2/4 files, 37%") for loads of at least `min_bytes` (short loads stay quiet), and ends it with a
+// newline when the last file is done. Pass stderr when it is a terminal.
+std::function<void(const LoadProgress&)> line_progress(std::FILE* out,
+                                                       uint64_t min_bytes = uint64_t{64} << 20);
 
 // True when `path` looks like Chrome/Kineto JSON (by name: .json or .json.gz).
 bool is_chrome_json_path(const std::string& path);
