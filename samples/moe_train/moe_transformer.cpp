@@ -65,7 +65,8 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerConfig& config, int6
 BlockOutput TransformerBlockImpl::forward(const at::Tensor& x) {
   at::Tensor hidden = x + attention->forward(attention_norm->forward(x));
   moescope::runtime::MoEOutput routed = moe->forward(moe_norm->forward(hidden));
-  return {hidden + routed.output, routed.aux_loss, routed.tokens_per_expert, routed.num_dropped};
+  return {hidden + routed.output, routed.aux_loss, routed.tokens_per_expert,
+          routed.num_dropped + routed.num_dropped_by_receive_cap};
 }
 
 MoETransformerImpl::MoETransformerImpl(const TransformerConfig& config, ExpertParallelGroup group)

@@ -67,6 +67,21 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
                  "Router logit skew strength S (expert 0 gets +S, decreasing linearly to 0)");
   app.add_option("--skew-layer", options.skew_layer, "Layer that gets --gate-skew; -1 = all");
 
+  app.add_option("--redundant-experts", options.redundant_experts,
+                 "Extra expert slots over all ranks, for replicas of hot experts")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rebalance-every", options.rebalance_every,
+                 "Predict expert load and move/replicate experts every N steps; 0 = never")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rebalance-threshold", options.rebalance_threshold,
+                 "Predicted max/mean per-rank load above which a new placement is considered")
+      ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--receive-cap", options.receive_cap,
+                 "Rows a rank's experts accept per forward (cold-start guard); 0 = no cap")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--dispatch-pool", options.dispatch_pool,
+               "Take the all-to-all buffers from a pool sized from the load (no steady-state "
+               "allocation)");
   app.add_option("--lr", options.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
   app.add_option("--router-lr-scale", options.router_lr_scale,
                  "Learning rate of the router gates relative to --lr")
@@ -123,6 +138,10 @@ std::string check_train_options(const TrainOptions& options) {
            std::to_string(options.layers) + ")";
   }
   if (options.resume && options.checkpoint.empty()) return "--resume needs --checkpoint PATH";
+  if (options.rebalance_every > 0 && !options.checkpoint.empty()) {
+    return "--rebalance-every with --checkpoint is not supported yet (checkpoints do not save "
+           "the expert placement)";
+  }
   if (options.checkpoint_every > 0 && options.checkpoint.empty()) {
     return "--checkpoint-every needs --checkpoint PATH";
   }

@@ -20,6 +20,7 @@
 #include "distributed_setup.h"
 #include "moe_transformer.h"
 #include "moescope/recorder.h"
+#include "moescope/runtime/expert_rebalancer.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "text_corpus.h"
 
@@ -35,6 +36,7 @@ struct StepSpanNames {
   moescope_name_t backward = moescope_intern("train.backward");
   moescope_name_t grad_sync = moescope_intern("train.grad_allreduce");
   moescope_name_t optimizer = moescope_intern("train.optimizer");
+  moescope_name_t rebalance = moescope_intern("train.rebalance");
 };
 
 class ScopedSpan {
@@ -63,6 +65,9 @@ TransformerConfig make_model_config(const TrainOptions& options) {
   moe.score_function = options.sigmoid_scores ? moescope::runtime::ScoreFunction::kSigmoid
                                               : moescope::runtime::ScoreFunction::kSoftmax;
   moe.normalize_top_k_weights = options.normalize_top_k;
+  moe.num_redundant_experts = options.redundant_experts;
+  moe.receive_cap_rows = options.receive_cap;
+  moe.use_dispatch_buffer_pool = options.dispatch_pool;
   if (options.balance == BalanceMode::kAuxLoss) moe.aux_loss_coeff = options.aux_loss_coeff;
   if (options.balance == BalanceMode::kAuxFree) {
     moe.enable_expert_bias = true;
@@ -248,9 +253,10 @@ int train(const TrainOptions& options) {
 
   const std::string data_path = options.data.empty() ? default_corpus_path() : options.data;
   TextCorpus corpus(data_path, options.seq_len);
-  TORCH_CHECK(options.experts % env.world_size == 0, "moe_train: --experts ", options.experts,
-              " is not divisible by the world size ", env.world_size,
-              " (the experts are spread over all ranks)");
+  TORCH_CHECK((options.experts + options.redundant_experts) % env.world_size == 0,
+              "moe_train: --experts ", options.experts, " + --redundant-experts ",
+              options.redundant_experts, " is not divisible by the world size ", env.world_size,
+              " (the expert slots are spread over all ranks)");
   ExpertParallelGroup group = connect_expert_parallel_group(env, device);
 
   const TransformerConfig config = make_model_config(options);
@@ -302,7 +308,7 @@ int train(const TrainOptions& options) {
         : device.is_cuda()  ? "nccl"
                             : "gloo",
         device.str().c_str(), options.dtype.c_str(), (long long)options.layers,
-        (long long)options.experts, (long long)(options.experts / env.world_size),
+        (long long)options.experts, (long long)((options.experts + options.redundant_experts) / env.world_size),
         (long long)options.top_k, (long long)options.hidden, balance_mode_name(options.balance),
         options.gate_skew,
         options.skew_layer < 0 ? "every layer"
@@ -311,6 +317,16 @@ int train(const TrainOptions& options) {
                 corpus.num_files(), data_path.c_str(),
                 first_step > 0 ? (", resumed at step " + std::to_string(first_step)).c_str() : "");
     std::fflush(stdout);
+  }
+
+  std::unique_ptr<moescope::runtime::ExpertRebalancer> rebalancer;
+  if (options.rebalance_every > 0) {
+    moescope::runtime::RebalancerOptions rebalance;
+    rebalance.interval_steps = options.rebalance_every;
+    rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
+    rebalance.imbalance_threshold = options.rebalance_threshold;
+    rebalancer = std::make_unique<moescope::runtime::ExpertRebalancer>(
+        model->moe_layers(), rebalance, std::vector<torch::optim::Optimizer*>{&optimizer});
   }
 
   const StepSpanNames spans;
@@ -345,6 +361,7 @@ int train(const TrainOptions& options) {
     {
       ScopedSpan span(spans.grad_sync);
       sync_replicated_gradients(replicated, group);
+      for (auto& moe : model->moe_layers()) moe->sync_replica_gradients();
     }
     {
       ScopedSpan span(spans.optimizer);
@@ -358,6 +375,18 @@ int train(const TrainOptions& options) {
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
+    if (rebalancer) {
+      ScopedSpan span(spans.rebalance);
+      for (const auto& decision : rebalancer->after_step(step, step_ms / 1000.0)) {
+        if (!is_rank0) continue;
+        std::printf(
+            "rebalance step %lld layer %lld predicted max/mean %.2f -> %.2f %s (%lld bytes "
+            "received by rank 0, %.1f ms)\n",
+            (long long)step, (long long)decision.layer, decision.imbalance_before,
+            decision.imbalance_after, decision.applied ? "applied" : "kept the placement",
+            (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3);
+      }
+    }
     const StepStatistics stats =
         gather_statistics(loss, out.aux_loss, out.num_dropped, out.tokens_per_expert, group);
     losses.push_back(stats.loss);

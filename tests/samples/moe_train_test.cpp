@@ -2,6 +2,7 @@
 // to the very same losses, bad options are refused with a message naming them.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 
 #include "sample_runs.h"
@@ -66,6 +67,38 @@ TEST(MoeTrainTest, TwoRanksShareTheExpertsAndLearn) {
     EXPECT_EQ(total, 8 * 32 * 2);
     EXPECT_EQ(counts.size(), 4u);
   }
+}
+
+TEST(MoeTrainTest, TwoRanksRebalanceASkewedLayerAndStillLearn) {
+  const std::string dir = fresh_dir("rebalance");
+  // Layer 1's router prefers experts 0 and 1 (rank 0's): the rebalancer moves and replicates
+  // experts so both ranks get work, over the process group, while training goes on.
+  CommandResult run = run_ranks(2,
+                                kSmallModel +
+                                    " --steps 24 --gate-skew 4 --skew-layer 1 --redundant-experts 2"
+                                    " --rebalance-every 8 --dispatch-pool --receive-cap 100000",
+                                dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("(3 per rank)"), std::string::npos) << run.output;
+  const std::regex decision(
+      R"(rebalance step (\d+) layer (\d+) predicted max/mean (\S+) -> (\S+) (applied|kept))");
+  int decisions = 0, applied = 0;
+  for (std::sregex_iterator it(run.output.begin(), run.output.end(), decision), end; it != end;
+       ++it) {
+    ++decisions;
+    EXPECT_LE(std::stod((*it)[4]), std::stod((*it)[3])) << "a plan made the balance worse";
+    if ((*it)[5] == "applied") ++applied;
+  }
+  EXPECT_EQ(decisions, 2 * 3) << run.output;  // steps 7, 15, 23 x 2 layers
+  EXPECT_GE(applied, 1) << run.output;
+  auto losses = parse_losses(run.output);
+  ASSERT_EQ(losses.size(), 24u) << run.output;
+  EXPECT_LT(mean_of_last(losses, 5), mean_of_first(losses, 5) - 1.0) << run.output;
+  CommandResult refused =
+      run_shell(moe_train() + " --steps 1 --rebalance-every 5 --checkpoint " + dir + "/c.pt");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("--rebalance-every with --checkpoint"), std::string::npos)
+      << refused.output;
 }
 
 TEST(MoeTrainTest, CheckpointResumeContinuesWithIdenticalLosses) {
