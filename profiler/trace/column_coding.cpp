@@ -18,6 +18,7 @@
 // time); lanes 3-4 of kinds with an end time: end - start; every other lane: its value minus
 // the same lane of the previous record of the same kind (0 for the first). Wrapping arithmetic
 // makes decoding exact for any input.
+#include <algorithm>
 #include <cstring>
 
 #include "moescope/profiler/trace_reader.h"
@@ -28,8 +29,8 @@ namespace {
 
 constexpr int kKinds = kMaxRecordKind + 1;
 constexpr uint8_t kExplicitSize = 0x80;
-// Column starts are padded by this many lanes so that columns of power-of-two lengths do not
-// alias in the cache while a record's lanes are scattered over them.
+// The decoder's column starts are padded by this many lanes so that columns of power-of-two
+// lengths do not alias in the cache while a record's lanes are gathered from them.
 constexpr size_t kColumnPadding = 16;
 
 struct KindTable {
@@ -91,7 +92,8 @@ struct Census {
   }
 };
 
-// Column scratch: where each kind's lane-0 column starts; lane l is `l * stride(kind)` further.
+// Decoder column scratch: where each kind's lane-0 column starts; lane l is `l * stride(kind)`
+// further.
 size_t place_columns(const Census& census, size_t* base) {
   size_t at = 0;
   for (int kind = 1; kind < kKinds; ++kind) {
@@ -101,11 +103,21 @@ size_t place_columns(const Census& census, size_t* base) {
   return at;
 }
 
-// Counts kinds; false when a record is not one the column layout holds (unknown kind, flags
-// set, a size below the kind's fixed size or not a multiple of 8, or running past the end).
-bool take_census(const uint8_t* records, size_t bytes, Census& census, size_t& count) {
-  count = 0;
+}  // namespace
+
+bool ColumnEncoder::encode(const uint8_t* records, size_t bytes, std::vector<uint8_t>& out) {
+  // One walk over the records (each size is needed to find the next one, so the walk waits on
+  // its loads) writes each record's lane values to its kind's rows; then the rows are cut
+  // into byte planes, in blocks of rows that stay in L1.
+  size_t used[kKinds] = {};
+  kinds_.resize(bytes / sizeof(RecordHeader) + 1);
+  sizes_.clear();
+  tails_.clear();
+  const uint8_t* previous[kKinds];
+  for (int kind = 0; kind < kKinds; ++kind) previous[kind] = kZeroRecord;
+  uint64_t previous_time = 0;
   size_t offset = 0;
+  size_t count = 0;
   while (offset < bytes) {
     if (bytes - offset < sizeof(RecordHeader)) return false;
     const uint8_t* record = records + offset;
@@ -115,99 +127,73 @@ bool take_census(const uint8_t* records, size_t bytes, Census& census, size_t& c
     if (kind == 0 || kind > kMaxRecordKind || record[1] != 0) return false;
     uint16_t fixed = kTable.fixed_size[kind];
     if (size % 8 != 0 || size < fixed || size > bytes - offset) return false;
-    if (size != fixed) ++census.explicit_sizes;
-    ++census.count[kind];
-    ++count;
-    offset += size;
-  }
-  census.add_up();
-  return true;
-}
-
-}  // namespace
-
-bool ColumnEncoder::encode(const uint8_t* records, size_t bytes, std::vector<uint8_t>& out) {
-  Census census;
-  size_t count = 0;
-  if (!take_census(records, bytes, census, count) || count > UINT32_MAX) return false;
-  size_t head = 4 + count + 2 * census.explicit_sizes;
-  out.resize(head + census.column_bytes + (bytes - census.fixed_bytes));
-  uint8_t* image = out.data();
-  store_u32(image, static_cast<uint32_t>(count));
-  uint8_t* kinds = image + 4;
-  uint8_t* sizes = kinds + count;
-  uint8_t* tails = image + head + census.column_bytes;
-
-  size_t base[kKinds] = {};
-  columns_.resize(place_columns(census, base));
-  uint32_t* next[kKinds];
-  const uint8_t* previous[kKinds];
-  for (int kind = 0; kind < kKinds; ++kind) {
-    next[kind] = columns_.data() + base[kind];
-    previous[kind] = kZeroRecord;
-  }
-  uint64_t previous_time = 0;
-  size_t offset = 0;
-  for (size_t index = 0; index < count; ++index) {
-    const uint8_t* record = records + offset;
-    uint8_t kind = record[0];
-    uint16_t size;
-    std::memcpy(&size, record + 2, sizeof(size));
-    uint16_t fixed = kTable.fixed_size[kind];
-    kinds[index] = kind;
+    kinds_[count] = kind;
     if (size != fixed) {
-      kinds[index] |= kExplicitSize;
-      std::memcpy(sizes, &size, sizeof(size));
-      sizes += sizeof(size);
-      std::memcpy(tails, record + fixed, size - fixed);
-      tails += size - fixed;
+      kinds_[count] |= kExplicitSize;
+      sizes_.insert(sizes_.end(), record + 2, record + 4);
+      tails_.insert(tails_.end(), record + fixed, record + size);
     }
+    ++count;
     const uint8_t* before = previous[kind];
     previous[kind] = record;
     uint32_t lanes = kTable.lanes[kind];
-    size_t stride = census.count[kind] + kColumnPadding;
-    uint32_t* value = next[kind]++;
+    std::vector<uint32_t>& rows = rows_[kind];
+    if (used[kind] + lanes > rows.size()) {
+      rows.resize(std::max(2 * rows.size(), used[kind] + lanes + 4096));
+    }
+    uint32_t* value = rows.data() + used[kind];
+    used[kind] += lanes;
     value[0] = load_u32(record + 4);
     uint64_t time = load_u64(record + 8);
     uint64_t time_delta = zigzag(time - previous_time);
     previous_time = time;
-    value[stride] = static_cast<uint32_t>(time_delta);
-    value[2 * stride] = static_cast<uint32_t>(time_delta >> 32);
+    value[1] = static_cast<uint32_t>(time_delta);
+    value[2] = static_cast<uint32_t>(time_delta >> 32);
     uint32_t lane = 3;
     if (kTable.end_time[kind]) {
       uint64_t duration = load_u64(record + 16) - time;
-      value[3 * stride] = static_cast<uint32_t>(duration);
-      value[4 * stride] = static_cast<uint32_t>(duration >> 32);
+      value[3] = static_cast<uint32_t>(duration);
+      value[4] = static_cast<uint32_t>(duration >> 32);
       lane = 5;
     }
     for (; lane < lanes; ++lane) {
-      value[lane * stride] = load_u32(record + 4 + 4 * lane) - load_u32(before + 4 + 4 * lane);
+      value[lane] = load_u32(record + 4 + 4 * lane) - load_u32(before + 4 + 4 * lane);
     }
     offset += size;
   }
+  if (count > UINT32_MAX) return false;
 
-  // Byte planes: plain loops over contiguous columns, which the compiler vectorises.
+  size_t column_bytes = 0;
+  for (int kind = 1; kind < kKinds; ++kind) column_bytes += 4 * used[kind];
+  size_t head = 4 + count + sizes_.size();
+  out.resize(head + column_bytes + tails_.size());
+  uint8_t* image = out.data();
+  store_u32(image, static_cast<uint32_t>(count));
+  std::memcpy(image + 4, kinds_.data(), count);
+  if (!sizes_.empty()) std::memcpy(image + 4 + count, sizes_.data(), sizes_.size());
   uint8_t* plane = image + head;
+  constexpr size_t kBlockRows = 64;
   for (int kind = 1; kind < kKinds; ++kind) {
-    size_t rows = census.count[kind];
+    size_t lanes = kTable.lanes[kind];
+    size_t rows = used[kind] / lanes;
     if (!rows) continue;
-    size_t stride = rows + kColumnPadding;
-    for (uint32_t lane = 0; lane < kTable.lanes[kind]; ++lane) {
-      const uint32_t* column = columns_.data() + base[kind] + lane * stride;
-      uint8_t* __restrict byte0 = plane;
-      uint8_t* __restrict byte1 = plane + rows;
-      uint8_t* __restrict byte2 = plane + 2 * rows;
-      uint8_t* __restrict byte3 = plane + 3 * rows;
-      for (size_t row = 0; row < rows; ++row) {
-        uint32_t v = column[row];
-        byte0[row] = static_cast<uint8_t>(v);
-        byte1[row] = static_cast<uint8_t>(v >> 8);
-        byte2[row] = static_cast<uint8_t>(v >> 16);
-        byte3[row] = static_cast<uint8_t>(v >> 24);
+    const uint32_t* values = rows_[kind].data();
+    for (size_t begin = 0; begin < rows; begin += kBlockRows) {
+      size_t end = std::min(rows, begin + kBlockRows);
+      for (size_t lane = 0; lane < lanes; ++lane) {
+        uint8_t* byte0 = plane + 4 * rows * lane;
+        for (size_t row = begin; row < end; ++row) {
+          uint32_t v = values[row * lanes + lane];
+          byte0[row] = static_cast<uint8_t>(v);
+          byte0[rows + row] = static_cast<uint8_t>(v >> 8);
+          byte0[2 * rows + row] = static_cast<uint8_t>(v >> 16);
+          byte0[3 * rows + row] = static_cast<uint8_t>(v >> 24);
+        }
       }
-      plane += 4 * rows;
     }
+    plane += 4 * rows * lanes;
   }
+  if (!tails_.empty()) std::memcpy(plane, tails_.data(), tails_.size());
   return true;
 }
 

@@ -30,7 +30,9 @@ class ColumnEncoder {
   bool encode(const uint8_t* records, size_t bytes, std::vector<uint8_t>& out);
 
  private:
-  std::vector<uint32_t> columns_;
+  // Lane values of each kind's records, row by row (index: kind); grown, never shrunk.
+  std::vector<uint32_t> rows_[kMaxRecordKind + 1];
+  std::vector<uint8_t> kinds_, sizes_, tails_;
 };
 
 class TraceWriter {
