@@ -110,8 +110,9 @@ MemoryBreakdown measure_memory(const MemorySources& sources) {
     breakdown[MemoryCategory::kOptimizerState] += sources.expert_optimizer->resident_state_bytes();
     breakdown.offloaded_optimizer_state_bytes = sources.expert_optimizer->offloaded_state_bytes();
   }
-  if (sources.dispatch_buffers != nullptr) {
-    breakdown[MemoryCategory::kDispatchBuffers] = sources.dispatch_buffers->stats().bytes_reserved;
+  for (const DispatchBufferPool* pool : sources.dispatch_buffers) {
+    if (pool != nullptr)
+      breakdown[MemoryCategory::kDispatchBuffers] += pool->stats().bytes_reserved;
   }
   breakdown[MemoryCategory::kActivations] = sources.activation_bytes;
   return breakdown;

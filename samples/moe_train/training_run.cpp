@@ -21,6 +21,7 @@
 #include "moe_transformer.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/expert_rebalancer.h"
+#include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "text_corpus.h"
 
@@ -234,6 +235,17 @@ double mean_of(const std::vector<double>& values, size_t first, size_t count) {
   return count ? sum / static_cast<double>(count) : 0.0;
 }
 
+// Bytes per category (expert weights, optimizer state, dispatch buffers, other) as counters.
+void record_memory(const MoETransformer& model, const torch::optim::AdamW& optimizer) {
+  moescope::runtime::MemorySources sources;
+  sources.model = model.get();
+  sources.optimizers = {&optimizer};
+  for (const auto& moe : model->moe_layers()) {
+    sources.dispatch_buffers.push_back(moe->dispatch_buffer_pool());
+  }
+  moescope::runtime::record_memory_breakdown(moescope::runtime::measure_memory(sources));
+}
+
 int train(const TrainOptions& options) {
   const LaunchEnvironment env = read_launch_environment();
   const bool is_rank0 = env.rank == 0;
@@ -308,7 +320,8 @@ int train(const TrainOptions& options) {
         : device.is_cuda()  ? "nccl"
                             : "gloo",
         device.str().c_str(), options.dtype.c_str(), (long long)options.layers,
-        (long long)options.experts, (long long)((options.experts + options.redundant_experts) / env.world_size),
+        (long long)options.experts,
+        (long long)((options.experts + options.redundant_experts) / env.world_size),
         (long long)options.top_k, (long long)options.hidden, balance_mode_name(options.balance),
         options.gate_skew,
         options.skew_layer < 0 ? "every layer"
@@ -387,6 +400,7 @@ int train(const TrainOptions& options) {
             (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3);
       }
     }
+    if (moescope_recording) record_memory(model, optimizer);
     const StepStatistics stats =
         gather_statistics(loss, out.aux_loss, out.num_dropped, out.tokens_per_expert, group);
     losses.push_back(stats.loss);

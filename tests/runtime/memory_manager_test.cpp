@@ -377,7 +377,7 @@ TEST(MemoryAccounting, CountsEveryCategoryFromKnownTensorSizes) {
 
   MemorySources sources;
   sources.model = &model;
-  sources.dispatch_buffers = &pool;
+  sources.dispatch_buffers = {&pool};
   sources.activation_bytes = 999;
   MemoryBreakdown before = measure_memory(sources);
   EXPECT_EQ(before[MemoryCategory::kExpertWeights], 4096);
@@ -437,7 +437,7 @@ TEST(MemoryManagerTrace, PoolEventsAndMemoryCountersReachTheTrace) {
     ToyMoE model;
     MemorySources sources;
     sources.model = &model;
-    sources.dispatch_buffers = &pool;
+    sources.dispatch_buffers = {&pool};
     sources.activation_bytes = 12345;
     breakdown = measure_memory(sources);
     record_memory_breakdown(breakdown);

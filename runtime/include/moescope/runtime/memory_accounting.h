@@ -65,7 +65,7 @@ struct MemorySources {
   /// Optimizers whose state is counted (Adam, AdamW, SGD, Adagrad, RMSprop state types).
   std::vector<const torch::optim::Optimizer*> optimizers;
   const ExpertOptimizerOffload* expert_optimizer = nullptr;
-  const DispatchBufferPool* dispatch_buffers = nullptr;
+  std::vector<const DispatchBufferPool*> dispatch_buffers;  // e.g. one per MoE layer
   int64_t activation_bytes = 0;
 };
 
