@@ -59,6 +59,19 @@ std::map<uint32_t, std::map<int64_t, StepLoad>> collect(const TraceModel& model,
   return layers;
 }
 
+// (layer, step, rank) -> rows that rank's experts computed.
+std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> received_rows(
+    const TraceModel& model) {
+  std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> rows;
+  for (const ExpertLoadSample& sample : model.expert_loads) {
+    if (sample.scope != 2 /*received*/) continue;
+    double sum = 0;
+    for (auto count : model.tokens(sample)) sum += double(count);
+    rows[sample.layer][sample.step][sample.rank] += sum;
+  }
+  return rows;
+}
+
 }  // namespace
 
 Percentiles percentiles_of(std::vector<double> values) {
@@ -161,6 +174,24 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model) {
       layer.router_entropy_last = last.first / last.second;
     }
     result.layers.push_back(std::move(layer));
+  }
+  const auto received = received_rows(model);
+  for (LayerLoad& layer : result.layers) {
+    const auto found = received.find(layer.layer);
+    if (found == received.end()) continue;
+    double sum = 0;
+    uint32_t steps = 0;
+    for (const auto& [step, per_rank] : found->second) {
+      if (per_rank.size() < 2) continue;
+      double total = 0, max = 0;
+      for (const auto& [rank, rows] : per_rank) total += rows, max = std::max(max, rows);
+      const double mean = total / double(per_rank.size());
+      if (mean <= 0) continue;
+      sum += max / mean;
+      ++steps;
+      layer.ranks = std::max<uint32_t>(layer.ranks, uint32_t(per_rank.size()));
+    }
+    layer.rank_max_over_mean = steps ? sum / steps : 0.0;
   }
   std::vector<double> max_over_mean, cv;
   for (const LayerLoad& layer : result.layers) {

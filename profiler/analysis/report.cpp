@@ -108,6 +108,8 @@ std::string render_json(const TraceModel& model, const Report& report) {
                       {"num_experts", layer.num_experts},
                       {"steps", layer.num_steps},
                       {"max_over_mean", layer.max_over_mean},
+                      {"rank_max_over_mean",
+                       layer.ranks >= 2 ? ordered_json(layer.rank_max_over_mean) : ordered_json()},
                       {"cv", layer.cv},
                       {"utilization", layer.utilization},
                       {"mean_tokens", layer.mean_tokens},
@@ -314,16 +316,17 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
     rows.clear();
     for (const LayerLoad& layer : report.expert_load.layers) {
       rows.push_back({std::to_string(layer.layer), std::to_string(layer.num_experts),
-                      std::to_string(layer.num_steps), fixed(layer.max_over_mean), fixed(layer.cv),
-                      fixed(100.0 * layer.utilization, 0) + "%",
+                      std::to_string(layer.num_steps), fixed(layer.max_over_mean),
+                      layer.ranks >= 2 ? fixed(layer.rank_max_over_mean) : std::string("-"),
+                      fixed(layer.cv), fixed(100.0 * layer.utilization, 0) + "%",
                       fixed(layer.min_tokens, 0) + "/" + fixed(layer.mean_tokens, 0) + "/" +
                           fixed(layer.max_tokens, 0),
                       list(layer.hot_experts), list(layer.dead_experts),
                       fixed(100.0 * layer.dropped_fraction, 1) + "%",
                       layer.predictions ? fixed(100.0 * layer.prediction_error, 1) + "%" : "-"});
     }
-    w.table({"layer", "experts", "steps", "max/mean", "cv", "util", "min/mean/max tokens", "hot",
-             "dead", "dropped", "pred err"},
+    w.table({"layer", "experts", "steps", "max/mean", "ranks max/mean", "cv", "util",
+             "min/mean/max tokens", "hot", "dead", "dropped", "pred err"},
             rows);
     const auto& p = report.expert_load.max_over_mean;
     w.line((markdown ? "\n" : "") + std::string("max/mean across layers: p50 ") + fixed(p.p50) +

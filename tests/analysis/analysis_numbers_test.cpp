@@ -24,6 +24,41 @@ TraceModel load_run(const std::string& name, const SyntheticOptions& options) {
   return model;
 }
 
+TEST(AnalysisNumbers, RankImbalanceComesFromTheRowsEachRanksExpertsComputed) {
+  // Layer 0, 2 ranks, 2 steps. LOCAL loads are even over experts, but rank 0's experts compute
+  // 300 then 200 rows, rank 1's 100 then 200: max/mean 1.5 then 1.0, mean 1.25.
+  TraceModel model;
+  auto add = [&](int64_t step, int32_t rank, uint32_t scope, std::vector<uint32_t> tokens) {
+    ExpertLoadSample sample;
+    sample.step = step;
+    sample.rank = rank;
+    sample.scope = scope;
+    sample.num_experts = uint32_t(tokens.size());
+    sample.offset = uint32_t(model.expert_tokens.size());
+    model.expert_tokens.insert(model.expert_tokens.end(), tokens.begin(), tokens.end());
+    model.expert_loads.push_back(sample);
+  };
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    for (int64_t step = 0; step < 2; ++step) add(step, rank, 0 /*local*/, {50, 50, 50, 50});
+  }
+  add(0, 0, 2 /*received*/, {250, 50});
+  add(0, 1, 2, {60, 40});
+  add(1, 0, 2, {100, 100});
+  add(1, 1, 2, {150, 50});
+  const ExpertLoadAnalysis analysis = analyze_expert_load(model);
+  ASSERT_EQ(analysis.layers.size(), 1u);
+  EXPECT_EQ(analysis.layers[0].ranks, 2u);
+  EXPECT_NEAR(analysis.layers[0].rank_max_over_mean, 1.25, 1e-12);
+  EXPECT_NEAR(analysis.layers[0].max_over_mean, 1.0, 1e-12);  // the router itself is even
+
+  TraceModel one_rank;
+  std::swap(one_rank.expert_tokens, model.expert_tokens);
+  for (const ExpertLoadSample& sample : model.expert_loads) {
+    if (sample.rank == 0) one_rank.expert_loads.push_back(sample);
+  }
+  EXPECT_EQ(analyze_expert_load(one_rank).layers[0].rank_max_over_mean, 0.0);
+}
+
 TEST(AnalysisNumbers, ExpertLoadStatisticsPerLayerAndAcrossLayers) {
   SyntheticOptions options;
   options.hot_layer = 1;

@@ -45,6 +45,12 @@ struct LayerLoad {
   // to the mean load (NaN when no prediction was recorded).
   double prediction_error = 0;
   uint32_t predictions = 0;
+  // Expert parallelism: the rows each rank's experts computed (RECEIVED samples), max/mean over
+  // the ranks per step, averaged over steps. Every rank waits for the busiest one, so this is
+  // the imbalance that costs time (replicas and placement change it, not the router). 0 when
+  // fewer than two ranks recorded received rows.
+  double rank_max_over_mean = 0;
+  uint32_t ranks = 0;
 };
 
 struct Percentiles {
