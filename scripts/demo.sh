@@ -2,7 +2,8 @@
 # The moescope demo (`make demo` runs it after setup + build): trains the sample MoE language
 # model on 2 CPU ranks under `moescope record` with a deliberately skewed router, prints the
 # bottleneck report, exports Chrome trace JSON, renders viewer screenshots, then trains again
-# with aux-loss-free balancing and compares the expert load.
+# with aux-loss-free balancing and once more with dynamic expert placement (redundant experts
+# and periodic rebalancing), and compares the expert load.
 #
 #   scripts/demo.sh [BUILD_DIR]          (default: build)
 # Environment (for quick runs and tests):
@@ -43,7 +44,7 @@ elif [ ! -x "$build/bin/moescope-view" ]; then
 fi
 
 rm -rf "$out"
-mkdir -p "$out/skewed" "$out/aux_free"
+mkdir -p "$out/skewed" "$out/aux_free" "$out/rebalanced"
 
 if [ "${MOESCOPE_DEMO_SMALL:-0}" = 1 ]; then
   model=(--layers 2 --experts 4 --top-k 2 --hidden 32 --heads 4 --ffn-hidden 64 --batch 8 --seq-len 32 --lr 1e-2)
@@ -87,13 +88,14 @@ train() {
 # The per-rank traces (the torchrun launcher writes a run.norank.PID.moetrace of its own).
 rank_traces() { ls "$out/$1"/run.[0-9]*.moetrace 2>/dev/null; }
 
-max_over_mean_from_report() {  # FILE LAYER -> max/mean of that layer in the JSON report
-  "$python" - "$1" "$2" <<'EOF'
+report_value() {  # FILE LAYER FIELD -> that layer's field in the JSON report ("-" when null)
+  "$python" - "$1" "$2" "$3" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))
 for layer in report.get("expert_load", []):
     if int(layer.get("layer", -1)) == int(sys.argv[2]):
-        print("%.2f" % float(layer["max_over_mean"])); break
+        value = layer.get(sys.argv[3])
+        print("%.2f" % float(value) if value is not None else "-"); break
 else:
     print("n/a")
 EOF
@@ -104,14 +106,14 @@ last_logged_max_over_mean() {  # LOG LAYER -> max/mean of the layer on the last 
 }
 
 # ---- 1. skewed router, no balancing ----------------------------------------------------------
-say "1/5 Training moe_train on 2 CPU ranks under moescope record (router skewed on layer 1, no balancing)"
+say "1/6 Training moe_train on 2 CPU ranks under moescope record (router skewed on layer 1, no balancing)"
 train skewed --balance none || { echo "demo: training under moescope record failed" >&2; exit 1; }
 mapfile -t skewed_traces < <(rank_traces skewed)
 [ "${#skewed_traces[@]}" -eq 2 ] || { echo "demo: expected 2 rank traces in $out/skewed, found ${#skewed_traces[@]}" >&2; exit 1; }
 ls -l "${skewed_traces[@]}" | awk '{print $5, $9}' | sed "s#$out#OUT#g"
 
 # ---- 2. report ---------------------------------------------------------------------------------
-say "2/5 Bottleneck report (moescope report)"
+say "2/6 Bottleneck report (moescope report)"
 if [ $have_report = 1 ]; then
   "$moescope" report "${skewed_traces[@]}" | tee "$out/skewed/report.txt"
   "$moescope" report --format json -o "$out/skewed/report.json" "${skewed_traces[@]}" ||
@@ -122,7 +124,7 @@ else
 fi
 
 # ---- 3. Chrome trace ---------------------------------------------------------------------------
-say "3/5 Chrome trace JSON for Perfetto / chrome://tracing (moescope export --chrome)"
+say "3/6 Chrome trace JSON for Perfetto / chrome://tracing (moescope export --chrome)"
 if [ $have_export = 1 ]; then
   if "$moescope" export --chrome "$out/skewed/trace.json" "${skewed_traces[@]}"; then
     echo "wrote $out/skewed/trace.json ($(du -h "$out/skewed/trace.json" | cut -f1)): open it at https://ui.perfetto.dev"
@@ -134,7 +136,7 @@ else
 fi
 
 # ---- 4. viewer screenshots ---------------------------------------------------------------------
-say "4/5 Viewer screenshots (moescope view --screenshot)"
+say "4/6 Viewer screenshots (moescope view --screenshot)"
 if [ $have_viewer = 1 ]; then
   run_view() {
     if [ -n "${DISPLAY:-}" ]; then
@@ -158,7 +160,7 @@ else
 fi
 
 # ---- 5. the same run with aux-loss-free balancing --------------------------------------------
-say "5/5 The same run with aux-loss-free balancing (--balance aux-free)"
+say "5/6 The same run with aux-loss-free balancing (--balance aux-free)"
 train aux_free --balance aux-free --bias-update-rate 1e-2 || { echo "demo: the aux-free run failed" >&2; exit 1; }
 mapfile -t balanced_traces < <(rank_traces aux_free)
 if [ $have_report = 1 ]; then
@@ -167,17 +169,41 @@ if [ $have_report = 1 ]; then
   "$moescope" report "${balanced_traces[@]}" > "$out/aux_free/report.txt" 2>&1 || true
 fi
 
-say "Result"
-printf '%-34s %12s %12s\n' "expert load max/mean, layer 1" "skewed" "aux-free"
-printf '%-34s %12s %12s\n' "last logged step (training log)" \
-  "$(last_logged_max_over_mean "$out/skewed/train.log" 1)" "$(last_logged_max_over_mean "$out/aux_free/train.log" 1)"
-if [ $have_report = 1 ] && [ -s "$out/skewed/report.json" ] && [ -s "$out/aux_free/report.json" ]; then
-  printf '%-34s %12s %12s\n' "whole run (moescope report)" \
-    "$(max_over_mean_from_report "$out/skewed/report.json" 1)" "$(max_over_mean_from_report "$out/aux_free/report.json" 1)"
+# ---- 6. the same run with dynamic expert placement -------------------------------------------
+say "6/6 The same run with redundant experts and periodic rebalancing (--redundant-experts 2 --rebalance-every N)"
+rebalance_every=$(( steps >= 100 ? 20 : 10 ))
+train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --dispatch-pool ||
+  { echo "demo: the rebalancing run failed" >&2; exit 1; }
+mapfile -t rebalanced_traces < <(rank_traces rebalanced)
+if [ $have_report = 1 ]; then
+  "$moescope" report --format json -o "$out/rebalanced/report.json" "${rebalanced_traces[@]}" ||
+    echo "demo: moescope report on the rebalancing run failed" >&2
+  "$moescope" report "${rebalanced_traces[@]}" > "$out/rebalanced/report.txt" 2>&1 || true
 fi
-printf '%-34s %12s %12s\n' "loss, first -> last 5 steps" \
-  "$(sed -nE 's/^moe_train: loss ([0-9.]+) -> ([0-9.]+).*/\1 -> \2/p' "$out/skewed/train.log")" \
-  "$(sed -nE 's/^moe_train: loss ([0-9.]+) -> ([0-9.]+).*/\1 -> \2/p' "$out/aux_free/train.log")"
+
+say "Result"
+printf '%-36s %10s %10s %10s\n' "" "skewed" "aux-free" "rebalanced"
+printf '%-36s %10s %10s %10s\n' "layer 1 experts max/mean, last step" \
+  "$(last_logged_max_over_mean "$out/skewed/train.log" 1)" "$(last_logged_max_over_mean "$out/aux_free/train.log" 1)" \
+  "$(last_logged_max_over_mean "$out/rebalanced/train.log" 1)"
+if [ $have_report = 1 ] && [ -s "$out/skewed/report.json" ] && [ -s "$out/aux_free/report.json" ] &&
+   [ -s "$out/rebalanced/report.json" ]; then
+  for layer in 0 1; do
+    for field in max_over_mean rank_max_over_mean; do
+      label="layer $layer experts max/mean (report)"
+      [ $field = rank_max_over_mean ] && label="layer $layer ranks max/mean (report)"
+      printf '%-36s %10s %10s %10s\n' "$label" "$(report_value "$out/skewed/report.json" $layer $field)" \
+        "$(report_value "$out/aux_free/report.json" $layer $field)" "$(report_value "$out/rebalanced/report.json" $layer $field)"
+    done
+  done
+fi
+printf '%-36s %10s %10s %10s\n' "loss, first -> last 5 steps" \
+  "$(sed -nE 's/^moe_train: loss ([0-9.]+) -> ([0-9.]+).*/\1->\2/p' "$out/skewed/train.log")" \
+  "$(sed -nE 's/^moe_train: loss ([0-9.]+) -> ([0-9.]+).*/\1->\2/p' "$out/aux_free/train.log")" \
+  "$(sed -nE 's/^moe_train: loss ([0-9.]+) -> ([0-9.]+).*/\1->\2/p' "$out/rebalanced/train.log")"
+echo
+echo "rebalancing decisions (rank 0):"
+grep -E '^rebalance step' "$out/rebalanced/train.log" | head -8 || echo "  (none)"
 if [ $have_report = 1 ]; then
   echo
   echo "aux-free run, expert findings:"

@@ -1,7 +1,8 @@
 // scripts/demo.sh end to end with small settings: 2 CPU ranks under moescope record with the
 // router of layer 1 skewed towards the low-numbered experts, the report, the Chrome export, then
-// the same run with aux-loss-free balancing. The report must point at layer 1 and favoured
-// experts, and balancing must lower that layer's max/mean load.
+// the same run with aux-loss-free balancing and with redundant experts + rebalancing. The report
+// must point at layer 1 and favoured experts, aux-free balancing must lower that layer's
+// max/mean expert load, and placement its max/mean load per rank.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,9 +22,9 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
-double layer_max_over_mean(const nlohmann::json& report, int layer) {
+double layer_value(const nlohmann::json& report, int layer, const char* field) {
   for (const auto& entry : report.value("expert_load", nlohmann::json::array())) {
-    if (entry.value("layer", -1) == layer) return entry.value("max_over_mean", 0.0);
+    if (entry.value("layer", -1) == layer) return entry.value(field, 0.0);
   }
   ADD_FAILURE() << "no expert_load entry for layer " << layer << " in " << report.dump();
   return 0.0;
@@ -65,11 +66,24 @@ TEST(DemoPipelineTest, ReportFlagsTheSkewedLayerAndAuxFreeBalancingLowersItsLoad
   // Aux-loss-free bias updates lower layer 1's max/mean over the run. The margin is modest:
   // this small model's routing collapses onto few experts in both layers within ~20 steps (see
   // samples/moe_train/README.md), and the bias needs tens of steps to push back.
-  const double skewed_load = layer_max_over_mean(skewed, 1);
-  const double balanced_load = layer_max_over_mean(balanced, 1);
+  const double skewed_load = layer_value(skewed, 1, "max_over_mean");
+  const double balanced_load = layer_value(balanced, 1, "max_over_mean");
   EXPECT_GT(skewed_load, 3.0) << skewed.dump(2);
   EXPECT_LT(balanced_load, skewed_load - 0.15)
       << "skewed " << skewed_load << ", aux-free " << balanced_load;
+
+  // Redundant experts + rebalancing: the skewed layer's rows are split over both ranks (the
+  // replicas of the hot experts sit on the other rank), so the ranks' imbalance falls from ~2.
+  const nlohmann::json rebalanced = read_json(out + "/rebalanced/report.json");
+  ASSERT_TRUE(rebalanced.is_object()) << run.output;
+  const double skewed_ranks = layer_value(skewed, 1, "rank_max_over_mean");
+  const double rebalanced_ranks = layer_value(rebalanced, 1, "rank_max_over_mean");
+  EXPECT_GT(skewed_ranks, 1.5) << skewed.dump(2);
+  EXPECT_LT(rebalanced_ranks, skewed_ranks - 0.3)
+      << "skewed " << skewed_ranks << ", rebalanced " << rebalanced_ranks;
+  EXPECT_NE(run.output.find(" applied ("), std::string::npos) << "no rebalancing was applied";
+  EXPECT_GE(rebalanced.value("rebalances", nlohmann::json::object()).value("decisions", 0), 2)
+      << rebalanced.dump(2);
 
   EXPECT_TRUE(std::filesystem::exists(out + "/skewed/trace.json")) << run.output;
   auto chrome = read_json(out + "/skewed/trace.json");
