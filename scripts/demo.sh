@@ -171,8 +171,8 @@ fi
 
 # ---- 6. the same run with dynamic expert placement -------------------------------------------
 say "6/6 The same run with redundant experts and periodic rebalancing (--redundant-experts 2 --rebalance-every N)"
-rebalance_every=$(( steps >= 100 ? 20 : 10 ))
-train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --dispatch-pool ||
+rebalance_every=10
+train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --rebalance-threshold 1.05 --dispatch-pool ||
   { echo "demo: the rebalancing run failed" >&2; exit 1; }
 mapfile -t rebalanced_traces < <(rank_traces rebalanced)
 if [ $have_report = 1 ]; then
