@@ -105,6 +105,46 @@ TEST(CaptureNvtx, SampleRangesAreRecordedWithNestingThreadAndDomain) {
   EXPECT_EQ(json[0]["metadata"]["capture"]["tool"], "moescope record");
 }
 
+TEST(CaptureNvtx, CategoriesTheNcclDomainWideStringsAndDomainMarksAreRecorded) {
+  TempDir dir;
+  std::string pattern = dir / "kinds.moetrace";
+  RunResult recorded =
+      run_program(record_command(pattern, {build_dir() + "/tests/capture_nvtx_kinds_program"}));
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  EXPECT_EQ(recorded.out, "nvtx kinds done\n");
+  LoadedTrace trace = load_trace(pattern);
+  ASSERT_TRUE(trace.complete);
+
+  std::map<std::string, RebuiltSpan> spans;
+  for (const auto& span : rebuild_spans(trace)) {
+    EXPECT_TRUE(span.closed) << span.name;
+    EXPECT_TRUE(spans.emplace(span.name, span).second) << "twice: " << span.name;
+  }
+  ASSERT_EQ(spans.size(), 5u);
+  EXPECT_EQ(spans["read"].domain, "io");  // a named category of the default domain
+  EXPECT_EQ(spans["allreduce"].domain, "NCCL/coll");
+  EXPECT_EQ(spans["init"].domain, "NCCL");
+  EXPECT_EQ(spans["init"].parent, "allreduce");
+  EXPECT_EQ(spans["vorw\u00e4rts"].domain, "");  // UTF-32 in, UTF-8 in the trace
+  EXPECT_EQ(spans["gr\u00f6\u00dfe"].domain, "");
+
+  std::map<std::string, std::string> domain_of_mark;
+  for (const auto& instant : trace.of_kind(RecordKind::kInstant)) {
+    std::string domain = name_of(trace, instant.as<trace::InstantRecord>().domain);
+    if (domain != "moescope") domain_of_mark[name_of(trace, instant.header().name)] = domain;
+  }
+  EXPECT_EQ(domain_of_mark,
+            (std::map<std::string, std::string>{{"fertig \u2713", ""}, {"proxy", "NCCL"}}));
+  auto starts = trace.of_kind(RecordKind::kRangeStart);
+  auto ends = trace.of_kind(RecordKind::kRangeEnd);
+  ASSERT_EQ(starts.size(), 1u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(name_of(trace, starts[0].header().name), "comm_init");
+  EXPECT_EQ(name_of(trace, starts[0].as<trace::RangeStartRecord>().domain), "NCCL");
+  EXPECT_EQ(starts[0].as<trace::RangeStartRecord>().range_id,
+            ends[0].as<trace::RangeEndRecord>().range_id);
+}
+
 TEST(CaptureNvtx, NoCudaNoNcclAreWrittenToTheMetadataAndHonoured) {
   TempDir dir;
   RunResult recorded = run_program(

@@ -81,7 +81,7 @@ TEST(CaptureProcessLife, ForksDuringFlushesNeverHangAChild) {
     LoadedTrace child = load_trace(file);
     EXPECT_TRUE(child.complete) << file;
     EXPECT_EQ(count_spans(child, "child_work"), 1) << file;
-    EXPECT_EQ(count_spans(child, "busy"), 0) << file;  // the parent's thread is not in the child
+    EXPECT_EQ(count_spans(child, "busy"), 0) << file;  // the parent's ranges stay in its trace
     children_complete += child.complete;
   }
   EXPECT_EQ(children_complete, kChildren);
