@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/layer_statistics.h"
 
 namespace moescope::runtime {
 namespace {
@@ -41,11 +42,6 @@ std::vector<int64_t> to_host_vector(const at::Tensor& tensor) {
 
 float scalar_or_nan(const at::Tensor& tensor) {
   return tensor.defined() ? tensor.detach().to(at::kCPU).item<float>() : NAN;
-}
-
-uint32_t count_nonfinite(const at::Tensor& tensor) {
-  if (!tensor.defined() || tensor.numel() == 0) return 0;
-  return static_cast<uint32_t>(at::isfinite(tensor.detach()).logical_not().sum().item<int64_t>());
 }
 
 float max_over_mean(const std::vector<int64_t>& counts) {
@@ -175,11 +171,11 @@ void record_layer_step(const LayerStepReport& report) {
   stats.aux_loss = scalar_or_nan(report.aux_loss);
   stats.z_loss = scalar_or_nan(report.z_loss);
   stats.router_entropy = NAN;
-  if (report.scores.defined() && report.scores.size(0) > 0) {
-    const at::Tensor probs =
-        report.scores / report.scores.sum(-1, /*keepdim=*/true).clamp_min(1e-20);
-    stats.router_entropy =
-        -(probs * probs.clamp_min(1e-20).log()).sum(-1).mean().to(at::kCPU).item<float>();
+  const bool has_scores = report.scores.defined() && report.scores.size(0) > 0;
+  RouterStatistics router;
+  if (has_scores) {
+    router = router_statistics(report.scores);
+    stats.router_entropy = router.entropy;
   }
   stats.max_over_mean = max_over_mean(local);
   stats.nonfinite_logits = count_nonfinite(report.logits);
@@ -189,10 +185,9 @@ void record_layer_step(const LayerStepReport& report) {
     moescope_instant(moescope_intern("moescope"), moescope_intern("moe.nonfinite"));
   }
 
-  if (report.scores.defined() && report.scores.size(0) > 0) {
-    const at::Tensor mean_prob = report.scores.mean(0).to(at::kCPU, at::kFloat).contiguous();
-    moescope_expert_values(step, layer, rank, MOESCOPE_QUANTITY_MEAN_PROB,
-                           mean_prob.data_ptr<float>(), static_cast<uint32_t>(mean_prob.numel()));
+  if (has_scores) {
+    moescope_expert_values(step, layer, rank, MOESCOPE_QUANTITY_MEAN_PROB, router.mean_score.data(),
+                           static_cast<uint32_t>(router.mean_score.size()));
   }
   if (report.expert_bias.defined())
     record_expert_bias(report.layer, report.rank, report.expert_bias);

@@ -400,7 +400,7 @@ int train(const TrainOptions& options) {
             (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3);
       }
     }
-    if (moescope_recording) record_memory(model, optimizer);
+    if (moescope_recording && step % 10 == 0) record_memory(model, optimizer);
     const StepStatistics stats =
         gather_statistics(loss, out.aux_loss, out.num_dropped, out.tokens_per_expert, group);
     losses.push_back(stats.loss);

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -14,6 +15,7 @@
 #include "moe_reference.h"
 #include "moescope/profiler/trace_reader.h"
 #include "moescope/recorder.h"
+#include "moescope/runtime/layer_statistics.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"
 
@@ -133,6 +135,48 @@ TEST(MoEInstrumentation, ForwardRecordsPhasesLoadsDropsAndNonFiniteCounts) {
     }
   }
   EXPECT_EQ(layers_seen, 2);
+}
+
+// The host loops against the torch formula they replace.
+TEST(LayerStatistics, RouterStatisticsEqualTheTorchFormula) {
+  at::manual_seed(7);
+  const at::Tensor scores = at::rand({257, 12}, at::kFloat) + 1e-3;  // [T, E]
+  const at::Tensor probs = scores / scores.sum(-1, true).clamp_min(1e-20);
+  const double entropy = -(probs * probs.clamp_min(1e-20).log()).sum(-1).mean().item<double>();
+  const at::Tensor mean_score = scores.mean(0);
+
+  for (const at::Tensor& input : {scores, scores.to(at::kDouble), scores.t().contiguous().t()}) {
+    const RouterStatistics statistics = router_statistics(input);
+    EXPECT_NEAR(statistics.entropy, entropy, 1e-5);
+    ASSERT_EQ(statistics.mean_score.size(), 12u);
+    for (int64_t e = 0; e < 12; ++e) {
+      EXPECT_NEAR(statistics.mean_score[static_cast<size_t>(e)], mean_score[e].item<float>(), 1e-6);
+    }
+  }
+  // Uniform scores have the largest entropy log(E); one expert taking each token has none.
+  EXPECT_NEAR(router_statistics(at::ones({5, 8})).entropy, std::log(8.0), 1e-6);
+  at::Tensor one_hot = at::zeros({5, 8});
+  one_hot.select(1, 3).fill_(1.0);
+  EXPECT_NEAR(router_statistics(one_hot).entropy, 0.0, 1e-6);
+  EXPECT_TRUE(std::isnan(router_statistics(at::zeros({0, 8})).entropy));
+  EXPECT_THROW(router_statistics(at::ones({8})), c10::Error);
+}
+
+TEST(LayerStatistics, CountNonfiniteOnEveryPath) {
+  at::Tensor values = at::randn({64, 33});
+  EXPECT_EQ(count_nonfinite(values), 0u);
+  values[3][4] = std::numeric_limits<float>::quiet_NaN();
+  values[10][0] = std::numeric_limits<float>::infinity();
+  values[63][32] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(count_nonfinite(values), 3u);                      // fp32 host loop
+  EXPECT_EQ(count_nonfinite(values.t()), 3u);                  // non-contiguous: reduction path
+  EXPECT_EQ(count_nonfinite(values.to(at::kBFloat16)), 3u);    // other dtypes: reduction path
+  EXPECT_EQ(count_nonfinite(values.to(at::kDouble).abs()), 3u);
+  // Finite values whose fp32 sum overflows are still finite.
+  EXPECT_EQ(count_nonfinite(at::full({4}, 3e38f).to(at::kBFloat16)), 0u);
+  EXPECT_EQ(count_nonfinite(at::full({4}, 3e38f)), 0u);
+  EXPECT_EQ(count_nonfinite(at::Tensor()), 0u);
+  EXPECT_EQ(count_nonfinite(at::empty({0, 4})), 0u);
 }
 
 }  // namespace
