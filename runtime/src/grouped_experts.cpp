@@ -8,6 +8,8 @@
 #include <atomic>
 #include <numeric>
 
+#include "cuda_kernel_path.h"
+
 namespace moescope::runtime {
 namespace {
 
@@ -48,6 +50,11 @@ bool grouped_mm_operands_supported(const at::Tensor& a, const at::Tensor& b) {
          !g_device_grouped_mm_broken.load();
 }
 
+// The cuBLAS grouped GEMM of moescope_kernels, for CUDA operands at::_grouped_mm does not take.
+bool cublas_grouped_gemm_applies(const at::Tensor& a, const at::Tensor& b, bool use_fused_kernels) {
+  return kernel_path::enabled_for(use_fused_kernels, a) && kernel_path::grouped_gemm_applies(a, b);
+}
+
 void disable_device_grouped_mm(const c10::Error& error) {
   g_device_grouped_mm_broken.store(true);
   TORCH_WARN_ONCE("moescope: at::_grouped_mm failed (", error.what_without_backtrace(),
@@ -65,11 +72,14 @@ at::Tensor swiglu_activation(const at::Tensor& gate_up) {
 struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& w_gate_up, const at::Tensor& w_down,
-                            const std::vector<int64_t>& rows_per_expert) {
-    at::Tensor gate_up = grouped_mm(rows, w_gate_up, rows_per_expert);  // [R, 2F]
-    at::Tensor out = grouped_mm(swiglu_activation(gate_up), w_down, rows_per_expert);
+                            const std::vector<int64_t>& rows_per_expert, bool use_fused_kernels) {
+    at::Tensor gate_up =
+        grouped_mm(rows, w_gate_up, rows_per_expert, use_fused_kernels);  // [R, 2F]
+    at::Tensor out =
+        grouped_mm(swiglu_activation(gate_up), w_down, rows_per_expert, use_fused_kernels);
     ctx->save_for_backward({rows, w_gate_up, w_down, gate_up});
     ctx->saved_data["rows_per_expert"] = rows_per_expert;
+    ctx->saved_data["use_fused_kernels"] = use_fused_kernels;
     return out;
   }
 
@@ -80,6 +90,7 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     const at::Tensor& w_down = saved[2];
     const at::Tensor& gate_up = saved[3];
     const std::vector<int64_t> rows_per_expert = ctx->saved_data["rows_per_expert"].toIntVector();
+    const bool use_fused_kernels = ctx->saved_data["use_fused_kernels"].toBool();
     const at::Tensor grad_out = grad_outputs[0].contiguous();
     const int64_t ffn = w_down.size(1);
 
@@ -94,10 +105,12 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
 
     // down projection
     const at::Tensor grad_activation =
-        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert).to(math_dtype);
+        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert, use_fused_kernels)
+            .to(math_dtype);
     at::Tensor grad_w_down;
     if (ctx->needs_input_grad(2)) {
-      grad_w_down = grouped_mm_weight_grad(activation, grad_out, rows_per_expert);
+      grad_w_down =
+          grouped_mm_weight_grad(activation, grad_out, rows_per_expert, use_fused_kernels);
     }
     // SwiGLU: d silu(g) / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
     const at::Tensor grad_gate =
@@ -107,13 +120,15 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     // gate/up projection
     at::Tensor grad_rows;
     if (ctx->needs_input_grad(0)) {
-      grad_rows = grouped_mm(grad_gate_up, w_gate_up.transpose(1, 2), rows_per_expert);
+      grad_rows =
+          grouped_mm(grad_gate_up, w_gate_up.transpose(1, 2), rows_per_expert, use_fused_kernels);
     }
     at::Tensor grad_w_gate_up;
     if (ctx->needs_input_grad(1)) {
-      grad_w_gate_up = grouped_mm_weight_grad(rows, grad_gate_up, rows_per_expert);
+      grad_w_gate_up =
+          grouped_mm_weight_grad(rows, grad_gate_up, rows_per_expert, use_fused_kernels);
     }
-    return {grad_rows, grad_w_gate_up, grad_w_down, at::Tensor()};
+    return {grad_rows, grad_w_gate_up, grad_w_down, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -123,8 +138,15 @@ bool uses_device_grouped_mm(const at::Tensor& a, const at::Tensor& b) {
   return grouped_mm_operands_supported(a, b);
 }
 
+const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
+                                      bool use_fused_kernels) {
+  if (grouped_mm_operands_supported(a, b)) return "at::_grouped_mm";
+  if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) return "cuBLAS grouped GEMM";
+  return "loop of at::mm";
+}
+
 at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
-                      const std::vector<int64_t>& rows_per_group) {
+                      const std::vector<int64_t>& rows_per_group, bool use_fused_kernels) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1), "grouped_mm: expected a ",
               "[R, K] and b [G, K, N], got a ", a.sizes(), " and b ", b.sizes());
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: a is ", a.scalar_type(),
@@ -136,6 +158,9 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
     } catch (const c10::Error& error) {
       disable_device_grouped_mm(error);
     }
+  }
+  if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) {
+    return kernel_path::grouped_gemm(a, b, rows_per_group);
   }
   at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
   int64_t start = 0;
@@ -151,7 +176,8 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
 }
 
 at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
-                                  const std::vector<int64_t>& rows_per_group) {
+                                  const std::vector<int64_t>& rows_per_group,
+                                  bool use_fused_kernels) {
   TORCH_CHECK(a.dim() == 2 && d.dim() == 2 && a.size(0) == d.size(0),
               "grouped_mm_weight_grad: expected a [R, K] and d [R, N], got a ", a.sizes(),
               " and d ", d.sizes());
@@ -170,6 +196,10 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
       disable_device_grouped_mm(error);
     }
   }
+  if (kernel_path::enabled_for(use_fused_kernels, a) &&
+      kernel_path::grouped_gemm_weight_grad_applies(a, d)) {
+    return kernel_path::grouped_gemm_weight_grad(a, d, rows_per_group);
+  }
   at::Tensor out = at::empty({num_groups, a.size(1), d.size(1)}, a.options());
   int64_t start = 0;
   for (int64_t g = 0; g < num_groups; ++g) {
@@ -186,7 +216,8 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
 }
 
 at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
-                          const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert) {
+                          const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert,
+                          bool use_fused_kernels) {
   TORCH_CHECK(w_gate_up.dim() == 3 && w_down.dim() == 3 &&
                   w_gate_up.size(2) == 2 * w_down.size(1) && w_gate_up.size(0) == w_down.size(0) &&
                   w_gate_up.size(1) == w_down.size(2),
@@ -194,7 +225,8 @@ at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
               w_gate_up.sizes(), " and ", w_down.sizes());
   TORCH_CHECK(rows.dim() == 2 && rows.size(1) == w_gate_up.size(1), "grouped_swiglu: rows ",
               rows.sizes(), " do not have the experts' hidden size ", w_gate_up.size(1));
-  return GroupedSwiGLUFunction::apply(rows.contiguous(), w_gate_up, w_down, rows_per_expert);
+  return GroupedSwiGLUFunction::apply(rows.contiguous(), w_gate_up, w_down, rows_per_expert,
+                                      use_fused_kernels);
 }
 
 at::Tensor swiglu_expert(const at::Tensor& x, const at::Tensor& w_gate_up,
@@ -240,7 +272,7 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t num_local_experts, int64_t hidden
 
 at::Tensor GroupedExpertsImpl::forward(const at::Tensor& rows,
                                        const std::vector<int64_t>& rows_per_expert) {
-  return grouped_swiglu(rows, w_gate_up, w_down, rows_per_expert);
+  return grouped_swiglu(rows, w_gate_up, w_down, rows_per_expert, use_fused_kernels);
 }
 
 }  // namespace moescope::runtime

@@ -25,7 +25,9 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group)
                                                             : config_.ffn_hidden_size);
     shared_experts = register_module(
         "shared_experts", GroupedExperts(1, config_.hidden_size, width, config_.init_std));
+    shared_experts->use_fused_kernels = config_.use_fused_kernels;
   }
+  experts->use_fused_kernels = config_.use_fused_kernels;
   accumulated_load =
       register_buffer("accumulated_load", at::zeros({config_.num_experts}, at::kLong));
   slots_ = ExpertSlots(
@@ -116,12 +118,11 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
       receive_cap = apply_receive_cap(slot_indices, keep_mask, routing.top_k_weights);
       keep_mask = receive_cap.keep_mask;
     }
-    plan = build_dispatch_plan(slot_indices, keep_mask, num_expert_slots(config_));
+    plan = build_dispatch_plan(slot_indices, keep_mask, num_expert_slots(config_),
+                               config_.use_fused_kernels);
     // Rows only travel (nothing saves them for backward) when the experts are elsewhere.
-    rows = permute_tokens(tokens, plan.row_to_token, pool, DispatchBufferKind::kDispatchSend);
+    rows = permute_tokens(tokens, plan, pool, DispatchBufferKind::kDispatchSend);
   }
-  const at::Tensor row_weights =
-      gather_row_weights(routing.top_k_weights, plan, tokens.scalar_type());  // [R]
 
   at::Tensor expert_rows = rows;
   std::vector<int64_t> rows_per_local_expert = plan.rows_per_expert;
@@ -154,7 +155,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   at::Tensor output;
   {
     PhaseRange range(MoEPhase::kUnpermute);
-    output = unpermute_tokens(returned_rows, row_weights, plan.row_to_token, num_tokens);
+    output = combine_tokens(returned_rows, routing.top_k_weights, plan);
   }
   output = add_shared_experts(output, tokens, /*use_oracle=*/false);
 

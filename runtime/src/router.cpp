@@ -1,11 +1,105 @@
 #include "moescope/runtime/router.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/init.h>
 
 #include <limits>
 
+#include "cuda_kernel_path.h"
+
 namespace moescope::runtime {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The fused router's settings for `config`; the caller checks supports_router() before use.
+kernels::RouterConfig kernel_router_config(const MoEConfig& config) {
+  kernels::RouterConfig router;
+  router.num_experts = static_cast<int>(config.num_experts);
+  router.top_k = static_cast<int>(config.top_k);
+  router.score_function = config.score_function == ScoreFunction::kSoftmax
+                              ? kernels::ScoreFunction::kSoftmax
+                              : kernels::ScoreFunction::kSigmoid;
+  router.num_groups = static_cast<int>(config.num_groups);
+  router.group_top_k = static_cast<int>(config.group_top_k);
+  router.normalize_top_k = config.normalize_top_k_weights;
+  // The ATen path multiplies fp32 weights by this double, which ATen rounds to float too.
+  router.scaling_factor = static_cast<float>(config.routed_scaling_factor);
+  return router;
+}
+
+// The fused router kernel must compute exactly what the ATen path below computes: scores =
+// softmax|sigmoid(logits); selection on scores + expert_bias with the same group limit (a group's
+// score is the sum of its top-2); weights = gathered unbiased scores, divided by (sum + 1e-20) when
+// normalising, times routed_scaling_factor. It does not cover routing replay or forced uniform
+// routing (selection is bypassed there), fp64 routers, or NaN logits (the kernel ranks NaN lowest
+// where at::topk ranks it highest), so it runs only under NonFinitePolicy::kError, where NaN/Inf
+// logits have already thrown.
+bool use_fused_router(const MoEConfig& config, const at::Tensor& logits, bool has_replay) {
+  if (has_replay || config.force_uniform_routing ||
+      config.nonfinite_policy != NonFinitePolicy::kError ||
+      !kernel_path::enabled_for(config.use_fused_kernels, logits) ||
+      config.num_experts > std::numeric_limits<int>::max()) {
+    return false;
+  }
+  return kernel_path::router_applies(kernel_router_config(config), logits);
+}
+
+// logits [T, E] -> {scores [T, E], top_k_ids [T, K] int32, top_k_weights [T, K],
+// selections_per_expert [E] int32} in one kernel; backward in one kernel too. Gradients reach the
+// logits from both the weights and the scores (balancing losses); ids and counts carry none, and
+// neither does the selection-only expert bias.
+struct FusedRouterFunction : public torch::autograd::Function<FusedRouterFunction> {
+  // expert_bias: [E] float32, nullptr without the bias (a pointer: custom Functions take no
+  // undefined tensors).
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& logits,
+                               const at::Tensor* expert_bias, const MoEConfig& config) {
+    const kernels::RouterConfig router = kernel_router_config(config);
+    kernel_path::FusedRouterOutputs out = kernel_path::router_forward(
+        logits.contiguous(), expert_bias != nullptr ? *expert_bias : at::Tensor(), router);
+    ctx->mark_non_differentiable({out.top_k_ids, out.selections_per_expert});
+    ctx->set_materialize_grads(false);  // unused scores/weights: undefined, not zero-filled
+    ctx->save_for_backward({out.scores, out.top_k_ids});
+    ctx->saved_data["num_experts"] = config.num_experts;
+    ctx->saved_data["top_k"] = config.top_k;
+    ctx->saved_data["sigmoid"] = config.score_function == ScoreFunction::kSigmoid;
+    ctx->saved_data["num_groups"] = config.num_groups;
+    ctx->saved_data["group_top_k"] = config.group_top_k;
+    ctx->saved_data["normalize"] = config.normalize_top_k_weights;
+    ctx->saved_data["scaling_factor"] = config.routed_scaling_factor;
+    return {out.scores, out.top_k_ids, out.top_k_weights, out.selections_per_expert};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& scores = saved[0];
+    const at::Tensor& top_k_ids = saved[1];
+    const at::Tensor& grad_scores = grad_outputs[0];
+    at::Tensor grad_weights = grad_outputs[2];
+    if (!grad_scores.defined() && !grad_weights.defined()) {
+      return {at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    if (!grad_weights.defined()) grad_weights = at::zeros(top_k_ids.sizes(), scores.options());
+    MoEConfig config;
+    config.num_experts = ctx->saved_data["num_experts"].toInt();
+    config.top_k = ctx->saved_data["top_k"].toInt();
+    config.score_function =
+        ctx->saved_data["sigmoid"].toBool() ? ScoreFunction::kSigmoid : ScoreFunction::kSoftmax;
+    config.num_groups = ctx->saved_data["num_groups"].toInt();
+    config.group_top_k = ctx->saved_data["group_top_k"].toInt();
+    config.normalize_top_k_weights = ctx->saved_data["normalize"].toBool();
+    config.routed_scaling_factor = ctx->saved_data["scaling_factor"].toDouble();
+    const at::Tensor grad_logits = kernel_path::router_backward(
+        scores, top_k_ids, grad_weights.to(at::kFloat).contiguous(),
+        grad_scores.defined() ? grad_scores.to(at::kFloat).contiguous() : at::Tensor(),
+        kernel_router_config(config));
+    return {grad_logits, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
 
 at::Tensor RouterLosses::total(const at::TensorOptions& like) const {
   at::Tensor sum = at::zeros({}, like);
@@ -82,37 +176,51 @@ RoutingResult RouterImpl::forward(const at::Tensor& hidden, int64_t sequence_len
                 ": router logits contain NaN or Inf (check the input hidden states; "
                 "NonFinitePolicy::kDontCheck disables this check)");
   }
-  result.scores = config_.score_function == ScoreFunction::kSoftmax ? at::softmax(result.logits, -1)
-                                                                    : at::sigmoid(result.logits);
-
-  if (replayed_indices.has_value()) {
-    const at::Tensor& replayed = *replayed_indices;
-    TORCH_CHECK(replayed.dim() == 2 && replayed.size(0) == num_tokens && replayed.size(1) == top_k,
-                "Router: replayed routing for layer ", config_.layer_index, " has shape ",
-                replayed.sizes(), ", expected [", num_tokens, ", ", top_k, "]");
-    TORCH_CHECK(replayed.scalar_type() == at::kLong, "Router: replayed routing must be int64");
-    if (replayed.numel() > 0) {
-      TORCH_CHECK(
-          replayed.min().item<int64_t>() >= 0 && replayed.max().item<int64_t>() < num_experts,
-          "Router: replayed routing holds expert ids outside [0, ", num_experts, ")");
-    }
-    result.top_k_indices = replayed.to(hidden.device());
-  } else if (config_.force_uniform_routing) {
-    result.top_k_indices = forced_uniform_indices(num_tokens, top_k, num_experts, hidden.options());
+  if (use_fused_router(config_, result.logits, replayed_indices.has_value())) {
+    const at::Tensor bias =
+        config_.enable_expert_bias ? expert_bias.to(at::kFloat).contiguous() : at::Tensor();
+    const variable_list fused = FusedRouterFunction::apply(
+        result.logits, config_.enable_expert_bias ? &bias : nullptr, config_);
+    result.scores = fused[0];
+    result.top_k_indices = fused[1].to(at::kLong);
+    result.top_k_weights = fused[2];
+    result.tokens_per_expert = fused[3].to(at::kLong);
   } else {
-    at::NoGradGuard no_grad;
-    result.top_k_indices = select_experts(result.scores.detach());
-  }
+    result.scores = config_.score_function == ScoreFunction::kSoftmax
+                        ? at::softmax(result.logits, -1)
+                        : at::sigmoid(result.logits);
 
-  result.top_k_weights = result.scores.gather(1, result.top_k_indices);
-  if (config_.normalize_top_k_weights) {
-    result.top_k_weights =
-        result.top_k_weights / (result.top_k_weights.sum(-1, /*keepdim=*/true) + 1e-20);
+    if (replayed_indices.has_value()) {
+      const at::Tensor& replayed = *replayed_indices;
+      TORCH_CHECK(
+          replayed.dim() == 2 && replayed.size(0) == num_tokens && replayed.size(1) == top_k,
+          "Router: replayed routing for layer ", config_.layer_index, " has shape ",
+          replayed.sizes(), ", expected [", num_tokens, ", ", top_k, "]");
+      TORCH_CHECK(replayed.scalar_type() == at::kLong, "Router: replayed routing must be int64");
+      if (replayed.numel() > 0) {
+        TORCH_CHECK(
+            replayed.min().item<int64_t>() >= 0 && replayed.max().item<int64_t>() < num_experts,
+            "Router: replayed routing holds expert ids outside [0, ", num_experts, ")");
+      }
+      result.top_k_indices = replayed.to(hidden.device());
+    } else if (config_.force_uniform_routing) {
+      result.top_k_indices =
+          forced_uniform_indices(num_tokens, top_k, num_experts, hidden.options());
+    } else {
+      at::NoGradGuard no_grad;
+      result.top_k_indices = select_experts(result.scores.detach());
+    }
+
+    result.top_k_weights = result.scores.gather(1, result.top_k_indices);
+    if (config_.normalize_top_k_weights) {
+      result.top_k_weights =
+          result.top_k_weights / (result.top_k_weights.sum(-1, /*keepdim=*/true) + 1e-20);
+    }
+    if (config_.routed_scaling_factor != 1.0) {
+      result.top_k_weights = result.top_k_weights * config_.routed_scaling_factor;
+    }
+    result.tokens_per_expert = at::bincount(result.top_k_indices.flatten(), {}, num_experts);
   }
-  if (config_.routed_scaling_factor != 1.0) {
-    result.top_k_weights = result.top_k_weights * config_.routed_scaling_factor;
-  }
-  result.tokens_per_expert = at::bincount(result.top_k_indices.flatten(), {}, num_experts);
 
   if (num_tokens == 0) return result;  // losses of an empty batch stay undefined (zero)
 

@@ -7,8 +7,10 @@
 // one after another. expert(x) = (silu(x @ gate) * (x @ up)) @ down.
 //
 // grouped_mm / grouped_mm_weight_grad are the one place that picks a matmul implementation:
-// on CUDA bf16 at::_grouped_mm (one launch, no host sync), elsewhere a loop of at::mm over
-// contiguous segments. The kernels component plugs its own paths in here.
+// on CUDA bf16 at::_grouped_mm (one launch, no host sync); with use_fused_kernels, CUDA operands
+// at::_grouped_mm does not take (float32, or bf16 once it has failed) go to moescope_kernels'
+// cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx, float32 accumulation, no TF32) when it
+// supports them; elsewhere a loop of at::mm over contiguous segments.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -23,21 +25,28 @@ namespace moescope::runtime {
 
 /// out[rows of group g] = a[rows of group g] @ b[g]. a [R, K], b [G, K, N] -> [R, N].
 at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
-                      const std::vector<int64_t>& rows_per_group);
+                      const std::vector<int64_t>& rows_per_group, bool use_fused_kernels = false);
 
 /// out[g] = a[rows of g]^T @ d[rows of g] (the weight gradient). a [R, K], d [R, N] ->
 /// [G, K, N]; groups without rows get zeros.
 at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
-                                  const std::vector<int64_t>& rows_per_group);
+                                  const std::vector<int64_t>& rows_per_group,
+                                  bool use_fused_kernels = false);
 
 /// True when grouped_mm would take the at::_grouped_mm path for these operands.
 bool uses_device_grouped_mm(const at::Tensor& a, const at::Tensor& b);
+
+/// The implementation grouped_mm picks for a [R > 0, K] and b [G, K, N]: "at::_grouped_mm",
+/// "cuBLAS grouped GEMM" or "loop of at::mm".
+const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
+                                      bool use_fused_kernels);
 
 /// All local experts on expert-contiguous rows [R, H] -> [R, H], as one custom autograd
 /// Function: saves rows and the [R, 2F] pre-activation, recomputes the activation in backward
 /// and writes each expert's weight gradient directly (no per-expert zero-filled [G, ...] copy).
 at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
-                          const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert);
+                          const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert,
+                          bool use_fused_kernels = false);
 
 /// One expert with plain autograd ops: x [N, H], w_gate_up [H, 2F], w_down [F, H] -> [N, H].
 at::Tensor swiglu_expert(const at::Tensor& x, const at::Tensor& w_gate_up,
@@ -65,6 +74,9 @@ class GroupedExpertsImpl : public torch::nn::Module {
 
   at::Tensor w_gate_up;  // [G, H, 2F]
   at::Tensor w_down;     // [G, F, H]
+  // Lets grouped_mm use moescope_kernels' cuBLAS grouped GEMM (MoELayer sets it from
+  // MoEConfig.use_fused_kernels).
+  bool use_fused_kernels = false;
 };
 TORCH_MODULE(GroupedExperts);
 

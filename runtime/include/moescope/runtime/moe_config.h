@@ -103,6 +103,14 @@ struct MoEConfig {
   int64_t num_shared_experts = 0;
   int64_t shared_ffn_hidden_size = 0;
 
+  // ---- kernels ---------------------------------------------------------------------------------
+  // On CUDA tensors, run the router, the routing map, permute and unpermute+combine (forward and
+  // backward) and the grouped GEMMs that at::_grouped_mm does not take (fp32) through
+  // moescope_kernels' CUDA kernels, each when this build has them and the op supports the sizes
+  // and dtypes; everything else, and everything when false, runs on ATen (docs/runtime.md).
+  // CPU tensors always run on ATen.
+  bool use_fused_kernels = true;
+
   // ---- bookkeeping -----------------------------------------------------------------------------
   int64_t layer_index = 0;  // names the layer in traces and routing replays
   double init_std = 0.02;   // std of the normal initialisation of every weight

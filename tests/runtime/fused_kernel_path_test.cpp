@@ -1,0 +1,304 @@
+// MoEConfig.use_fused_kernels on CPU machines: the flag, the CPU layer staying on ATen, and the
+// conventions the CUDA path relies on, checked against moescope_kernels' CPU references (the
+// oracle the CUDA kernels are checked against on the GPU): the routing map with row alignment 1
+// gives the dispatch plan's row order, the permute and unpermute+combine references compute
+// what permute_tokens/unpermute_tokens compute (forward and backward), and the fused router's
+// definition matches the runtime Router's forward and backward. No GPU result is simulated here:
+// the CUDA path itself runs in tests/device/moe_layer_device_check.cpp.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "moe_reference.h"
+#include "moescope/kernels/cpu_reference.h"
+#include "moescope/runtime/moe_layer.h"
+#include "moescope/runtime/token_dispatcher.h"
+
+namespace moescope::runtime {
+namespace {
+
+namespace ref = moescope::kernels::reference;
+using testing::max_abs_diff;
+using testing::small_config;
+
+std::vector<int32_t> to_int32_vector(const at::Tensor& tensor) {
+  const at::Tensor contiguous = tensor.to(at::kInt).contiguous();
+  return {contiguous.data_ptr<int32_t>(), contiguous.data_ptr<int32_t>() + contiguous.numel()};
+}
+
+at::Tensor int32_tensor(const std::vector<int32_t>& values) {
+  return at::tensor(values, at::kInt);
+}
+
+TEST(FusedKernelFlag, DefaultsOnAndReachesTheLayerAndExperts) {
+  MoEConfig config = small_config();
+  EXPECT_TRUE(config.use_fused_kernels);
+  config.num_shared_experts = 1;
+  for (const bool use_fused_kernels : {true, false}) {
+    config.use_fused_kernels = use_fused_kernels;
+    EXPECT_NO_THROW(validate_moe_config(config));
+    MoELayer layer(config);
+    EXPECT_EQ(layer->config().use_fused_kernels, use_fused_kernels);
+    EXPECT_EQ(layer->router->config().use_fused_kernels, use_fused_kernels);
+    EXPECT_EQ(layer->experts->use_fused_kernels, use_fused_kernels);
+    EXPECT_EQ(layer->shared_experts->use_fused_kernels, use_fused_kernels);
+  }
+}
+
+// Output, aux loss, loads and every gradient of one forward+backward of `config` on CPU.
+std::vector<at::Tensor> cpu_forward_backward(const MoEConfig& config) {
+  torch::manual_seed(5);
+  MoELayer layer(config);
+  if (config.enable_expert_bias) {
+    at::NoGradGuard no_grad;
+    layer->router->expert_bias.copy_(at::randn({config.num_experts}) * 0.1);
+  }
+  const at::Tensor input = at::randn({2, 24, 16}).requires_grad_(true);
+  const at::Tensor out_grad = at::randn({2, 24, 16});
+  MoEOutput out = layer->forward(input);
+  ((out.output * out_grad).sum() + out.aux_loss).backward();
+  return {out.output.detach(),
+          out.aux_loss.detach(),
+          out.tokens_per_expert,
+          at::tensor(out.num_dropped),
+          input.grad(),
+          layer->router->gate_weight.grad(),
+          layer->experts->w_gate_up.grad(),
+          layer->experts->w_down.grad()};
+}
+
+// CPU tensors never take the kernel path: with the flag on, forward and backward are bitwise the
+// ATen path's, for a router of every kind the fused router covers.
+TEST(FusedKernelFlag, CpuLayerIsBitwiseIdenticalWithFlagOnAndOff) {
+  MoEConfig softmax = small_config(16, 24, 8, 2);
+  softmax.capacity_factor = 1.0;
+  softmax.aux_loss_coeff = 1e-2;
+  softmax.z_loss_coeff = 1e-3;
+  softmax.num_shared_experts = 1;
+  MoEConfig sigmoid = small_config(16, 24, 8, 3);
+  sigmoid.score_function = ScoreFunction::kSigmoid;
+  sigmoid.num_groups = 4;
+  sigmoid.group_top_k = 2;
+  sigmoid.normalize_top_k_weights = true;
+  sigmoid.routed_scaling_factor = 2.5;
+  sigmoid.enable_expert_bias = true;
+  sigmoid.aux_loss_coeff = 1e-2;
+  for (MoEConfig config : {softmax, sigmoid}) {
+    SCOPED_TRACE(config.score_function == ScoreFunction::kSoftmax ? "softmax" : "sigmoid");
+    config.use_fused_kernels = false;
+    const std::vector<at::Tensor> aten = cpu_forward_backward(config);
+    if (config.capacity_factor > 0) {
+      EXPECT_GT(aten[3].item<int64_t>(), 0);  // capacity dropped assignments
+    }
+    config.use_fused_kernels = true;
+    const std::vector<at::Tensor> flagged = cpu_forward_backward(config);
+    ASSERT_EQ(aten.size(), flagged.size());
+    for (size_t i = 0; i < aten.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_TRUE(at::equal(aten[i], flagged[i]));
+    }
+  }
+}
+
+TEST(FusedKernelFlag, CpuDispatchPlanCarriesNoKernelIndices) {
+  torch::manual_seed(2);
+  const at::Tensor indices = at::randint(0, 6, {10, 2}, at::kLong);
+  const at::Tensor keep = at::rand({10, 2}) > 0.3;
+  const DispatchPlan fused = build_dispatch_plan(indices, keep, 6, /*use_fused_kernels=*/true);
+  const DispatchPlan aten = build_dispatch_plan(indices, keep, 6, /*use_fused_kernels=*/false);
+  EXPECT_FALSE(fused.row_sources.defined());
+  EXPECT_FALSE(fused.destination_rows.defined());
+  EXPECT_TRUE(at::equal(fused.row_to_assignment, aten.row_to_assignment));
+  EXPECT_EQ(fused.rows_per_expert, aten.rows_per_expert);
+}
+
+// The routing map the CUDA path builds (row alignment 1) has the dispatch plan's rows: same
+// counts, row r holds assignment row_to_assignment[r], dropped assignments have no row.
+TEST(FusedKernelConventions, RoutingMapWithAlignmentOneIsTheDispatchPlan) {
+  torch::manual_seed(4);
+  const int64_t tokens = 37, top_k = 3, experts = 7;
+  const at::Tensor indices = at::randint(0, experts, {tokens, top_k}, at::kLong);
+  const at::Tensor keep = at::rand({tokens, top_k}) > 0.25;
+  const DispatchPlan plan = build_dispatch_plan(indices, keep, experts);
+  const int64_t assignments = tokens * top_k;
+  const std::vector<int32_t> expert_ids = to_int32_vector(at::where(keep, indices, -1).flatten());
+  std::vector<int32_t> tokens_per_expert(experts), group_offsets(experts + 1);
+  std::vector<int32_t> destination_rows(assignments), row_sources(assignments);
+  ref::build_routing_map(expert_ids.data(), assignments, experts, /*row_alignment=*/1,
+                         tokens_per_expert.data(), group_offsets.data(), destination_rows.data(),
+                         row_sources.data(), assignments);
+  const int64_t rows = plan.row_to_assignment.size(0);
+  EXPECT_LT(rows, assignments);  // some assignments were dropped
+  EXPECT_TRUE(at::equal(int32_tensor(tokens_per_expert).to(at::kLong), plan.tokens_per_expert));
+  EXPECT_TRUE(at::equal(int32_tensor(row_sources).narrow(0, 0, rows).to(at::kLong),
+                        plan.row_to_assignment));
+  for (int64_t r = rows; r < assignments; ++r) EXPECT_EQ(row_sources[r], -1) << "row " << r;
+  const at::Tensor kept = keep.flatten();
+  for (int64_t a = 0; a < assignments; ++a) {
+    if (!kept[a].item<bool>()) {
+      EXPECT_EQ(destination_rows[a], -1) << "assignment " << a;
+    } else {
+      ASSERT_GE(destination_rows[a], 0) << "assignment " << a;
+      EXPECT_EQ(plan.row_to_assignment[destination_rows[a]].item<int64_t>(), a);
+    }
+  }
+}
+
+struct PlanIndices {
+  DispatchPlan plan;
+  std::vector<int32_t> destination_rows;  // [T*K]
+  std::vector<int32_t> row_sources;       // [R]
+};
+
+PlanIndices plan_with_kernel_indices(int64_t tokens, int64_t top_k, int64_t experts) {
+  const at::Tensor indices = at::randint(0, experts, {tokens, top_k}, at::kLong);
+  const at::Tensor keep = at::rand({tokens, top_k}) > 0.2;
+  PlanIndices result;
+  result.plan = build_dispatch_plan(indices, keep, experts);
+  const int64_t assignments = tokens * top_k;
+  result.destination_rows.assign(assignments, -1);
+  const std::vector<int32_t> sources = to_int32_vector(result.plan.row_to_assignment);
+  for (size_t r = 0; r < sources.size(); ++r) {
+    result.destination_rows[sources[r]] = static_cast<int32_t>(r);
+  }
+  result.row_sources = sources;
+  return result;
+}
+
+TEST(FusedKernelConventions, PermuteReferenceIsPermuteTokens) {
+  torch::manual_seed(6);
+  const int64_t tokens = 21, top_k = 2, experts = 5, hidden = 12;
+  const PlanIndices p = plan_with_kernel_indices(tokens, top_k, experts);
+  const int64_t rows = static_cast<int64_t>(p.row_sources.size());
+  const at::Tensor hidden_states = at::randn({tokens, hidden}).requires_grad_(true);
+  const at::Tensor grad_rows = at::randn({rows, hidden});
+  const at::Tensor runtime_rows = permute_tokens(hidden_states, p.plan.row_to_token);
+  (runtime_rows * grad_rows).sum().backward();
+
+  at::Tensor reference_rows = at::empty({rows, hidden});
+  const at::Tensor tokens_contiguous = hidden_states.detach().contiguous();
+  ref::permute_tokens(tokens_contiguous.data_ptr(), kernels::DType::kFloat32, tokens, hidden,
+                      static_cast<int>(top_k), p.row_sources.data(), rows,
+                      reference_rows.data_ptr());
+  EXPECT_TRUE(at::equal(reference_rows, runtime_rows.detach()));
+  at::Tensor reference_grad = at::empty({tokens, hidden});
+  ref::permute_tokens_backward(grad_rows.data_ptr(), kernels::DType::kFloat32, tokens, hidden,
+                               static_cast<int>(top_k), p.destination_rows.data(),
+                               reference_grad.data_ptr());
+  EXPECT_LT(max_abs_diff(reference_grad, hidden_states.grad()), 1e-6);
+}
+
+// The fused combine takes the router's [T, K] float32 weights where the ATen path takes [R]
+// row weights: both give the same output, and the same gradients for rows and [T, K] weights.
+TEST(FusedKernelConventions, CombineReferenceIsUnpermuteTokens) {
+  torch::manual_seed(7);
+  const int64_t tokens = 19, top_k = 3, experts = 6, hidden = 10;
+  const PlanIndices p = plan_with_kernel_indices(tokens, top_k, experts);
+  const int64_t rows = static_cast<int64_t>(p.row_sources.size());
+  const at::Tensor expert_rows = at::randn({rows, hidden}).requires_grad_(true);
+  const at::Tensor top_k_weights = at::rand({tokens, top_k}).requires_grad_(true);
+  const at::Tensor grad_output = at::randn({tokens, hidden});
+  const at::Tensor runtime_output =
+      unpermute_tokens(expert_rows, gather_row_weights(top_k_weights, p.plan, at::kFloat),
+                       p.plan.row_to_token, tokens);
+  (runtime_output * grad_output).sum().backward();
+  // combine_tokens is the same ATen composition on CPU.
+  EXPECT_TRUE(at::equal(combine_tokens(expert_rows, top_k_weights, p.plan), runtime_output));
+
+  const at::Tensor rows_contiguous = expert_rows.detach().contiguous();
+  const at::Tensor weights_contiguous = top_k_weights.detach().contiguous();
+  at::Tensor reference_output = at::empty({tokens, hidden});
+  ref::unpermute_combine(rows_contiguous.data_ptr(), kernels::DType::kFloat32,
+                         weights_contiguous.data_ptr<float>(), p.destination_rows.data(), tokens,
+                         hidden, static_cast<int>(top_k), reference_output.data_ptr());
+  EXPECT_LT(max_abs_diff(reference_output, runtime_output.detach()), 1e-6);
+
+  at::Tensor reference_grad_rows = at::empty({rows, hidden});
+  at::Tensor reference_grad_weights = at::empty({tokens, top_k});
+  ref::unpermute_combine_backward(grad_output.data_ptr(), rows_contiguous.data_ptr(),
+                                  kernels::DType::kFloat32, weights_contiguous.data_ptr<float>(),
+                                  p.destination_rows.data(), p.row_sources.data(), rows, tokens,
+                                  hidden, static_cast<int>(top_k), reference_grad_rows.data_ptr(),
+                                  reference_grad_weights.data_ptr<float>());
+  EXPECT_LT(max_abs_diff(reference_grad_rows, expert_rows.grad()), 1e-6);
+  EXPECT_LT(max_abs_diff(reference_grad_weights, top_k_weights.grad()), 1e-5);
+}
+
+kernels::RouterConfig kernel_config_of(const MoEConfig& config) {
+  kernels::RouterConfig router;
+  router.num_experts = static_cast<int>(config.num_experts);
+  router.top_k = static_cast<int>(config.top_k);
+  router.score_function = config.score_function == ScoreFunction::kSoftmax
+                              ? kernels::ScoreFunction::kSoftmax
+                              : kernels::ScoreFunction::kSigmoid;
+  router.num_groups = static_cast<int>(config.num_groups);
+  router.group_top_k = static_cast<int>(config.group_top_k);
+  router.normalize_top_k = config.normalize_top_k_weights;
+  router.scaling_factor = static_cast<float>(config.routed_scaling_factor);
+  return router;
+}
+
+// The fused router may replace the Router's ATen path only because they define the same thing:
+// same selection (bias for selection only, group limit by top-2 sums), same weights
+// (normalisation epsilon, scaling), same gradient into the logits from weights and scores.
+TEST(FusedKernelConventions, RouterReferenceIsTheRuntimeRouter) {
+  MoEConfig softmax = small_config(16, 24, 8, 2);
+  MoEConfig sigmoid = small_config(16, 24, 16, 4);
+  sigmoid.score_function = ScoreFunction::kSigmoid;
+  sigmoid.num_groups = 4;
+  sigmoid.group_top_k = 2;
+  sigmoid.normalize_top_k_weights = true;
+  sigmoid.routed_scaling_factor = 2.5;
+  sigmoid.enable_expert_bias = true;
+  MoEConfig softmax_normalized = small_config(16, 24, 8, 3);
+  softmax_normalized.normalize_top_k_weights = true;
+  softmax_normalized.num_groups = 2;
+  softmax_normalized.group_top_k = 1;
+  int case_index = 0;
+  for (const MoEConfig& config : {softmax, sigmoid, softmax_normalized}) {
+    SCOPED_TRACE(case_index++);
+    torch::manual_seed(8);
+    Router router(config);
+    if (config.enable_expert_bias) {
+      at::NoGradGuard no_grad;
+      router->expert_bias.copy_(at::randn({config.num_experts}) * 0.1);
+    }
+    const int64_t tokens = 50;
+    const RoutingResult routing = router->forward(at::randn({tokens, config.hidden_size}));
+    const int64_t experts = config.num_experts, top_k = config.top_k;
+    const kernels::RouterConfig kernel_config = kernel_config_of(config);
+    const at::Tensor logits = routing.logits.detach().contiguous();
+    const at::Tensor bias = router->expert_bias.contiguous();
+    at::Tensor scores = at::empty({tokens, experts});
+    at::Tensor weights = at::empty({tokens, top_k});
+    std::vector<int32_t> ids(tokens * top_k), selections(experts);
+    ref::router_forward(logits.data_ptr<float>(),
+                        config.enable_expert_bias ? bias.data_ptr<float>() : nullptr, tokens,
+                        kernel_config, scores.data_ptr<float>(), ids.data(),
+                        weights.data_ptr<float>(), selections.data());
+    EXPECT_TRUE(
+        at::equal(int32_tensor(ids).to(at::kLong).view({tokens, top_k}), routing.top_k_indices));
+    EXPECT_TRUE(at::equal(int32_tensor(selections).to(at::kLong), routing.tokens_per_expert));
+    EXPECT_LT(max_abs_diff(scores, routing.scores), 1e-6);
+    EXPECT_LT(max_abs_diff(weights, routing.top_k_weights), 1e-5);
+
+    const at::Tensor grad_weights = at::randn({tokens, top_k});
+    const at::Tensor grad_scores = at::randn({tokens, experts});
+    const at::Tensor loss =
+        (routing.top_k_weights * grad_weights).sum() + (routing.scores * grad_scores).sum();
+    const at::Tensor runtime_grad_logits = torch::autograd::grad({loss}, {routing.logits})[0];
+    at::Tensor reference_grad_logits = at::empty({tokens, experts});
+    const at::Tensor reference_scores = scores.contiguous();
+    ref::router_backward(reference_scores.data_ptr<float>(), ids.data(),
+                         grad_weights.data_ptr<float>(), grad_scores.data_ptr<float>(), tokens,
+                         kernel_config, reference_grad_logits.data_ptr<float>());
+    EXPECT_LT(max_abs_diff(reference_grad_logits, runtime_grad_logits), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace moescope::runtime
