@@ -1,6 +1,7 @@
 #include "synthetic_moe_trace.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <system_error>
 
 #include "moescope/profiler/trace_writer.h"
 
@@ -127,10 +129,35 @@ std::string nasty_span_name() {
       "\xf0\x9f\x98\x80 </script>");
 }
 
+namespace {
+
+// The directories this process made, removed when it exits (unless MOESCOPE_KEEP_TEST_FILES is
+// set). Only by the process that made them: a forked child leaving must not take them along.
+struct TestDirectories {
+  pid_t owner = getpid();
+  std::vector<std::string> made;
+  ~TestDirectories() {
+    if (getpid() != owner || std::getenv("MOESCOPE_KEEP_TEST_FILES")) return;
+    std::error_code ignored;
+    for (const std::string& directory : made) std::filesystem::remove_all(directory, ignored);
+  }
+};
+
+}  // namespace
+
 std::string test_directory(const std::string& name) {
-  std::string directory = ::testing::TempDir() + "/moescope_analysis_" + name;
+  // One directory per process: CTest runs every test case as its own process, two at a time
+  // (-j2), and several cases share a name ("read_time_index"). A shared directory was removed
+  // by one case while another was still reading its file from it.
+  static TestDirectories directories;
+  std::string directory =
+      ::testing::TempDir() + "/moescope_analysis_" + name + "_" + std::to_string(getpid());
   std::filesystem::remove_all(directory);
   std::filesystem::create_directories(directory);
+  if (std::find(directories.made.begin(), directories.made.end(), directory) ==
+      directories.made.end()) {
+    directories.made.push_back(directory);
+  }
   return directory;
 }
 
