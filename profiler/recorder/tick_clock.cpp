@@ -47,9 +47,20 @@ TickConverter::TickConverter() {
 
 void TickConverter::add_sync_point() {
 #if defined(__x86_64__)
-  SyncPoint now = sample();
   // Keep segments at least 10 ms long so clock-read jitter stays in the parts per million.
-  if (now.ns - current_.ns < 10000000) return;
+  constexpr uint64_t kMinSegmentNs = 10'000'000;
+  SyncPoint now = sample();
+  if (now.ns - current_.ns < kMinSegmentNs) {
+    // Only the first segment (the 200 us calibration) can be shorter: lengthen it to this
+    // point. Its rate then comes from the longer baseline, and ticks read before this point
+    // are interpolated: extrapolating the calibration's rate (about 1e-4 off from clock-read
+    // jitter) put events hundreds of ns off in recordings shorter than 10 ms.
+    if (current_.ns - previous_.ns < kMinSegmentNs && now.ticks > previous_.ticks) {
+      current_ = now;
+      ns_per_tick_ = double(current_.ns - previous_.ns) / double(current_.ticks - previous_.ticks);
+    }
+    return;
+  }
   previous_ = current_;
   current_ = now;
   if (current_.ticks > previous_.ticks) {
