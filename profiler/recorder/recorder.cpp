@@ -57,7 +57,14 @@ bool Recorder::start(const char* path_pattern, const char* metadata_json) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mutex_);
   if (active_) return true;
   options_ = RecorderOptions::from_environment();
-  if (!pool_) pool_ = new BlockPool(options_.max_buffer_bytes / sizeof(Block) + 1);
+  // One pool per process (buffers of an earlier recording may still hold blocks), but each
+  // recording has its own budget: a second recording used to keep the first one's.
+  const size_t max_blocks = options_.max_buffer_bytes / sizeof(Block) + 1;
+  if (!pool_) {
+    pool_ = new BlockPool(max_blocks);
+  } else {
+    pool_->set_max_blocks(max_blocks);
+  }
   ProcessIdentity identity = current_process_identity();
   path_ = expand_trace_path(path_pattern ? path_pattern : "moescope.%p.moetrace", identity);
   clock_ = TickConverter();

@@ -26,7 +26,22 @@ Block* BlockPool::acquire() {
 
 void BlockPool::release(Block* block) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (allocated_ > max_blocks_) {
+    delete block;
+    --allocated_;
+    return;
+  }
   free_.push_back(block);
+}
+
+void BlockPool::set_max_blocks(size_t max_blocks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_blocks_ = max_blocks;
+  while (allocated_ > max_blocks_ && !free_.empty()) {
+    delete free_.back();
+    free_.pop_back();
+    --allocated_;
+  }
 }
 
 size_t BlockPool::blocks_in_use() const {

@@ -34,6 +34,9 @@ class BlockPool {
   ~BlockPool();
   Block* acquire();  // nullptr when the budget is used up
   void release(Block* block);
+  // A new recording's budget (MOESCOPE_BUFFER_MB); free blocks above it are freed now, blocks
+  // in use above it as they come back.
+  void set_max_blocks(size_t max_blocks);
   size_t blocks_in_use() const;
 
  private:

@@ -83,6 +83,15 @@ TEST(RecorderStress, ThreadsTimesEventsNothingLostOrderKept) {
 }
 
 TEST(RecorderStress, BoundedBuffersDropAndCountInsteadOfGrowing) {
+  // First a recording with the default budget (256 MB), as a program that records twice does:
+  // its blocks stay in the process's pool. The budget set below must hold all the same (it used
+  // to be fixed by the first recording, so this test failed whenever it did not run alone).
+  std::string earlier = testing::temp_path("bounded_earlier.moetrace");
+  ASSERT_EQ(moescope_recorder_start(earlier.c_str(), nullptr), 0);
+  for (int i = 0; i < 200'000; ++i) moescope_counter(1, i);  // 4.8 MB of blocks
+  moescope_recorder_stop();
+  std::remove(earlier.c_str());
+
   // 1 MB of buffers and a long flush interval: a burst overflows, and the loss is counted.
   setenv("MOESCOPE_BUFFER_MB", "1", 1);
   setenv("MOESCOPE_FLUSH_MS", "200", 1);
