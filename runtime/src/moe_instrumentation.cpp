@@ -82,22 +82,30 @@ bool is_trace_recording() {
 }
 
 PhaseRange::PhaseRange(MoEPhase phase) {
+  // One range per phase. While our recorder runs it records the span itself: an NVTX range
+  // would reach moescope's own NVTX injection too and appear twice. Otherwise NVTX tells
+  // whichever tool listens (Nsight Systems).
+  if (is_trace_recording()) {
+    // Interned per use: ids belong to one recording, and a recorder may restart.
+    moescope_span_begin(moescope_intern("moescope"), moescope_intern(phase_name(phase)));
+    open_ = Open::kRecorderSpan;
+    return;
+  }
   nvtxEventAttributes_t attributes{};
   attributes.version = NVTX_VERSION;
   attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
   attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   attributes.message.registered = nvtx_phase_string(phase);
   nvtxDomainRangePushEx(nvtx_domain(), &attributes);
-  if (is_trace_recording()) {
-    // Interned per use: ids belong to one recording, and a recorder may restart.
-    moescope_span_begin(moescope_intern("moescope"), moescope_intern(phase_name(phase)));
-    span_open_ = true;
-  }
+  open_ = Open::kNvtxRange;
 }
 
 PhaseRange::~PhaseRange() {
-  if (span_open_) moescope_span_end();
-  nvtxDomainRangePop(nvtx_domain());
+  if (open_ == Open::kRecorderSpan) {
+    moescope_span_end();
+  } else {
+    nvtxDomainRangePop(nvtx_domain());
+  }
 }
 
 void set_training_step(int64_t step) {

@@ -71,6 +71,18 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
     std::vector<int64_t> steps;
     for (const auto& marker : process.step_markers) steps.push_back(marker.step);
     EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3})) << process.file;
+    // Each MoE layer forward is one span per phase: the runtime's range reaches the trace once
+    // although moescope's NVTX injection is listening too.
+    std::map<std::string, int> phase_spans;
+    for (const auto& thread : process.threads) {
+      for (const auto& span : thread.spans) {
+        const std::string& name = model.name(span.name);
+        if (name.starts_with("moe.")) ++phase_spans[name];
+      }
+    }
+    for (const char* phase : {"moe.layer", "moe.route", "moe.dispatch_a2a", "moe.combine_a2a"}) {
+      EXPECT_EQ(phase_spans[phase], 4 * 2) << phase << " in " << process.file;  // steps x layers
+    }
   }
   EXPECT_EQ(ranks, (std::set<int32_t>{0, 1}));
   EXPECT_EQ(model.step_source, analysis::StepSource::kMarkers);

@@ -28,7 +28,8 @@ const char* phase_name(MoEPhase phase);
 /// True while a moescope recorder writes a trace in this process.
 bool is_trace_recording();
 
-/// An NVTX range plus a recorder span for the lifetime of the object.
+/// A recorder span for the lifetime of the object while a recorder is active, an NVTX range in
+/// the "moescope" domain otherwise (never both: moescope's NVTX injection would record it twice).
 class PhaseRange {
  public:
   explicit PhaseRange(MoEPhase phase);
@@ -37,7 +38,8 @@ class PhaseRange {
   PhaseRange& operator=(const PhaseRange&) = delete;
 
  private:
-  bool span_open_ = false;
+  enum class Open { kNvtxRange, kRecorderSpan };
+  Open open_ = Open::kNvtxRange;
 };
 
 /// Marks the start of a training step: records moescope_step(step) and makes `step` the step
