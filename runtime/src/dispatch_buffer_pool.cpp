@@ -73,8 +73,9 @@ void DispatchBufferPool::reallocate(DispatchBufferKind kind, int64_t rows) {
   ++stats_.allocations;
   stats_.bytes_reserved += buffer.nbytes();
   stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  static const moescope_name_t counter_name = moescope_intern("memory.dispatch_buffers");
-  moescope_counter(counter_name, static_cast<double>(stats_.bytes_reserved));
+  // Interned per call: ids belong to one recording, and a recorder may restart.
+  moescope_counter(moescope_intern("memory.dispatch_buffers"),
+                   static_cast<double>(stats_.bytes_reserved));
 }
 
 void DispatchBufferPool::reserve_for_predicted_load(double predicted_max_rank_rows) {

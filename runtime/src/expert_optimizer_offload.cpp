@@ -314,12 +314,12 @@ ExpertParamState ExpertOptimizerOffload::state(int64_t expert, int64_t parameter
 }
 
 void ExpertOptimizerOffload::record() const {
-  static const moescope_name_t offloaded_name = moescope_intern("memory.optimizer_state_offloaded");
-  static const moescope_name_t resident_name =
-      moescope_intern("memory.optimizer_state_expert_resident");
   if (!moescope_recording) return;
-  moescope_counter(offloaded_name, static_cast<double>(offloaded_state_bytes()));
-  moescope_counter(resident_name, static_cast<double>(resident_state_bytes()));
+  // Interned per call: ids belong to one recording, and a recorder may restart.
+  moescope_counter(moescope_intern("memory.optimizer_state_offloaded"),
+                   static_cast<double>(offloaded_state_bytes()));
+  moescope_counter(moescope_intern("memory.optimizer_state_expert_resident"),
+                   static_cast<double>(resident_state_bytes()));
 }
 
 }  // namespace moescope::runtime

@@ -120,22 +120,14 @@ MemoryBreakdown measure_memory(const MemorySources& sources) {
 
 void record_memory_breakdown(const MemoryBreakdown& breakdown) {
   if (!moescope_recording) return;
-  static const std::array<moescope_name_t, kNumMemoryCategories> names = [] {
-    std::array<moescope_name_t, kNumMemoryCategories> interned{};
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      interned[static_cast<size_t>(c)] =
-          moescope_intern(memory_counter_name(static_cast<MemoryCategory>(c)));
-    }
-    return interned;
-  }();
-  static const moescope_name_t total_name = moescope_intern("memory.total");
-  static const moescope_name_t offloaded_name = moescope_intern("memory.optimizer_state_offloaded");
+  // Interned per call: ids belong to one recording, and a recorder may restart (a forked child).
   for (int c = 0; c < kNumMemoryCategories; ++c) {
-    moescope_counter(names[static_cast<size_t>(c)],
+    moescope_counter(moescope_intern(memory_counter_name(static_cast<MemoryCategory>(c))),
                      static_cast<double>(breakdown.bytes[static_cast<size_t>(c)]));
   }
-  moescope_counter(total_name, static_cast<double>(breakdown.total()));
-  moescope_counter(offloaded_name, static_cast<double>(breakdown.offloaded_optimizer_state_bytes));
+  moescope_counter(moescope_intern("memory.total"), static_cast<double>(breakdown.total()));
+  moescope_counter(moescope_intern("memory.optimizer_state_offloaded"),
+                   static_cast<double>(breakdown.offloaded_optimizer_state_bytes));
 }
 
 }  // namespace moescope::runtime

@@ -122,8 +122,9 @@ ReceiveCapResult ReceiveCap::apply(const at::Tensor& local_expert_of_row,
 }
 
 void ReceiveCap::record(const ReceiveCapResult& result) {
-  static const moescope_name_t dropped_name = moescope_intern("receive_cap.dropped_rows");
-  moescope_counter(dropped_name, static_cast<double>(result.num_dropped_rows));
+  // Interned per call: ids belong to one recording, and a recorder may restart.
+  moescope_counter(moescope_intern("receive_cap.dropped_rows"),
+                   static_cast<double>(result.num_dropped_rows));
 }
 
 at::Tensor split_receive_cap(const at::Tensor& incoming_rows, int64_t max_rows) {

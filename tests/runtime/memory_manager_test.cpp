@@ -464,6 +464,43 @@ TEST(MemoryManagerTrace, PoolEventsAndMemoryCountersReachTheTrace) {
   EXPECT_EQ(last_counter(recorded, "receive_cap.dropped_rows"), 2);
 }
 
+// Name ids belong to one recording: a second recording in the same process (a restarted
+// recorder, a forked child's own trace) must still name every counter.
+TEST(MemoryManagerTrace, CountersKeepTheirNamesInASecondRecording) {
+  ToyMoE model;
+  MemorySources sources;
+  sources.model = &model;
+  auto record_counters = [&] {
+    DispatchBufferPool pool(pool_options(8, 1.0));
+    pool.reserve_for_predicted_load(10.0);
+    sources.dispatch_buffers = {&pool};
+    record_memory_breakdown(measure_memory(sources));
+    ReceiveCap cap({1, ReceiveCapPolicy::kDropLatestPosition});
+    ReceiveCap::record(cap.apply(longs({0, 0, 0}), at::Tensor(), longs({0, 1, 2}), 1));
+  };
+  const std::string first = ::testing::TempDir() + "moescope_memory_first.moetrace";
+  const std::string second = ::testing::TempDir() + "moescope_memory_second.moetrace";
+  ASSERT_EQ(moescope_recorder_start(first.c_str(), nullptr), 0);
+  record_counters();
+  moescope_recorder_stop();
+  ASSERT_EQ(moescope_recorder_start(second.c_str(), nullptr), 0);
+  for (const char* decoy : {"decoy.a", "decoy.b", "decoy.c", "decoy.d", "decoy.e"}) {
+    moescope_counter(moescope_intern(decoy), -1.0);  // takes the ids the first recording used
+  }
+  record_counters();
+  moescope_recorder_stop();
+
+  const RecordedMemory recorded = read_trace(second);
+  EXPECT_EQ(last_counter(recorded, "memory.expert_weights"), 4096);
+  EXPECT_EQ(last_counter(recorded, "memory.dispatch_buffers"), 4 * 320);
+  EXPECT_EQ(last_counter(recorded, "receive_cap.dropped_rows"), 2);
+  for (const auto& [name, value] : recorded.counters) {
+    if (name.starts_with("decoy.")) {
+      EXPECT_EQ(value, -1.0) << name;
+    }
+  }
+}
+
 // ---- ExpertOptimizerOffload ---------------------------------------------------------------
 
 std::unique_ptr<torch::optim::Optimizer> make_reference(ExpertOptimizerKind kind,
