@@ -345,8 +345,9 @@ CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
       apply_group_capacity(destination, weights, at::tensor(quota, at::kLong), policy);
   result.num_dropped -= already_dropped;
   if (is_trace_recording() && result.num_dropped > 0) {
-    static const moescope_name_t counter = moescope_intern("receive_cap.dropped_rows");
-    moescope_counter(counter, static_cast<double>(result.num_dropped));
+    // Interned per call: ids belong to one recording, and a recorder may restart.
+    moescope_counter(moescope_intern("receive_cap.dropped_rows"),
+                     static_cast<double>(result.num_dropped));
   }
   return result;
 }
