@@ -172,6 +172,13 @@ TEST(LayerStatistics, CountNonfiniteOnEveryPath) {
   EXPECT_EQ(count_nonfinite(values.t()), 3u);                  // non-contiguous: reduction path
   EXPECT_EQ(count_nonfinite(values.to(at::kBFloat16)), 3u);    // other dtypes: reduction path
   EXPECT_EQ(count_nonfinite(values.to(at::kDouble).abs()), 3u);
+  // The host loop works in blocks of 64: values in the last partial block count too.
+  at::Tensor ragged = at::randn({131});
+  ragged[0] = std::numeric_limits<float>::infinity();
+  ragged[129] = std::numeric_limits<float>::quiet_NaN();
+  ragged[130] = -std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(count_nonfinite(ragged), 3u);
+  EXPECT_EQ(count_nonfinite(ragged.narrow(0, 1, 129)), 1u);  // a view at an offset
   // Finite values whose fp32 sum overflows are still finite.
   EXPECT_EQ(count_nonfinite(at::full({4}, 3e38f).to(at::kBFloat16)), 0u);
   EXPECT_EQ(count_nonfinite(at::full({4}, 3e38f)), 0u);
