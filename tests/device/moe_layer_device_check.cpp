@@ -1,9 +1,15 @@
 // moe_layer_device_check: the MoE runtime on a CUDA GPU (H200), bf16.
-//   1. correctness: MoELayer (grouped experts, at::_grouped_mm when available) against the
-//      loop-over-experts oracle on the same weights, forward and backward, bf16 and fp32;
-//   2. performance: forward+backward tokens/s of MoELayer, the oracle, and a dense SwiGLU FFN
-//      with the same active parameters per token (width top_k * ffn), as a markdown table.
-// Exit status 1 when a correctness check fails or no CUDA device is there (never a silent pass).
+//   1. correctness: MoELayer (grouped experts, at::_grouped_mm when available, the fused CUDA
+//      kernels by default) against the loop-over-experts oracle on the same weights, forward and
+//      backward, bf16 and fp32;
+//   2. fused kernels: the same layer with MoEConfig.use_fused_kernels on and off (fused router,
+//      routing map, permute, unpermute+combine, fp32 cuBLAS grouped GEMM vs their ATen paths):
+//      identical routing, outputs and gradients within fp32/bf16 bounds, two router setups;
+//   3. performance: forward+backward tokens/s of MoELayer (fused kernels and ATen path), the
+//      oracle, and a dense SwiGLU FFN with the same active parameters per token (width
+//      top_k * ffn), as a markdown table.
+// Exit status 1 when a correctness check fails or no CUDA device is there (never a silent pass;
+// a NaN or Inf anywhere fails).
 // Build: tests/device/moe_layer_build.sh; run: build-device/moe_layer_device_check
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -11,12 +17,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "moescope/runtime/grouped_experts.h"
 #include "moescope/runtime/moe_layer.h"
+#include "moescope/runtime/routing_replay.h"
 
 using namespace moescope::runtime;
 
@@ -26,24 +35,34 @@ void sync() {
   torch::cuda::synchronize();
 }
 
+// Max |a - b| over max |b|; NaN when either side holds a NaN or Inf (so it never passes).
 double max_rel(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor fa = a.detach().to(at::kFloat), fb = b.detach().to(at::kFloat);
+  if (!at::isfinite(fa).all().item<bool>() || !at::isfinite(fb).all().item<bool>()) return NAN;
   return ((fa - fb).abs().max() / fb.abs().max().clamp_min(1e-30)).item<double>();
 }
 
 struct Grads {
-  at::Tensor output, grad_input, grad_w_gate_up, grad_w_down, grad_gate;
+  at::Tensor output, grad_input, grad_w_gate_up, grad_w_down, grad_gate, aux_loss;
 };
 
+// Loss = sum(output * out_grad) (+ aux_loss with include_aux_loss, so that gradients also reach
+// the router scores through the balancing losses).
 template <typename Forward>
 Grads forward_backward(MoELayer& layer, const at::Tensor& input, const at::Tensor& out_grad,
-                       Forward forward) {
+                       Forward forward, bool include_aux_loss = false) {
   layer->zero_grad();
   at::Tensor x = input.detach().requires_grad_(true);
   MoEOutput out = forward(x);
-  (out.output * out_grad).sum().backward();
-  return {out.output.detach(), x.grad().clone(), layer->experts->w_gate_up.grad().clone(),
-          layer->experts->w_down.grad().clone(), layer->router->gate_weight.grad().clone()};
+  at::Tensor loss = (out.output * out_grad).sum();
+  if (include_aux_loss) loss = loss + out.aux_loss.to(loss.scalar_type());
+  loss.backward();
+  return {out.output.detach(),
+          x.grad().clone(),
+          layer->experts->w_gate_up.grad().clone(),
+          layer->experts->w_down.grad().clone(),
+          layer->router->gate_weight.grad().clone(),
+          out.aux_loss.detach()};
 }
 
 bool check_correctness(at::ScalarType dtype, double tolerance) {
@@ -83,8 +102,107 @@ bool check_correctness(at::ScalarType dtype, double tolerance) {
   }
   const at::Tensor a = at::empty({16, 256}, options), b = at::empty({8, 256, 512}, options);
   std::printf("  %-9s grouped matmul path: %s\n", c10::toString(dtype),
-              uses_device_grouped_mm(a, b) ? "at::_grouped_mm" : "loop of at::mm");
+              grouped_mm_implementation(a, b, config.use_fused_kernels));
   return ok;
+}
+
+// Copies every parameter and buffer of `from` into `to` (same config but the kernel flag).
+void copy_layer_state(MoELayer& from, MoELayer& to) {
+  at::NoGradGuard no_grad;
+  auto to_parameters = to->named_parameters();
+  for (const auto& item : from->named_parameters()) to_parameters[item.key()].copy_(item.value());
+  auto to_buffers = to->named_buffers();
+  for (const auto& item : from->named_buffers()) to_buffers[item.key()].copy_(item.value());
+}
+
+// The layer with use_fused_kernels on against the same layer on the ATen path: the routing must
+// be identical (the fused router selects like at::topk; a near-tie within float rounding of
+// the two softmax implementations would show up here as a mismatch count), and the outputs and
+// gradients agree within `tolerance` (float32 sums in another order; bf16 rounding of the
+// combine weights on the ATen path).
+bool check_fused_against_aten(const char* name, MoEConfig config, at::ScalarType dtype,
+                              double tolerance) {
+  config.use_fused_kernels = false;
+  torch::manual_seed(3);
+  MoELayer aten(config);
+  config.use_fused_kernels = true;
+  MoELayer fused(config);
+  for (MoELayer* layer : {&aten, &fused}) {
+    (*layer)->to(at::kCUDA);
+    (*layer)->experts->to(dtype);
+    if ((*layer)->shared_experts) (*layer)->shared_experts->to(dtype);
+  }
+  if (config.enable_expert_bias) {  // a non-zero selection bias, as after some updates
+    at::NoGradGuard no_grad;
+    aten->router->expert_bias.copy_(at::randn({config.num_experts}) * 0.05);
+  }
+  copy_layer_state(aten, fused);
+  const auto options = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+  const at::Tensor input = at::randn({4000, config.hidden_size}, options);
+  const at::Tensor out_grad = at::randn({4000, config.hidden_size}, options);
+  auto aten_routing = std::make_shared<RoutingReplay>();
+  auto fused_routing = std::make_shared<RoutingReplay>();
+  aten_routing->set_mode(RoutingReplay::Mode::kRecord);
+  fused_routing->set_mode(RoutingReplay::Mode::kRecord);
+  aten->set_routing_replay(aten_routing);
+  fused->set_routing_replay(fused_routing);
+  const Grads reference = forward_backward(
+      aten, input, out_grad, [&](const at::Tensor& x) { return aten->forward(x); }, true);
+  const Grads result = forward_backward(
+      fused, input, out_grad, [&](const at::Tensor& x) { return fused->forward(x); }, true);
+  sync();
+
+  const at::Tensor aten_choice = aten_routing->replay(config.layer_index);
+  const at::Tensor fused_choice = fused_routing->replay(config.layer_index);
+  const int64_t differing_tokens = (aten_choice != fused_choice).any(1).sum().item<int64_t>();
+  bool ok = differing_tokens == 0;
+  std::printf("  %-9s %-22s routing: %lld of %lld tokens choose other experts %s\n",
+              c10::toString(dtype), name, static_cast<long long>(differing_tokens),
+              static_cast<long long>(aten_choice.size(0)), ok ? "ok" : "FAIL");
+  const std::vector<std::pair<const char*, double>> errors = {
+      {"output", max_rel(result.output, reference.output)},
+      {"grad_input", max_rel(result.grad_input, reference.grad_input)},
+      {"grad_w_gate_up", max_rel(result.grad_w_gate_up, reference.grad_w_gate_up)},
+      {"grad_w_down", max_rel(result.grad_w_down, reference.grad_w_down)},
+      {"grad_gate", max_rel(result.grad_gate, reference.grad_gate)},
+      {"aux_loss", max_rel(result.aux_loss, reference.aux_loss)}};
+  for (const auto& [what, error] : errors) {
+    const bool pass = std::isfinite(error) && error <= tolerance;
+    ok = ok && pass;
+    std::printf("  %-9s %-22s %-15s max rel err %.3e (bound %.1e) %s\n", c10::toString(dtype), name,
+                what, error, tolerance, pass ? "ok" : "FAIL");
+  }
+  return ok;
+}
+
+bool check_fused_kernels(at::ScalarType dtype, double tolerance) {
+  MoEConfig mixtral;  // softmax top-2, capacity dropping (dropped assignments in every kernel)
+  mixtral.hidden_size = 256;
+  mixtral.ffn_hidden_size = 512;
+  mixtral.num_experts = 8;
+  mixtral.top_k = 2;
+  mixtral.capacity_factor = 1.1;
+  mixtral.aux_loss_coeff = 1e-2;
+  mixtral.z_loss_coeff = 1e-3;
+  // Expert 7 gets no token: an empty group in the routing map and the grouped matmuls.
+  mixtral.gate_logit_skew = {0, 0, 0, 0, 0, 0, 0, -100};
+  MoEConfig deepseek;  // sigmoid, group-limited, biased selection, normalised and scaled weights
+  deepseek.hidden_size = 256;
+  deepseek.ffn_hidden_size = 256;
+  deepseek.num_experts = 32;
+  deepseek.top_k = 6;
+  deepseek.score_function = ScoreFunction::kSigmoid;
+  deepseek.num_groups = 8;
+  deepseek.group_top_k = 3;
+  deepseek.normalize_top_k_weights = true;
+  deepseek.routed_scaling_factor = 2.5;
+  deepseek.enable_expert_bias = true;
+  deepseek.aux_loss_coeff = 1e-3;
+  deepseek.num_shared_experts = 1;
+  const bool mixtral_ok = check_fused_against_aten("softmax/capacity", mixtral, dtype, tolerance);
+  const bool deepseek_ok =
+      check_fused_against_aten("sigmoid/groups/bias", deepseek, dtype, tolerance);
+  return mixtral_ok && deepseek_ok;
 }
 
 template <typename Step>
@@ -114,6 +232,12 @@ void benchmark(int64_t tokens, int64_t hidden, int64_t ffn, int64_t experts, int
   MoELayer layer(config);
   layer->to(at::kCUDA);
   layer->experts->to(at::kBFloat16);
+  MoEConfig aten_config = config;  // the same layer on the ATen path (no fused kernels)
+  aten_config.use_fused_kernels = false;
+  MoELayer aten_layer(aten_config);
+  aten_layer->to(at::kCUDA);
+  aten_layer->experts->to(at::kBFloat16);
+  copy_layer_state(layer, aten_layer);
   const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   const at::Tensor input = at::randn({tokens, hidden}, options);
   const at::Tensor out_grad = at::randn({tokens, hidden}, options);
@@ -129,19 +253,26 @@ void benchmark(int64_t tokens, int64_t hidden, int64_t ffn, int64_t experts, int
     MoEOutput out = oracle ? layer->forward_loop_oracle(x) : layer->forward(x);
     (out.output * out_grad).sum().backward();
   };
+  auto aten_layer_step = [&] {
+    aten_layer->zero_grad();
+    at::Tensor x = input.detach().requires_grad_(true);
+    (aten_layer->forward(x).output * out_grad).sum().backward();
+  };
   auto dense_step = [&] {
     at::Tensor x = input.detach().requires_grad_(true);
     (swiglu_expert(x, dense_w1, dense_w2) * out_grad).sum().backward();
   };
   const double moe_s = median_seconds([&] { layer_step(false); }, 10);
+  const double aten_s = median_seconds(aten_layer_step, 10);
   const double oracle_s = median_seconds([&] { layer_step(true); }, 10);
   const double dense_s = median_seconds(dense_step, 10);
   const double t = static_cast<double>(tokens);
   std::printf(
-      "| %6lld | %5lld | %5lld | %3lld | %lld | %12.0f | %12.0f | %12.0f | %6.2fx | %6.2f |\n",
+      "| %6lld | %5lld | %5lld | %3lld | %lld | %12.0f | %12.0f | %6.2fx | %12.0f | %12.0f | "
+      "%6.2fx | %6.2f |\n",
       static_cast<long long>(tokens), static_cast<long long>(hidden), static_cast<long long>(ffn),
-      static_cast<long long>(experts), static_cast<long long>(top_k), t / moe_s, t / oracle_s,
-      t / dense_s, oracle_s / moe_s, dense_s / moe_s);
+      static_cast<long long>(experts), static_cast<long long>(top_k), t / moe_s, t / aten_s,
+      aten_s / moe_s, t / oracle_s, t / dense_s, oracle_s / moe_s, dense_s / moe_s);
   std::fflush(stdout);
 }
 
@@ -155,11 +286,19 @@ int main() {
   std::printf("moe_layer_device_check: correctness, MoELayer vs loop-over-experts oracle (CUDA)\n");
   bool ok = check_correctness(at::kFloat, 1e-4);
   ok = check_correctness(at::kBFloat16, 3e-2) && ok;
-  std::printf("\nforward+backward tokens/s, bf16 (dense = SwiGLU FFN of width top_k*ffn)\n");
+  std::printf("\nfused CUDA kernels (use_fused_kernels) vs the ATen path, forward+backward\n");
+  // fp32: same math, sums in another order. bf16: the ATen path rounds the combine weights to
+  // bf16 and accumulates the combine in bf16, the fused kernel in fp32; the experts' bf16
+  // GEMMs amplify that difference like in the oracle check above.
+  ok = check_fused_kernels(at::kFloat, 1e-4) && ok;
+  ok = check_fused_kernels(at::kBFloat16, 3e-2) && ok;
   std::printf(
-      "| tokens | H     | F     | E   | k | MoELayer     | oracle       | dense FFN    | vs oracle "
-      "| dense/MoE time |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      "\nforward+backward tokens/s, bf16 (MoELayer with fused kernels / ATen path; dense = "
+      "SwiGLU FFN of width top_k*ffn)\n");
+  std::printf(
+      "| tokens | H     | F     | E   | k | MoELayer     | ATen path    | fused gain | oracle  "
+      "     | dense FFN    | vs oracle | dense/MoE time |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   benchmark(16384, 2048, 1024, 8, 2);
   benchmark(8192, 7168, 2048, 32, 8);
   std::printf("moe_layer_device_check: %s\n", ok ? "PASS" : "FAIL");
