@@ -96,6 +96,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--threads", options.threads, "Intra-op threads; 0 = LibTorch's default")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--fused-kernels,!--no-fused-kernels", options.fused_kernels,
+               "On CUDA, use moescope's fused kernels where they apply (default on)");
+  app.add_flag("--malloc-tuning,!--no-malloc-tuning", options.malloc_tuning,
+               "Fix glibc's mmap/trim thresholds so CPU steps do not re-fault freed tensor "
+               "memory (default on)");
 
   app.add_option("--checkpoint", options.checkpoint,
                  "Checkpoint file (per rank PATH.rankN when the world size is > 1)");

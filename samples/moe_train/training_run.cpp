@@ -69,6 +69,7 @@ TransformerConfig make_model_config(const TrainOptions& options) {
   moe.num_redundant_experts = options.redundant_experts;
   moe.receive_cap_rows = options.receive_cap;
   moe.use_dispatch_buffer_pool = options.dispatch_pool;
+  moe.use_fused_kernels = options.fused_kernels;
   if (options.balance == BalanceMode::kAuxLoss) moe.aux_loss_coeff = options.aux_loss_coeff;
   if (options.balance == BalanceMode::kAuxFree) {
     moe.enable_expert_bias = true;
