@@ -32,8 +32,7 @@ uint32_t count_nonfinite_fp32(const float* values, int64_t count) {
 }  // namespace
 
 RouterStatistics router_statistics(const at::Tensor& scores) {
-  TORCH_CHECK(scores.dim() == 2, "router_statistics: scores must be [T, E], got ",
-              scores.sizes());
+  TORCH_CHECK(scores.dim() == 2, "router_statistics: scores must be [T, E], got ", scores.sizes());
   const at::Tensor host = scores.detach().to(at::kCPU, at::kFloat).contiguous();
   const int64_t tokens = host.size(0), experts = host.size(1);
   RouterStatistics statistics;
@@ -51,7 +50,8 @@ RouterStatistics router_statistics(const at::Tensor& scores) {
       row_sum += row[e];
       score_sums[static_cast<size_t>(e)] += row[e];
     }
-    // Same guards as the torch formula -(p * log(max(p, 1e-20))).sum() with p = s / max(sum, 1e-20).
+    // Same guards as the torch formula -(p * log(max(p, 1e-20))).sum() with p = s / max(sum,
+    // 1e-20).
     const double scale = 1.0 / std::max(row_sum, 1e-20);
     double entropy = 0.0;
     for (int64_t e = 0; e < experts; ++e) {

@@ -168,9 +168,9 @@ TEST(LayerStatistics, CountNonfiniteOnEveryPath) {
   values[3][4] = std::numeric_limits<float>::quiet_NaN();
   values[10][0] = std::numeric_limits<float>::infinity();
   values[63][32] = -std::numeric_limits<float>::infinity();
-  EXPECT_EQ(count_nonfinite(values), 3u);                      // fp32 host loop
-  EXPECT_EQ(count_nonfinite(values.t()), 3u);                  // non-contiguous: reduction path
-  EXPECT_EQ(count_nonfinite(values.to(at::kBFloat16)), 3u);    // other dtypes: reduction path
+  EXPECT_EQ(count_nonfinite(values), 3u);                    // fp32 host loop
+  EXPECT_EQ(count_nonfinite(values.t()), 3u);                // non-contiguous: reduction path
+  EXPECT_EQ(count_nonfinite(values.to(at::kBFloat16)), 3u);  // other dtypes: reduction path
   EXPECT_EQ(count_nonfinite(values.to(at::kDouble).abs()), 3u);
   // The host loop works in blocks of 64: values in the last partial block count too.
   at::Tensor ragged = at::randn({131});
