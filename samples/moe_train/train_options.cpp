@@ -82,6 +82,15 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
   app.add_flag("--dispatch-pool", options.dispatch_pool,
                "Take the all-to-all buffers from a pool sized from the load (no steady-state "
                "allocation)");
+  app.add_flag("--offload-cold-experts", options.offload_cold_experts,
+               "Keep the AdamW state of experts predicted cold in host memory "
+               "(ExpertOptimizerOffload), prefetch it when they are predicted hot");
+  app.add_option("--cold-load-threshold", options.cold_load_threshold,
+                 "Predicted tokens per step (all ranks) below which an expert is cold")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--offload-every", options.offload_every,
+                 "Re-decide which experts are cold every N steps")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", options.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
   app.add_option("--router-lr-scale", options.router_lr_scale,
                  "Learning rate of the router gates relative to --lr")
@@ -146,6 +155,18 @@ std::string check_train_options(const TrainOptions& options) {
   if (options.rebalance_every > 0 && !options.checkpoint.empty()) {
     return "--rebalance-every with --checkpoint is not supported yet (checkpoints do not save "
            "the expert placement)";
+  }
+  if (options.offload_cold_experts && options.rebalance_every > 0) {
+    return "--offload-cold-experts with --rebalance-every is not supported (the rebalancer "
+           "migrates experts and their AdamW state, the offload keeps that state itself)";
+  }
+  if (options.offload_cold_experts && options.redundant_experts > 0) {
+    return "--offload-cold-experts with --redundant-experts is not supported (the load "
+           "forecast is per expert, the offload per slot: replica slots have no forecast)";
+  }
+  if (options.offload_cold_experts && !options.checkpoint.empty()) {
+    return "--offload-cold-experts with --checkpoint is not supported yet (checkpoints do not "
+           "save the offloaded experts' optimizer state)";
   }
   if (options.checkpoint_every > 0 && options.checkpoint.empty()) {
     return "--checkpoint-every needs --checkpoint PATH";

@@ -47,6 +47,11 @@ struct TrainOptions {
   // ---- memory ----
   int64_t receive_cap = 0;     // rows a rank's experts accept per forward; 0 = no cap
   bool dispatch_pool = false;  // all-to-all buffers from a pool sized from the load
+  // The routed experts' AdamW state in ExpertOptimizerOffload: experts predicted to receive
+  // fewer than cold_load_threshold tokens per step keep their state in host memory.
+  bool offload_cold_experts = false;
+  double cold_load_threshold = 1.0;  // predicted tokens per step (all ranks) of one expert
+  int64_t offload_every = 10;        // re-decide which experts are cold every N steps
 
   // ---- optimisation ----
   double lr = 3e-3;

@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cold_expert_offload.h"
 #include "distributed_setup.h"
 #include "moe_transformer.h"
 #include "moescope/recorder.h"
@@ -30,6 +31,10 @@ namespace {
 
 using moescope::runtime::ExpertParallelGroup;
 
+// The AdamW betas of every parameter (the expert offload's too).
+constexpr double kAdamBeta1 = 0.9;
+constexpr double kAdamBeta2 = 0.95;
+
 // Recorder spans around the parts of a step, so a trace shows where the step's time went.
 // Interned once; with no recorder active each begin/end is one branch.
 struct StepSpanNames {
@@ -38,6 +43,7 @@ struct StepSpanNames {
   moescope_name_t grad_sync = moescope_intern("train.grad_allreduce");
   moescope_name_t optimizer = moescope_intern("train.optimizer");
   moescope_name_t rebalance = moescope_intern("train.rebalance");
+  moescope_name_t expert_offload = moescope_intern("train.expert_offload");
 };
 
 class ScopedSpan {
@@ -187,8 +193,9 @@ void sync_replicated_gradients(const std::vector<at::Tensor>& parameters,
 struct StepStatistics {
   double loss = 0.0;  // mean over ranks
   double aux_loss = 0.0;
-  std::vector<double> max_over_mean;  // per layer, global tokens per expert
-  int64_t dropped = 0;                // summed over ranks
+  std::vector<double> max_over_mean;                   // per layer, global tokens per expert
+  std::vector<std::vector<double>> tokens_per_expert;  // [layers][E], summed over the ranks
+  int64_t dropped = 0;                                 // summed over ranks
 };
 
 // One small all-reduce of [loss, aux, dropped, tokens per expert of every layer] for the log.
@@ -210,6 +217,8 @@ StepStatistics gather_statistics(const at::Tensor& loss, const at::Tensor& aux_l
   int64_t offset = 3;
   for (const auto& layer_tokens : tokens) {
     at::Tensor counts = summed.slice(0, offset, offset + layer_tokens.numel());
+    const double* first = counts.contiguous().data_ptr<double>();
+    stats.tokens_per_expert.emplace_back(first, first + counts.numel());
     const double mean = counts.mean().item<double>();
     stats.max_over_mean.push_back(mean > 0 ? counts.max().item<double>() / mean : 0.0);
     offset += layer_tokens.numel();
@@ -230,21 +239,43 @@ void print_expert_load(int rank, int64_t step, const std::vector<at::Tensor>& to
   std::fflush(stdout);
 }
 
+std::string list_of(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? " " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+void print_offload_report(int64_t step, const LayerOffloadReport& report) {
+  std::printf(
+      "offload step %lld layer %lld experts offloaded %s prefetched %s on host %s state on host "
+      "%.1f KB (%lld bytes) on device %.1f KB\n",
+      (long long)step, (long long)report.layer, list_of(report.offloaded).c_str(),
+      list_of(report.prefetched).c_str(), list_of(report.on_host).c_str(),
+      report.host_state_bytes / 1024.0, (long long)report.host_state_bytes,
+      report.device_state_bytes / 1024.0);
+  std::fflush(stdout);
+}
+
 double mean_of(const std::vector<double>& values, size_t first, size_t count) {
   double sum = 0.0;
   for (size_t i = first; i < first + count; ++i) sum += values[i];
   return count ? sum / static_cast<double>(count) : 0.0;
 }
 
-// Bytes per category (expert weights, optimizer state, dispatch buffers, other) as counters.
-void record_memory(const MoETransformer& model, const torch::optim::AdamW& optimizer) {
+// Bytes per category (expert weights, optimizer state, dispatch buffers, other) as counters;
+// with --offload-cold-experts the experts' resident state counts as optimizer state and the
+// host-held state as "memory.optimizer_state_offloaded".
+void record_memory(const MoETransformer& model, const torch::optim::AdamW& optimizer,
+                   const ColdExpertOffload* offload) {
   moescope::runtime::MemorySources sources;
   sources.model = model.get();
   sources.optimizers = {&optimizer};
   for (const auto& moe : model->moe_layers()) {
     sources.dispatch_buffers.push_back(moe->dispatch_buffer_pool());
   }
-  moescope::runtime::record_memory_breakdown(moescope::runtime::measure_memory(sources));
+  moescope::runtime::MemoryBreakdown breakdown = moescope::runtime::measure_memory(sources);
+  if (offload != nullptr) offload->add_to(breakdown);
+  moescope::runtime::record_memory_breakdown(breakdown);
 }
 
 int train(const TrainOptions& options) {
@@ -280,6 +311,22 @@ int train(const TrainOptions& options) {
   cast_parameters_except_routers(model, dtype);
   const std::vector<at::Tensor> replicated = model->replicated_parameters();
 
+  // --offload-cold-experts: the routed experts' stacked weights get AdamW with the same
+  // settings from an ExpertOptimizerOffload (built after the model reached its device and dtype:
+  // it keeps views of the weights), the main AdamW gets everything else.
+  std::unique_ptr<ColdExpertOffload> offload;
+  if (options.offload_cold_experts) {
+    moescope::runtime::ExpertOptimizerOptions expert_options;
+    expert_options.kind = moescope::runtime::ExpertOptimizerKind::kAdamW;
+    expert_options.lr = options.lr;
+    expert_options.beta1 = kAdamBeta1;
+    expert_options.beta2 = kAdamBeta2;
+    expert_options.eps = torch::optim::AdamWOptions().eps();
+    expert_options.weight_decay = options.weight_decay;
+    expert_options.cold_load_threshold = options.cold_load_threshold;
+    offload = std::make_unique<ColdExpertOffload>(model->moe_layers(), expert_options,
+                                                  options.offload_every);
+  }
   // Two parameter groups: everything, and the router gates at --router-lr-scale x the rate
   // (0 freezes the routers: the routing then changes only through the tokens' hidden states).
   std::vector<at::Tensor> router_parameters, other_parameters;
@@ -291,13 +338,17 @@ int train(const TrainOptions& options) {
       }
     }
     for (const auto& parameter : model->parameters()) {
+      if (offload && offload->expert_parameters().count(parameter.unsafeGetTensorImpl())) {
+        continue;  // the routed experts' AdamW is the offload's
+      }
       (routers.count(parameter.unsafeGetTensorImpl()) ? router_parameters : other_parameters)
           .push_back(parameter);
     }
   }
   auto adamw_options = [&](double lr) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(lr).weight_decay(options.weight_decay).betas({0.9, 0.95}));
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr)
+                                                            .weight_decay(options.weight_decay)
+                                                            .betas({kAdamBeta1, kAdamBeta2}));
   };
   torch::optim::AdamW optimizer(
       {torch::optim::OptimizerParamGroup(other_parameters, adamw_options(options.lr)),
@@ -354,6 +405,7 @@ int train(const TrainOptions& options) {
                               : 1.0;
     optimizer.param_groups()[0].options().set_lr(options.lr * warmup);
     optimizer.param_groups()[1].options().set_lr(options.lr * options.router_lr_scale * warmup);
+    if (offload) offload->set_lr(options.lr * warmup);
 
     at::Tensor window = at::tensor(corpus.batch(options.seed, env.rank, step, options.batch))
                             .view({options.batch, options.seq_len + 1})
@@ -381,6 +433,10 @@ int train(const TrainOptions& options) {
       ScopedSpan span(spans.optimizer);
       optimizer.step();
       optimizer.zero_grad();
+      if (offload) {
+        offload->step();
+        offload->zero_grad();
+      }
       if (options.balance == BalanceMode::kAuxFree) {
         for (auto& moe : model->moe_layers()) moe->update_expert_bias();
       }
@@ -401,9 +457,19 @@ int train(const TrainOptions& options) {
             (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3);
       }
     }
-    if (moescope_recording && step % 10 == 0) record_memory(model, optimizer);
     const StepStatistics stats =
         gather_statistics(loss, out.aux_loss, out.num_dropped, out.tokens_per_expert, group);
+    bool offload_changed = false;
+    if (offload) {
+      ScopedSpan span(spans.expert_offload);
+      for (const LayerOffloadReport& report : offload->after_step(step, stats.tokens_per_expert)) {
+        offload_changed = true;
+        if (is_rank0) print_offload_report(step, report);
+      }
+    }
+    if (moescope_recording && (step % 10 == 0 || offload_changed)) {
+      record_memory(model, optimizer, offload.get());
+    }
     losses.push_back(stats.loss);
     if (options.print_expert_load) print_expert_load(env.rank, step, out.tokens_per_expert);
     if (is_rank0 && (step % options.log_every == 0 || step + 1 == options.steps)) {

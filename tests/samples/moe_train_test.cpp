@@ -1,10 +1,15 @@
 // moe_train as a user runs it: one and two ranks learn the shipped text, a checkpoint resumes
 // to the very same losses, bad options are refused with a message naming them.
+#include <glob.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "moescope/profiler/trace_loader.h"
+#include "moescope/profiler/trace_model.h"
 #include "sample_runs.h"
 
 namespace moescope::samples_test {
@@ -147,6 +152,106 @@ TEST(MoeTrainTest, MallocTuningAndKernelSwitchKeepTheLosses) {
   const auto losses = parse_losses(tuned.output);
   ASSERT_EQ(losses.size(), 5u) << tuned.output;
   EXPECT_EQ(parse_losses(untuned.output), losses) << untuned.output;
+}
+
+// What --offload-cold-experts printed: one line per layer and decision.
+struct OffloadLine {
+  int64_t step = 0, layer = 0, host_bytes = 0;
+  std::string offloaded, prefetched, on_host;
+};
+
+std::vector<OffloadLine> parse_offload_lines(const std::string& output) {
+  const std::regex line(
+      R"(offload step (\d+) layer (\d+) experts offloaded \[([^\]]*)\] prefetched \[([^\]]*)\] )"
+      R"(on host \[([^\]]*)\] state on host \S+ KB \((\d+) bytes\))");
+  std::vector<OffloadLine> lines;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    lines.push_back({std::stoll((*it)[1]), std::stoll((*it)[2]), std::stoll((*it)[6]), (*it)[3],
+                     (*it)[4], (*it)[5]});
+  }
+  return lines;
+}
+
+// Offloading moves the routed experts' AdamW state between host and device by the forecast
+// load; the update is AdamW on each expert's slice, elementwise like AdamW on the stacked
+// tensors, so the losses are the very same numbers as without the offload.
+TEST(MoeTrainTest, OffloadingColdExpertsKeepsTheLossesAndReportsTheHostBytes) {
+  const std::string args = kSmallModel + " --steps 12";
+  CommandResult plain = run_shell(moe_train() + args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  // 8 x 32 tokens x top-2 over 4 experts: 128 per expert on average, so a threshold just
+  // above it makes the less loaded experts of each layer cold.
+  CommandResult offloaded = run_shell(moe_train() + args +
+                                      " --offload-cold-experts --cold-load-threshold 130"
+                                      " --offload-every 4");
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
+  const auto losses = parse_losses(plain.output);
+  ASSERT_EQ(losses.size(), 12u) << plain.output;
+  EXPECT_EQ(parse_losses(offloaded.output), losses) << offloaded.output;
+
+  const std::vector<OffloadLine> lines = parse_offload_lines(offloaded.output);
+  ASSERT_EQ(lines.size(), 3u * 2u) << offloaded.output;  // steps 3, 7, 11 x 2 layers
+  int64_t most_host_bytes = 0;
+  for (const OffloadLine& line : lines) {
+    EXPECT_EQ((line.step + 1) % 4, 0) << "step " << line.step;
+    // One expert's state: exp_avg + exp_avg_sq of w_gate_up [32, 128] and w_down [64, 32], fp32.
+    const int64_t experts_on_host =
+        line.on_host.empty() ? 0 : 1 + std::count(line.on_host.begin(), line.on_host.end(), ' ');
+    EXPECT_EQ(line.host_bytes, experts_on_host * 2 * (32 * 128 + 64 * 32) * 4)
+        << "step " << line.step << " layer " << line.layer;
+    most_host_bytes = std::max(most_host_bytes, line.host_bytes);
+  }
+  EXPECT_GT(most_host_bytes, 0) << offloaded.output;
+}
+
+TEST(MoeTrainTest, OffloadingColdExpertsRefusesWhatItCannotKeep) {
+  const std::string dir = fresh_dir("offload_refused");
+  for (const std::string& other :
+       {std::string("--rebalance-every"), std::string("--redundant-experts"),
+        std::string("--checkpoint")}) {
+    const std::string value = other == "--checkpoint" ? dir + "/c.pt" : "4";
+    CommandResult run = run_shell(moe_train() + kSmallModel + " --steps 1 --offload-cold-experts " +
+                                  other + " " + value);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--offload-cold-experts with " + other), std::string::npos)
+        << run.output;
+  }
+}
+
+// Under `moescope record`, the offloaded bytes reach the trace as a memory counter.
+TEST(MoeTrainTest, RecordedOffloadTraceHoldsTheOffloadedBytes) {
+  const std::string dir = fresh_dir("recorded_offload");
+  CommandResult run =
+      run_shell("timeout 240 " + shell_quote(build_dir() + "/bin/moescope") + " record -o " +
+                shell_quote(dir + "/run.%r.moetrace") + " -- " + moe_train() + kSmallModel +
+                " --steps 8 --offload-cold-experts --cold-load-threshold 130 --offload-every 4");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<OffloadLine> lines = parse_offload_lines(run.output);
+  ASSERT_EQ(lines.size(), 2u * 2u) << run.output;
+  int64_t printed_total = 0;  // both layers after the last decision (step 7)
+  for (const OffloadLine& line : lines) {
+    if (line.step == 7) printed_total += line.host_bytes;
+  }
+  ASSERT_GT(printed_total, 0) << run.output;
+
+  std::vector<std::string> traces;
+  glob_t found{};
+  if (::glob((dir + "/run.*.moetrace").c_str(), 0, nullptr, &found) == 0) {
+    for (size_t i = 0; i < found.gl_pathc; ++i) traces.emplace_back(found.gl_pathv[i]);
+  }
+  ::globfree(&found);
+  ASSERT_EQ(traces.size(), 1u) << run.output;
+  analysis::TraceModel model = analysis::load_traces(traces);
+  for (const auto& error : model.errors) ADD_FAILURE() << error.message;
+  ASSERT_EQ(model.processes.size(), 1u);
+  const analysis::CounterTrack* offloaded = nullptr;
+  for (const auto& counter : model.processes[0].counters) {
+    if (model.name(counter.name) == "memory.optimizer_state_offloaded") offloaded = &counter;
+  }
+  ASSERT_NE(offloaded, nullptr) << "no memory.optimizer_state_offloaded counter";
+  ASSERT_FALSE(offloaded->values.empty());
+  // The last sample is the model-wide total recorded after the last decision.
+  EXPECT_EQ(offloaded->values.back(), static_cast<double>(printed_total));
 }
 
 TEST(MoeTrainTest, BadOptionsNameTheOption) {

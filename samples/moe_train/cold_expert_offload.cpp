@@ -1,0 +1,82 @@
+#include "cold_expert_offload.h"
+
+#include <c10/util/Exception.h>
+
+namespace moe_train {
+
+using moescope::runtime::ExpertOptimizerOffload;
+
+ColdExpertOffload::ColdExpertOffload(std::vector<moescope::runtime::MoELayer> layers,
+                                     const moescope::runtime::ExpertOptimizerOptions& options,
+                                     int64_t interval)
+    : layers_(std::move(layers)), interval_(interval) {
+  TORCH_CHECK(interval_ > 0, "ColdExpertOffload: interval must be > 0, got ", interval_);
+  for (auto& layer : layers_) {
+    TORCH_CHECK(layer->config().num_redundant_experts == 0,
+                "ColdExpertOffload: layers with redundant expert slots are not supported");
+    std::vector<at::Tensor> stacked{layer->experts->w_gate_up, layer->experts->w_down};
+    for (const auto& parameter : stacked)
+      expert_parameters_.insert(parameter.unsafeGetTensorImpl());
+    offloads_.push_back(std::make_unique<ExpertOptimizerOffload>(stacked, options));
+    predictors_.push_back(moescope::runtime::make_load_predictor(
+        moescope::runtime::LoadPredictorConfig{}, static_cast<int>(layer->config().num_experts)));
+  }
+}
+
+void ColdExpertOffload::set_lr(double lr) {
+  for (auto& offload : offloads_) offload->set_lr(lr);
+}
+
+void ColdExpertOffload::step() {
+  for (auto& offload : offloads_) offload->step();
+}
+
+void ColdExpertOffload::zero_grad() {
+  for (auto& offload : offloads_) offload->zero_grad();
+}
+
+std::vector<LayerOffloadReport> ColdExpertOffload::after_step(
+    int64_t step, const std::vector<std::vector<double>>& tokens) {
+  TORCH_CHECK(tokens.size() == layers_.size(), "ColdExpertOffload::after_step: tokens has ",
+              tokens.size(), " layers, the model ", layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) predictors_[l]->observe(tokens[l]);
+  if ((step + 1) % interval_ != 0) return {};
+
+  std::vector<LayerOffloadReport> reports;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::vector<double> forecast = predictors_[l]->predict();  // [E] logical experts
+    const auto first = static_cast<size_t>(layers_[l]->first_local_expert());
+    const auto count = static_cast<size_t>(layers_[l]->num_local_experts());
+    ExpertOptimizerOffload& offload = *offloads_[l];
+    const moescope::runtime::OffloadDecision decision =
+        offload.update_from_predicted_load(std::span<const double>(forecast).subspan(first, count));
+    LayerOffloadReport report;
+    report.layer = static_cast<int64_t>(l);
+    report.offloaded = decision.offloaded;
+    report.prefetched = decision.prefetched;
+    report.on_host = offload.offloaded_experts();
+    report.host_state_bytes = offload.offloaded_state_bytes();
+    report.device_state_bytes = offload.resident_state_bytes();
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+void ColdExpertOffload::add_to(moescope::runtime::MemoryBreakdown& breakdown) const {
+  breakdown[moescope::runtime::MemoryCategory::kOptimizerState] += resident_state_bytes();
+  breakdown.offloaded_optimizer_state_bytes = offloaded_state_bytes();
+}
+
+int64_t ColdExpertOffload::offloaded_state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& offload : offloads_) bytes += offload->offloaded_state_bytes();
+  return bytes;
+}
+
+int64_t ColdExpertOffload::resident_state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& offload : offloads_) bytes += offload->resident_state_bytes();
+  return bytes;
+}
+
+}  // namespace moe_train
