@@ -4,8 +4,8 @@
 # one GPU under `moescope record`, prints tokens/s and the bottleneck report.
 #
 #   tests/device/samples_run.sh [BUILD_DIR]     (default build-device)
-# Reuses the runtime/recorder objects tests/device/moe_layer_build.sh compiled (same flags) when
-# they are there; the moescope CLI and libmoescope_inject.so come from the capture part
+# Links the runtime/recorder/kernels objects tests/device/moe_layer_build.sh compiled (building
+# them first when they are missing); the moescope CLI and libmoescope_inject.so come from the capture part
 # (BUILD_DIR/bin/moescope, BUILD_DIR/lib/libmoescope_inject.so); without them the run is done
 # without recording and says so. Exit status non-zero when training fails or the trace lacks
 # steps or expert load.
@@ -28,24 +28,31 @@ common=(-std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI="$abi" -DUSE_DISTRIBUTED
 
 # ---- build ----------------------------------------------------------------------------------
 start=$SECONDS
-sources=("$root"/samples/moe_train/{main,train_options,text_corpus,moe_transformer,distributed_setup,training_run,nccl_group}.cpp)
-library_sources=("$root"/runtime/src/moe_config.cpp "$root"/runtime/src/router.cpp
-  "$root"/runtime/src/token_dispatcher.cpp "$root"/runtime/src/grouped_experts.cpp
-  "$root"/runtime/src/expert_parallel.cpp "$root"/runtime/src/routing_replay.cpp
-  "$root"/runtime/src/moe_instrumentation.cpp "$root"/runtime/src/moe_layer.cpp
-  "$root"/profiler/recorder/*.cpp "$root"/profiler/trace/*.cpp)
-for source in "${library_sources[@]}"; do
-  reused="$runtime_objects/$(basename "$source").o"
-  if [ -s "$reused" ]; then cp "$reused" "$objects/"; else sources+=("$source"); fi
+# The runtime, balancer, recorder, trace and kernels objects come from the runtime part
+# (moe_layer_build.sh compiles every runtime source with the fused-kernel path); build them here
+# when that part did not run. Only moe_train's own sources are compiled below.
+if ! ls "$runtime_objects"/runtime_src_moe_layer.cpp.o >/dev/null 2>&1; then
+  "$root/tests/device/moe_layer_build.sh" "$build/moe_layer_device_check" ||
+    { echo "samples: building the runtime objects failed"; exit 1; }
+fi
+rm -f "$objects"/*.o
+for object in "$runtime_objects"/*.o; do
+  case "$(basename "$object")" in tests_device_*) ;; *) cp "$object" "$objects/" ;; esac
 done
-printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c '
+printf '%s\n' "$root"/samples/moe_train/*.cpp | xargs -P "$(nproc)" -I{} sh -c '
   src="$1"; shift; out="$1"; shift
-  exec g++ "$@" -c "$src" -o "$out/$(basename "$src").o"' _ {} "$objects" "${common[@]}" \
+  exec g++ "$@" -c "$src" -o "$out/samples_$(basename "$src").o"' _ {} "$objects" "${common[@]}" \
   -DMOE_TRAIN_HAVE_NCCL=1 -DUSE_C10D_NCCL -DMOE_TRAIN_DEFAULT_DATA_DIR="\"$root/samples/moe_train/data\"" \
   || { echo "samples: compiling moe_train failed"; exit 1; }
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+cuda_lib=$cuda_home/lib64
+[ -d "$cuda_lib" ] || cuda_lib=$cuda_home/lib
+wheel_cuda_lib=$(cd "$torch_dir/.." && pwd)/nvidia/cu13/lib
 g++ "$objects"/*.o -o "$build/moe_train" -L"$torch_dir/lib" -Wl,-rpath,"$torch_dir/lib" \
+  -Wl,-rpath,"$wheel_cuda_lib" -L"$cuda_lib" -Wl,-rpath,"$cuda_lib" \
   -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed -ltorch_cpu -ltorch -lc10 \
-  -l:libzstd.so.1 -l:libz.so.1 -ldl -lpthread || { echo "samples: linking moe_train failed"; exit 1; }
+  -lcublas -lcudart -l:libzstd.so.1 -l:libz.so.1 -ldl -lpthread ||
+  { echo "samples: linking moe_train failed"; exit 1; }
 echo "samples: built $build/moe_train in $((SECONDS - start)) s"
 
 # ---- train on one H200, bf16 ------------------------------------------------------------------
