@@ -255,7 +255,6 @@ OffloadDecision ExpertOptimizerOffload::update_from_predicted_load(
       decision.offloaded.push_back(g);
     }
   }
-  record();
   return decision;
 }
 

@@ -106,9 +106,9 @@ MemoryBreakdown measure_memory(const MemorySources& sources) {
     TORCH_CHECK(optimizer != nullptr, "measure_memory: optimizers holds a null pointer");
     breakdown[MemoryCategory::kOptimizerState] += optimizer_state_bytes(*optimizer, counter);
   }
-  if (sources.expert_optimizer != nullptr) {
-    breakdown[MemoryCategory::kOptimizerState] += sources.expert_optimizer->resident_state_bytes();
-    breakdown.offloaded_optimizer_state_bytes = sources.expert_optimizer->offloaded_state_bytes();
+  for (const ExpertOptimizerOffload* expert_optimizer : sources.expert_optimizers) {
+    breakdown[MemoryCategory::kOptimizerState] += expert_optimizer->resident_state_bytes();
+    breakdown.offloaded_optimizer_state_bytes += expert_optimizer->offloaded_state_bytes();
   }
   for (const DispatchBufferPool* pool : sources.dispatch_buffers) {
     if (pool != nullptr)

@@ -62,9 +62,10 @@ std::vector<LayerOffloadReport> ColdExpertOffload::after_step(
   return reports;
 }
 
-void ColdExpertOffload::add_to(moescope::runtime::MemoryBreakdown& breakdown) const {
-  breakdown[moescope::runtime::MemoryCategory::kOptimizerState] += resident_state_bytes();
-  breakdown.offloaded_optimizer_state_bytes = offloaded_state_bytes();
+std::vector<const ExpertOptimizerOffload*> ColdExpertOffload::expert_optimizers() const {
+  std::vector<const ExpertOptimizerOffload*> optimizers;
+  for (const auto& offload : offloads_) optimizers.push_back(offload.get());
+  return optimizers;
 }
 
 int64_t ColdExpertOffload::offloaded_state_bytes() const {

@@ -19,7 +19,6 @@
 
 #include "moescope/runtime/expert_optimizer_offload.h"
 #include "moescope/runtime/load_predictor.h"
-#include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_layer.h"
 
 namespace moe_train {
@@ -56,10 +55,8 @@ class ColdExpertOffload {
   std::vector<LayerOffloadReport> after_step(int64_t step,
                                              const std::vector<std::vector<double>>& tokens);
 
-  /// Adds every layer's resident expert state to breakdown's optimizer state and sets its
-  /// offloaded bytes (MemorySources holds a single ExpertOptimizerOffload, this has one per
-  /// layer).
-  void add_to(moescope::runtime::MemoryBreakdown& breakdown) const;
+  /// Every layer's expert optimizer, for MemorySources::expert_optimizers.
+  std::vector<const moescope::runtime::ExpertOptimizerOffload*> expert_optimizers() const;
   int64_t offloaded_state_bytes() const;
   int64_t resident_state_bytes() const;
 

@@ -273,9 +273,8 @@ void record_memory(const MoETransformer& model, const torch::optim::AdamW& optim
   for (const auto& moe : model->moe_layers()) {
     sources.dispatch_buffers.push_back(moe->dispatch_buffer_pool());
   }
-  moescope::runtime::MemoryBreakdown breakdown = moescope::runtime::measure_memory(sources);
-  if (offload != nullptr) offload->add_to(breakdown);
-  moescope::runtime::record_memory_breakdown(breakdown);
+  if (offload != nullptr) sources.expert_optimizers = offload->expert_optimizers();
+  moescope::runtime::record_memory_breakdown(moescope::runtime::measure_memory(sources));
 }
 
 int train(const TrainOptions& options) {

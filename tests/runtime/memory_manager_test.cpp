@@ -396,7 +396,7 @@ TEST(MemoryAccounting, CountsEveryCategoryFromKnownTensorSizes) {
   expert_optimizer.step();
   expert_optimizer.offload_expert(2);  // a quarter of the expert state: 2 x 4096 / 4
   sources.optimizers = {&others};
-  sources.expert_optimizer = &expert_optimizer;
+  sources.expert_optimizers = {&expert_optimizer};
   const MemoryBreakdown after = measure_memory(sources);
   EXPECT_EQ(after[MemoryCategory::kExpertWeights], 2 * 4096);
   EXPECT_EQ(after[MemoryCategory::kOther], 2 * 512 + 32);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -228,10 +229,9 @@ TEST(MoeTrainTest, RecordedOffloadTraceHoldsTheOffloadedBytes) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::vector<OffloadLine> lines = parse_offload_lines(run.output);
   ASSERT_EQ(lines.size(), 2u * 2u) << run.output;
-  int64_t printed_total = 0;  // both layers after the last decision (step 7)
-  for (const OffloadLine& line : lines) {
-    if (line.step == 7) printed_total += line.host_bytes;
-  }
+  std::map<int64_t, int64_t> printed_totals;  // step -> both layers' host bytes after it
+  for (const OffloadLine& line : lines) printed_totals[line.step] += line.host_bytes;
+  const int64_t printed_total = printed_totals[7];  // after the last decision
   ASSERT_GT(printed_total, 0) << run.output;
 
   std::vector<std::string> traces;
@@ -250,8 +250,14 @@ TEST(MoeTrainTest, RecordedOffloadTraceHoldsTheOffloadedBytes) {
   }
   ASSERT_NE(offloaded, nullptr) << "no memory.optimizer_state_offloaded counter";
   ASSERT_FALSE(offloaded->values.empty());
-  // The last sample is the model-wide total recorded after the last decision.
+  // The last sample is the model-wide total recorded after the last decision, and every sample
+  // is a model-wide total (0 before the first decision): never one layer's share alone.
   EXPECT_EQ(offloaded->values.back(), static_cast<double>(printed_total));
+  for (double value : offloaded->values) {
+    EXPECT_TRUE(value == 0.0 || value == static_cast<double>(printed_totals[3]) ||
+                value == static_cast<double>(printed_totals[7]))
+        << value << " is not a model-wide total";
+  }
 }
 
 TEST(MoeTrainTest, BadOptionsNameTheOption) {

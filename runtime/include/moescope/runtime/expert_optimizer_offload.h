@@ -96,7 +96,8 @@ class ExpertOptimizerOffload {
 
   /// predicted_tokens_per_step [G] (this rank's slice of LoadPredictor::predict()): offloads the
   /// resident experts below options.cold_load_threshold, prefetches the offloaded ones at or
-  /// above it, and records the offloaded bytes.
+  /// above it. Records nothing: call record() when this is the model's only expert optimizer,
+  /// or put every layer's in MemorySources::expert_optimizers and record_memory_breakdown().
   OffloadDecision update_from_predicted_load(std::span<const double> predicted_tokens_per_step);
   void offload_expert(int64_t expert);
   void prefetch_expert(int64_t expert);

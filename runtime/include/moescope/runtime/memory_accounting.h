@@ -64,7 +64,9 @@ struct MemorySources {
   std::function<bool(const std::string&)> is_expert_parameter;
   /// Optimizers whose state is counted (Adam, AdamW, SGD, Adagrad, RMSprop state types).
   std::vector<const torch::optim::Optimizer*> optimizers;
-  const ExpertOptimizerOffload* expert_optimizer = nullptr;
+  /// Expert optimizers with offloaded state (e.g. one per MoE layer): their resident state counts
+  /// as optimizer state, their host state as offloaded.
+  std::vector<const ExpertOptimizerOffload*> expert_optimizers;
   std::vector<const DispatchBufferPool*> dispatch_buffers;  // e.g. one per MoE layer
   int64_t activation_bytes = 0;
 };
