@@ -61,7 +61,7 @@ void disable_device_grouped_mm(const c10::Error& error) {
                   "); the experts fall back to a loop of matmuls");
 }
 
-// The SwiGLU activation of gate_up [R, 2F]; elementwise math in at least fp32.
+// The SwiGLU activation of gate_up [R, 2F] (ATen's silu computes bf16 inputs in fp32).
 at::Tensor swiglu_activation(const at::Tensor& gate_up) {
   const int64_t ffn = gate_up.size(1) / 2;
   const at::Tensor gate = gate_up.narrow(1, 0, ffn);
@@ -94,29 +94,30 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     const at::Tensor grad_out = grad_outputs[0].contiguous();
     const int64_t ffn = w_down.size(1);
 
-    // Recompute the activation from the saved pre-activation, in at least fp32.
-    const at::ScalarType math_dtype =
-        gate_up.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-    const at::Tensor gate = gate_up.narrow(1, 0, ffn).to(math_dtype);
-    const at::Tensor up = gate_up.narrow(1, ffn, ffn).to(math_dtype);
-    const at::Tensor sigmoid_gate = at::sigmoid(gate);
-    const at::Tensor silu_gate = gate * sigmoid_gate;
-    const at::Tensor activation = (silu_gate * up).to(rows.scalar_type());
+    // Recompute the activation from the saved pre-activation. Fused ATen ops (silu,
+    // silu_backward) do their math in fp32 per element and write the input dtype, so no
+    // [R, F] tensor is converted: a chain of fp32 temporaries was the slowest part of a bf16
+    // step on CPU.
+    const at::Tensor gate = gate_up.narrow(1, 0, ffn);
+    const at::Tensor up = gate_up.narrow(1, ffn, ffn);
+    const at::Tensor silu_gate = at::silu(gate);
+    const at::Tensor activation = silu_gate * up;
 
     // down projection
     const at::Tensor grad_activation =
-        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert, use_fused_kernels)
-            .to(math_dtype);
+        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert, use_fused_kernels);
     at::Tensor grad_w_down;
     if (ctx->needs_input_grad(2)) {
       grad_w_down =
           grouped_mm_weight_grad(activation, grad_out, rows_per_expert, use_fused_kernels);
     }
-    // SwiGLU: d silu(g) / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
-    const at::Tensor grad_gate =
-        grad_activation * up * sigmoid_gate * (1 + gate * (1 - sigmoid_gate));
-    const at::Tensor grad_up = grad_activation * silu_gate;
-    const at::Tensor grad_gate_up = at::cat({grad_gate, grad_up}, 1).to(rows.scalar_type());
+    // SwiGLU: d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate); written straight
+    // into the two halves of one [R, 2F] gradient.
+    at::Tensor grad_gate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+    at::Tensor grad_gate = grad_gate_up.narrow(1, 0, ffn);
+    at::Tensor grad_up = grad_gate_up.narrow(1, ffn, ffn);
+    at::silu_backward_out(grad_gate, grad_activation * up, gate);
+    at::mul_out(grad_up, grad_activation, silu_gate);
     // gate/up projection
     at::Tensor grad_rows;
     if (ctx->needs_input_grad(0)) {
