@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <unordered_set>
@@ -208,7 +209,7 @@ StepStatistics gather_statistics(const at::Tensor& loss, const at::Tensor& aux_l
   for (const auto& layer_tokens : tokens) parts.push_back(layer_tokens.to(at::kDouble));
   at::Tensor summed = at::cat(parts);
   if (group.is_distributed()) summed = moescope::runtime::all_reduce_sum(summed, group);
-  summed = summed.cpu();
+  summed = summed.cpu().contiguous();
   const double world = static_cast<double>(group.size());
   StepStatistics stats;
   stats.loss = summed[0].item<double>() / world;
@@ -216,11 +217,13 @@ StepStatistics gather_statistics(const at::Tensor& loss, const at::Tensor& aux_l
   stats.dropped = static_cast<int64_t>(summed[2].item<double>());
   int64_t offset = 3;
   for (const auto& layer_tokens : tokens) {
-    at::Tensor counts = summed.slice(0, offset, offset + layer_tokens.numel());
-    const double* first = counts.contiguous().data_ptr<double>();
-    stats.tokens_per_expert.emplace_back(first, first + counts.numel());
-    const double mean = counts.mean().item<double>();
-    stats.max_over_mean.push_back(mean > 0 ? counts.max().item<double>() / mean : 0.0);
+    const double* first = summed.data_ptr<double>() + offset;  // summed is a contiguous host copy
+    const std::vector<double>& counts =
+        stats.tokens_per_expert.emplace_back(first, first + layer_tokens.numel());
+    const double mean =
+        std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(counts.size());
+    stats.max_over_mean.push_back(mean > 0 ? *std::max_element(counts.begin(), counts.end()) / mean
+                                           : 0.0);
     offset += layer_tokens.numel();
   }
   return stats;
