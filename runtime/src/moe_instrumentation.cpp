@@ -166,8 +166,8 @@ void record_layer_step(const LayerStepReport& report) {
                          static_cast<uint32_t>(local.size()),
                          static_cast<uint64_t>(report.num_dropped));
   }
-  if (report.received_tokens_per_expert.defined()) {
-    std::vector<int64_t> received = to_host_vector(report.received_tokens_per_expert);
+  if (!report.received_tokens_per_expert.empty()) {
+    const std::vector<int64_t>& received = report.received_tokens_per_expert;
     moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_RECEIVED, received.data(),
                          static_cast<uint32_t>(received.size()), 0);
   }

@@ -164,8 +164,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     report.layer = config_.layer_index;
     report.rank = group_.rank();
     report.local_tokens_per_expert = routing.tokens_per_expert;
-    report.received_tokens_per_expert =
-        at::tensor(rows_per_local_expert, at::TensorOptions().dtype(at::kLong));
+    report.received_tokens_per_expert = rows_per_local_expert;
     report.num_dropped = capacity.num_dropped + receive_cap.num_dropped;
     report.aux_loss = routing.losses.aux_loss;
     report.z_loss = routing.losses.z_loss;

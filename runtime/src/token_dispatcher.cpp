@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <numeric>
+
 #include "cuda_kernel_path.h"
 
 namespace moescope::runtime {
@@ -174,7 +176,8 @@ DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tens
     const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
     const int64_t* counts = counts_host.data_ptr<int64_t>();
     plan.rows_per_expert.assign(counts, counts + num_experts);
-    const int64_t num_rows = counts_host.sum().item<int64_t>();
+    const int64_t num_rows =
+        std::accumulate(plan.rows_per_expert.begin(), plan.rows_per_expert.end(), int64_t{0});
     plan.row_sources = map.row_sources.narrow(0, 0, num_rows);
     plan.destination_rows = map.destination_rows;
     plan.row_to_assignment = plan.row_sources.to(at::kLong);

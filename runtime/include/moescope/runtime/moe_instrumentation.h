@@ -71,8 +71,8 @@ class CommunicationRecord {
 struct LayerStepReport {
   int64_t layer = 0;
   int64_t rank = 0;
-  at::Tensor local_tokens_per_expert;     // [E] this rank's routed assignments (before drops)
-  at::Tensor received_tokens_per_expert;  // [E_local] rows each local expert computed
+  at::Tensor local_tokens_per_expert;  // [E] this rank's routed assignments (before drops)
+  std::vector<int64_t> received_tokens_per_expert;  // [E_local] rows each local expert computed
   int64_t num_dropped = 0;
   at::Tensor aux_loss, z_loss;  // 0-dim or undefined
   at::Tensor scores;            // [T, E] router scores, for the entropy
