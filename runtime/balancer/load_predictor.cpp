@@ -31,6 +31,44 @@ void LoadPredictor::observe(std::span<const double> tokens_per_expert) {
   ++num_observed_steps_;
 }
 
+namespace {
+
+void check_loads(const std::vector<double>& values, const std::string& what) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i]) || values[i] < 0.0) {
+      throw std::invalid_argument(what + "[" + std::to_string(i) + "] is " +
+                                  std::to_string(values[i]) +
+                                  "; loads must be finite and non-negative");
+    }
+  }
+}
+
+}  // namespace
+
+LoadPredictorState LoadPredictor::state() const {
+  LoadPredictorState state;
+  state.name = name();
+  state.num_experts = num_experts_;
+  state.num_observed_steps = num_observed_steps_;
+  write_state(state);
+  return state;
+}
+
+void LoadPredictor::load_state(const LoadPredictorState& state) {
+  if (state.name != name() || state.num_experts != num_experts_) {
+    throw std::invalid_argument("load predictor: the state is of " + state.name + " over " +
+                                std::to_string(state.num_experts) + " experts, this predictor " +
+                                name() + " over " + std::to_string(num_experts_));
+  }
+  if (state.num_observed_steps < 0) {
+    throw std::invalid_argument("load predictor: the state has " +
+                                std::to_string(state.num_observed_steps) + " observed steps");
+  }
+  check_loads(state.values, "load predictor: state values");
+  read_state(state);
+  num_observed_steps_ = state.num_observed_steps;
+}
+
 EmaLoadPredictor::EmaLoadPredictor(int num_experts, double alpha)
     : LoadPredictor(num_experts), alpha_(alpha), average_(static_cast<size_t>(num_experts), 0.0) {
   if (!(alpha > 0.0 && alpha <= 1.0)) {
@@ -53,6 +91,20 @@ void EmaLoadPredictor::observe_checked(std::span<const double> tokens_per_expert
   for (size_t expert = 0; expert < average_.size(); ++expert) {
     average_[expert] += alpha_ * (tokens_per_expert[expert] - average_[expert]);
   }
+}
+
+void EmaLoadPredictor::write_state(LoadPredictorState& state) const {
+  state.values = average_;
+}
+
+void EmaLoadPredictor::read_state(const LoadPredictorState& state) {
+  if (state.values.size() != average_.size() || !state.positions.empty()) {
+    throw std::invalid_argument("EMA load predictor: the state has " +
+                                std::to_string(state.values.size()) + " values and " +
+                                std::to_string(state.positions.size()) + " positions, expected " +
+                                std::to_string(average_.size()) + " and 0");
+  }
+  average_ = state.values;
 }
 
 WindowLoadPredictor::WindowLoadPredictor(int num_experts, int window_steps)
@@ -87,6 +139,34 @@ void WindowLoadPredictor::observe_checked(std::span<const double> tokens_per_exp
       for (size_t expert = 0; expert < sum_.size(); ++expert) sum_[expert] += past[expert];
     }
   }
+}
+
+void WindowLoadPredictor::write_state(LoadPredictorState& state) const {
+  state.values = history_;
+  state.values.insert(state.values.end(), sum_.begin(), sum_.end());
+  state.positions = {filled_, next_row_};
+}
+
+void WindowLoadPredictor::read_state(const LoadPredictorState& state) {
+  if (state.values.size() != history_.size() + sum_.size() || state.positions.size() != 2) {
+    throw std::invalid_argument("window load predictor: the state has " +
+                                std::to_string(state.values.size()) + " values and " +
+                                std::to_string(state.positions.size()) + " positions, expected " +
+                                std::to_string(history_.size() + sum_.size()) + " and 2");
+  }
+  const int64_t filled = state.positions[0], next_row = state.positions[1];
+  if (filled < 0 || filled > window_steps_ || next_row < 0 || next_row >= window_steps_ ||
+      (filled < window_steps_ && next_row != filled)) {
+    throw std::invalid_argument("window load predictor: the state's ring position (" +
+                                std::to_string(filled) + " steps, next row " +
+                                std::to_string(next_row) + ") does not fit a window of " +
+                                std::to_string(window_steps_) + " steps");
+  }
+  const auto ring_end = state.values.begin() + static_cast<std::ptrdiff_t>(history_.size());
+  history_.assign(state.values.begin(), ring_end);
+  sum_.assign(ring_end, state.values.end());
+  filled_ = filled;
+  next_row_ = next_row;
 }
 
 std::vector<double> WindowLoadPredictor::predict() const {
@@ -170,6 +250,31 @@ const PredictionAccuracyTracker& ExpertLoadForecaster::accuracy(int layer) const
 const LoadPredictor& ExpertLoadForecaster::predictor(int layer) const {
   check_layer(layer);
   return *predictors_[static_cast<size_t>(layer)];
+}
+
+std::vector<LayerForecastState> ExpertLoadForecaster::state() const {
+  std::vector<LayerForecastState> state;
+  for (size_t layer = 0; layer < predictors_.size(); ++layer) {
+    state.push_back({predictors_[layer]->state(), trackers_[layer].state()});
+  }
+  return state;
+}
+
+void ExpertLoadForecaster::load_state(const std::vector<LayerForecastState>& state) {
+  if (state.size() != predictors_.size()) {
+    throw std::invalid_argument("expert load forecaster: the state has " +
+                                std::to_string(state.size()) + " layers, the forecaster " +
+                                std::to_string(predictors_.size()));
+  }
+  for (size_t layer = 0; layer < state.size(); ++layer) {
+    try {
+      predictors_[layer]->load_state(state[layer].predictor);
+      trackers_[layer].load_state(state[layer].accuracy);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument("expert load forecaster: layer " + std::to_string(layer) + ": " +
+                                  error.what());
+    }
+  }
 }
 
 }  // namespace moescope::runtime

@@ -123,4 +123,42 @@ std::optional<PredictionAccuracy> PredictionAccuracyTracker::mean() const {
   return mean;
 }
 
+PredictionAccuracyTrackerState PredictionAccuracyTracker::state() const {
+  PredictionAccuracyTrackerState state;
+  state.num_experts = num_experts_;
+  state.horizon_steps = horizon_steps_;
+  state.window_prediction = window_prediction_;
+  state.window_actual_sum = window_actual_sum_;
+  state.steps_in_window = steps_in_window_;
+  state.num_windows_scored = num_windows_scored_;
+  state.sum = sum_;
+  state.latest = latest_;
+  return state;
+}
+
+void PredictionAccuracyTracker::load_state(const PredictionAccuracyTrackerState& state) {
+  if (state.num_experts != num_experts_ || state.horizon_steps != horizon_steps_) {
+    throw std::invalid_argument(
+        "prediction accuracy: the state is of " + std::to_string(state.num_experts) +
+        " experts and a " + std::to_string(state.horizon_steps) + "-step horizon, this tracker " +
+        std::to_string(num_experts_) + " and " + std::to_string(horizon_steps_));
+  }
+  check_size(state.window_prediction, num_experts_, "state.window_prediction");
+  check_size(state.window_actual_sum, num_experts_, "state.window_actual_sum");
+  if (state.steps_in_window < 0 || state.steps_in_window >= horizon_steps_ ||
+      state.num_windows_scored < 0) {
+    throw std::invalid_argument("prediction accuracy: the state's window position " +
+                                std::to_string(state.steps_in_window) + " or its " +
+                                std::to_string(state.num_windows_scored) +
+                                " scored windows do not fit a " + std::to_string(horizon_steps_) +
+                                "-step horizon");
+  }
+  window_prediction_ = state.window_prediction;
+  window_actual_sum_ = state.window_actual_sum;
+  steps_in_window_ = state.steps_in_window;
+  num_windows_scored_ = state.num_windows_scored;
+  sum_ = state.sum;
+  latest_ = state.latest;
+}
+
 }  // namespace moescope::runtime

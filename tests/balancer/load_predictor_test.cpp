@@ -181,5 +181,97 @@ TEST(ExpertLoadForecaster, TracksEachLayerAndScoresItsForecasts) {
   EXPECT_EQ(forecaster.predictor(1).name(), "window(steps=4)");
 }
 
+// Loads with some structure per expert and step, so a predictor that lost part of its history
+// predicts something else.
+std::vector<double> loads_of_step(int step, int num_experts) {
+  std::vector<double> loads;
+  for (int expert = 0; expert < num_experts; ++expert) {
+    loads.push_back(static_cast<double>((step * 7 + expert * 13) % 29 + expert));
+  }
+  return loads;
+}
+
+// A predictor restored from another's state predicts what that one predicts, now and after
+// the same further steps (the window's ring position comes back too, so old steps leave the
+// window at the same time).
+TEST(LoadPredictorState, RestoredPredictorContinuesLikeTheSavedOne) {
+  for (const LoadPredictorConfig::Kind kind :
+       {LoadPredictorConfig::Kind::kEma, LoadPredictorConfig::Kind::kWindow}) {
+    LoadPredictorConfig config;
+    config.kind = kind;
+    config.window_steps = 4;
+    const auto saved = make_load_predictor(config, 3);
+    for (int step = 0; step < 6; ++step) saved->observe(loads_of_step(step, 3));
+    const auto restored = make_load_predictor(config, 3);
+    restored->load_state(saved->state());
+    SCOPED_TRACE(saved->name());
+    EXPECT_EQ(restored->num_observed_steps(), 6);
+    EXPECT_EQ(restored->predict(), saved->predict());
+    // A fresh predictor fed the same steps differs while the saved history still counts.
+    const auto fresh = make_load_predictor(config, 3);
+    for (int step = 6; step < 11; ++step) {
+      saved->observe(loads_of_step(step, 3));
+      restored->observe(loads_of_step(step, 3));
+      fresh->observe(loads_of_step(step, 3));
+      EXPECT_EQ(restored->predict(), saved->predict()) << "step " << step;
+      if (step < 8) {
+        EXPECT_NE(fresh->predict(), saved->predict()) << "step " << step;
+      }
+    }
+  }
+}
+
+TEST(LoadPredictorState, RefusesTheStateOfAnotherPredictorAndLeavesItUnchanged) {
+  EmaLoadPredictor ema(3, 0.1);
+  ema.observe(std::vector<double>{1.0, 2.0, 3.0});
+  WindowLoadPredictor window(3, 4);
+  EXPECT_THROW(window.load_state(ema.state()), std::invalid_argument);
+  EXPECT_THROW(EmaLoadPredictor(3, 0.2).load_state(ema.state()), std::invalid_argument);
+  EXPECT_THROW(EmaLoadPredictor(4, 0.1).load_state(ema.state()), std::invalid_argument);
+  LoadPredictorState bad = ema.state();
+  bad.values[1] = -1.0;
+  EmaLoadPredictor target(3, 0.1);
+  try {
+    target.load_state(bad);
+    FAIL() << "a negative load was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("values[1]"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(target.num_observed_steps(), 0);
+  EXPECT_EQ(target.predict(), (std::vector<double>{0.0, 0.0, 0.0}));
+  LoadPredictorState ring = window.state();
+  ring.positions = {2, 3};  // a half-filled ring must continue right after its last row
+  EXPECT_THROW(window.load_state(ring), std::invalid_argument);
+}
+
+// The forecaster's state holds the accuracy windows too: a restored forecaster scores the
+// window that was open at the save like the saved one does.
+TEST(LoadPredictorState, RestoredForecasterScoresTheOpenWindow) {
+  ExpertLoadForecaster saved(2, 3, LoadPredictorConfig{}, 4);
+  for (int step = 0; step < 6; ++step) {
+    for (int layer = 0; layer < 2; ++layer) saved.observe(layer, loads_of_step(step + layer, 3));
+  }
+  ExpertLoadForecaster restored(2, 3, LoadPredictorConfig{}, 4);
+  restored.load_state(saved.state());
+  for (int step = 6; step < 9; ++step) {
+    for (int layer = 0; layer < 2; ++layer) {
+      const auto expected = saved.observe(layer, loads_of_step(step + layer, 3));
+      const auto got = restored.observe(layer, loads_of_step(step + layer, 3));
+      ASSERT_EQ(got.has_value(), expected.has_value()) << "step " << step << " layer " << layer;
+      if (expected) {
+        EXPECT_EQ(got->weighted_absolute_percentage_error,
+                  expected->weighted_absolute_percentage_error);
+      }
+      EXPECT_EQ(restored.predict(layer), saved.predict(layer));
+    }
+  }
+  EXPECT_EQ(restored.accuracy(1).num_windows_scored(), saved.accuracy(1).num_windows_scored());
+  EXPECT_GE(saved.accuracy(1).num_windows_scored(), 2);  // one before the save, one after
+  EXPECT_THROW(ExpertLoadForecaster(3, 3, LoadPredictorConfig{}, 4).load_state(saved.state()),
+               std::invalid_argument);
+  EXPECT_THROW(ExpertLoadForecaster(2, 3, LoadPredictorConfig{}, 5).load_state(saved.state()),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace moescope::runtime

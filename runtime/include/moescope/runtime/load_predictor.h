@@ -17,6 +17,19 @@
 
 namespace moescope::runtime {
 
+/// What a load predictor has learned, as plain numbers, for checkpoints. Only a predictor with
+/// the same name() and expert count takes it back (LoadPredictor::load_state).
+struct LoadPredictorState {
+  std::string name;  // LoadPredictor::name(), e.g. "ema(alpha=0.1)"
+  int num_experts = 0;
+  int64_t num_observed_steps = 0;
+  /// EMA: the average [num_experts]. Window: the ring [window_steps, num_experts], then the
+  /// sum of the steps in it [num_experts].
+  std::vector<double> values;
+  /// Window: {steps in the ring, next row}. EMA: empty.
+  std::vector<int64_t> positions;
+};
+
 /// One layer's load forecaster. Subclasses define how history becomes a prediction.
 class LoadPredictor {
  public:
@@ -37,8 +50,19 @@ class LoadPredictor {
   /// e.g. "ema(alpha=0.1)", "window(steps=32)".
   virtual std::string name() const = 0;
 
+  /// Everything observed so far, for a checkpoint.
+  LoadPredictorState state() const;
+  /// Continues from `state` as if this predictor had observed what the saved one did. Throws
+  /// std::invalid_argument naming the mismatch (name, expert count, sizes, a value that is not
+  /// finite and non-negative); the predictor is unchanged then.
+  void load_state(const LoadPredictorState& state);
+
  protected:
   virtual void observe_checked(std::span<const double> tokens_per_expert) = 0;
+  /// Fill / read the subclass's part of the state (values, positions). read_state() validates
+  /// before it changes anything.
+  virtual void write_state(LoadPredictorState& state) const = 0;
+  virtual void read_state(const LoadPredictorState& state) = 0;
 
  private:
   int num_experts_;
@@ -56,6 +80,8 @@ class EmaLoadPredictor final : public LoadPredictor {
 
  private:
   void observe_checked(std::span<const double> tokens_per_expert) override;
+  void write_state(LoadPredictorState& state) const override;
+  void read_state(const LoadPredictorState& state) override;
   double alpha_;
   std::vector<double> average_;  // [num_experts]
 };
@@ -70,6 +96,8 @@ class WindowLoadPredictor final : public LoadPredictor {
 
  private:
   void observe_checked(std::span<const double> tokens_per_expert) override;
+  void write_state(LoadPredictorState& state) const override;
+  void read_state(const LoadPredictorState& state) override;
   int window_steps_;
   std::vector<double> history_;  // ring buffer [window_steps, num_experts]
   std::vector<double> sum_;      // [num_experts], sum of the steps in the ring
@@ -103,6 +131,18 @@ struct PredictionAccuracy {
   double actual_imbalance = 1.0;
 };
 
+/// What a PredictionAccuracyTracker has accumulated, for checkpoints.
+struct PredictionAccuracyTrackerState {
+  int num_experts = 0;
+  int horizon_steps = 0;
+  std::vector<double> window_prediction;  // [num_experts]
+  std::vector<double> window_actual_sum;  // [num_experts]
+  int steps_in_window = 0;
+  int64_t num_windows_scored = 0;
+  PredictionAccuracy sum{0, 0, 0, 0, 0};  // of every scored window
+  std::optional<PredictionAccuracy> latest;
+};
+
 /// Scores consecutive, non-overlapping windows of `horizon_steps` steps: at a window's first
 /// step it keeps the prediction made before that step, sums the actual loads over the window
 /// and, when the window is full, compares their per-step mean with the prediction. Windows in
@@ -124,6 +164,12 @@ class PredictionAccuracyTracker {
   /// Mean of every field over all scored windows (nullopt before the first).
   std::optional<PredictionAccuracy> mean() const;
 
+  /// The open window and the scores so far, for a checkpoint.
+  PredictionAccuracyTrackerState state() const;
+  /// Continues from `state`. Throws std::invalid_argument naming the mismatch (expert count,
+  /// horizon, sizes, a window position outside [0, horizon_steps)); unchanged then.
+  void load_state(const PredictionAccuracyTrackerState& state);
+
  private:
   int num_experts_;
   int horizon_steps_;
@@ -138,6 +184,12 @@ class PredictionAccuracyTracker {
 /// Scores prediction P against actual mean load A, both [num_experts]. Requires sum(A) > 0.
 PredictionAccuracy score_prediction(std::span<const double> predicted,
                                     std::span<const double> actual);
+
+/// One layer of an ExpertLoadForecaster, for checkpoints.
+struct LayerForecastState {
+  LoadPredictorState predictor;
+  PredictionAccuracyTrackerState accuracy;
+};
 
 /// A model's forecasts: one predictor and one accuracy tracker per MoE layer.
 class ExpertLoadForecaster {
@@ -158,6 +210,12 @@ class ExpertLoadForecaster {
   ExpertLoads predict_all() const;
   const PredictionAccuracyTracker& accuracy(int layer) const;
   const LoadPredictor& predictor(int layer) const;
+
+  /// Every layer's predictor and tracker: [num_layers].
+  std::vector<LayerForecastState> state() const;
+  /// Continues from `state` ([num_layers]). Throws std::invalid_argument naming the layer and
+  /// the mismatch; the layers before it are then already restored.
+  void load_state(const std::vector<LayerForecastState>& state);
 
  private:
   void check_layer(int layer) const;
