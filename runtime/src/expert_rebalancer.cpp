@@ -7,6 +7,7 @@
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
+#include "moescope/runtime/state_archive.h"
 
 namespace moescope::runtime {
 namespace {
@@ -168,6 +169,90 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
                   std::vector<float>(counts.begin(), counts.end()));
   }
   return decision;
+}
+
+// Archive layout:
+//   format                        "moescope.expert_rebalancer.v1"
+//   observed_steps, steps_since_decision   int
+//   step_seconds_sum              double
+//   num_layers                    int
+//   layer<i>/layer_index          int (MoEConfig.layer_index)
+//   layer<i>/num_experts, num_gpus   int
+//   layer<i>/physical_to_logical  [S] int32, the logical expert in each slot
+//   forecast/...                  save_forecaster()
+constexpr const char* kRebalancerFormat = "moescope.expert_rebalancer.v1";
+
+void ExpertRebalancer::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("format", c10::IValue(std::string(kRebalancerFormat)));
+  archive.write("observed_steps", c10::IValue(observed_steps_));
+  archive.write("steps_since_decision", c10::IValue(steps_since_decision_));
+  archive.write("step_seconds_sum", c10::IValue(step_seconds_sum_));
+  archive.write("num_layers", c10::IValue(static_cast<int64_t>(layers_.size())));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const ExpertPlacement& placement = layers_[l]->expert_slots().placement();
+    torch::serialize::OutputArchive layer;
+    layer.write("layer_index", c10::IValue(layers_[l]->config().layer_index));
+    layer.write("num_experts", c10::IValue(static_cast<int64_t>(placement.num_logical_experts)));
+    layer.write("num_gpus", c10::IValue(static_cast<int64_t>(placement.num_gpus)));
+    layer.write("physical_to_logical", at::tensor(placement.physical_to_logical, at::kInt));
+    archive.write("layer" + std::to_string(l), layer);
+  }
+  torch::serialize::OutputArchive forecast;
+  save_forecaster(forecaster_, forecast);
+  archive.write("forecast", forecast);
+}
+
+void ExpertRebalancer::load(torch::serialize::InputArchive& archive, const std::string& what) {
+  const std::string format = read_archive_value(archive, "format", what).toStringRef();
+  TORCH_CHECK(format == kRebalancerFormat, what, ": format ", format, ", expected ",
+              kRebalancerFormat);
+  const int64_t num_layers = read_archive_value(archive, "num_layers", what).toInt();
+  TORCH_CHECK(num_layers == static_cast<int64_t>(layers_.size()), what, ": saved for ", num_layers,
+              " MoE layers, this rebalancer has ", layers_.size());
+  // Everything is read and checked before any layer changes.
+  std::vector<ExpertPlacement> placements;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string key = "layer" + std::to_string(l);
+    torch::serialize::InputArchive layer = read_archive_nested(archive, key, what);
+    const std::string where = what + "/" + key;
+    const MoEConfig& config = layers_[l]->config();
+    const int64_t layer_index = read_archive_value(layer, "layer_index", where).toInt();
+    const int64_t num_experts = read_archive_value(layer, "num_experts", where).toInt();
+    const int64_t num_gpus = read_archive_value(layer, "num_gpus", where).toInt();
+    TORCH_CHECK(layer_index == config.layer_index && num_experts == config.num_experts &&
+                    num_gpus == layers_[l]->group().size(),
+                where, ": saved for layer ", layer_index, " with ", num_experts, " experts over ",
+                num_gpus, " ranks, this rebalancer's layer is ", config.layer_index, " with ",
+                config.num_experts, " over ", layers_[l]->group().size());
+    const at::Tensor saved = read_archive_tensor(layer, "physical_to_logical", where)
+                                 .to(at::kCPU, at::kInt)
+                                 .contiguous();
+    TORCH_CHECK(saved.dim() == 1, where, ": physical_to_logical must be 1-d, got ", saved.sizes());
+    try {
+      placements.push_back(placement_from_physical_to_logical(
+          1, static_cast<int>(num_experts), static_cast<int>(num_gpus),
+          std::span<const int32_t>(saved.data_ptr<int32_t>(), static_cast<size_t>(saved.numel()))));
+    } catch (const std::invalid_argument& error) {
+      TORCH_CHECK(false, where, ": ", error.what());
+    }
+    TORCH_CHECK(placements.back().num_physical_experts == num_expert_slots(config), where,
+                ": the saved placement has ", placements.back().num_physical_experts,
+                " slots, the layer ", num_expert_slots(config));
+  }
+  torch::serialize::InputArchive forecast = read_archive_nested(archive, "forecast", what);
+  ExpertLoadForecaster restored(forecaster_.num_layers(), forecaster_.num_experts(),
+                                options_.predictor, options_.accuracy_horizon_steps);
+  load_forecaster(restored, forecast, what + "/forecast");
+  const int64_t observed_steps = read_archive_value(archive, "observed_steps", what).toInt();
+  const int64_t steps_since_decision =
+      read_archive_value(archive, "steps_since_decision", what).toInt();
+  const double step_seconds_sum = read_archive_value(archive, "step_seconds_sum", what).toDouble();
+
+  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->restore_placement(placements[l]);
+  forecaster_ = std::move(restored);
+  observed_steps_ = observed_steps;
+  steps_since_decision_ = steps_since_decision;
+  step_seconds_sum_ = step_seconds_sum;
 }
 
 }  // namespace moescope::runtime

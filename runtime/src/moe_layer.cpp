@@ -361,17 +361,26 @@ void MoELayerImpl::sync_replica_gradients() {
   reduce_over_replicas(grads, /*first_replica_only=*/false);
 }
 
+void MoELayerImpl::check_placement_shape(const ExpertPlacement& placement, const char* what) const {
+  TORCH_CHECK(placement.num_layers == 1 && placement.num_logical_experts == config_.num_experts &&
+                  placement.num_physical_experts == num_expert_slots(config_) &&
+                  placement.num_gpus == group_.size(),
+              "MoELayer::", what, ": layer ", config_.layer_index, " needs a one-layer ",
+              "placement of ", config_.num_experts, " experts in ", num_expert_slots(config_),
+              " slots over ", group_.size(), " ranks, got ", placement.num_layers, " layers, ",
+              placement.num_logical_experts, " experts, ", placement.num_physical_experts,
+              " slots, ", placement.num_gpus, " GPUs");
+}
+
+void MoELayerImpl::restore_placement(const ExpertPlacement& placement) {
+  check_placement_shape(placement, "restore_placement");
+  slots_ = ExpertSlots(placement, 0, experts->w_gate_up.device());
+}
+
 PlacementChange MoELayerImpl::apply_placement(
     const ExpertPlacement& target, const std::vector<torch::optim::Optimizer*>& optimizers) {
   const auto start = std::chrono::steady_clock::now();
-  TORCH_CHECK(target.num_layers == 1 && target.num_logical_experts == config_.num_experts &&
-                  target.num_physical_experts == num_expert_slots(config_) &&
-                  target.num_gpus == group_.size(),
-              "MoELayer::apply_placement: layer ", config_.layer_index, " needs a one-layer ",
-              "placement of ", config_.num_experts, " experts in ", num_expert_slots(config_),
-              " slots over ", group_.size(), " ranks, got ", target.num_layers, " layers, ",
-              target.num_logical_experts, " experts, ", target.num_physical_experts, " slots, ",
-              target.num_gpus, " GPUs");
+  check_placement_shape(target, "apply_placement");
   ExpertMigration migration;
   try {
     migration = plan_expert_migration(slots_.placement(), target);

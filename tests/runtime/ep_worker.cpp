@@ -9,6 +9,8 @@
 //              (rebalance_worker_mode.cpp).
 //   memory     dispatch buffer pool and receive cap in an expert-parallel layer
 //              (memory_worker_mode.cpp).
+//   rebalance_checkpoint  an ExpertRebalancer saved after it moved experts continues
+//              identically when loaded into a fresh one (rebalance_checkpoint_worker_mode.cpp).
 //
 // usage: moe_ep_worker MODE RANK WORLD PORT
 #include <ATen/ATen.h>
@@ -28,6 +30,8 @@ using namespace moescope::runtime;
 
 int run_rebalance(const ExpertParallelGroup& group);  // rebalance_worker_mode.cpp
 int run_memory(const ExpertParallelGroup& group);     // memory_worker_mode.cpp
+// rebalance_checkpoint_worker_mode.cpp
+int run_rebalance_checkpoint(const ExpertParallelGroup& group);
 
 namespace {
 
@@ -178,7 +182,8 @@ int run_dead_peer(const ExpertParallelGroup& group) {
 int main(int argc, char** argv) {
   if (argc != 6) {
     std::cerr
-        << "usage: moe_ep_worker equality|dead_peer|rebalance|memory RANK WORLD PORT TIMEOUT_MS\n";
+        << "usage: moe_ep_worker equality|dead_peer|rebalance|memory|rebalance_checkpoint RANK "
+           "WORLD PORT TIMEOUT_MS\n";
     return 2;
   }
   const std::string mode = argv[1];
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
     if (mode == "dead_peer") return run_dead_peer(group);
     if (mode == "rebalance") return run_rebalance(group);
     if (mode == "memory") return run_memory(group);
+    if (mode == "rebalance_checkpoint") return run_rebalance_checkpoint(group);
     std::cerr << "unknown mode " << mode << "\n";
     return 2;
   } catch (const std::exception& error) {

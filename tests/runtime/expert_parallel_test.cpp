@@ -187,6 +187,37 @@ TEST(ExpertParallel, FourRanksRebalanceWithoutChangingTheModel) {
   EXPECT_LT(after, before * 0.85) << "rebalancing did not lower max/mean rows per rank";
 }
 
+// A rebalancer saved after it moved experts (with the layer and Adam, as a checkpoint holds
+// them) and loaded into freshly built ones has the same placement, computes the same function
+// and takes the same next decision; one built for another layer refuses the archive.
+TEST(ExpertParallel, RebalancerCheckpointRestoresThePlacementAndTheNextDecision) {
+  const auto results = run_workers("rebalance_checkpoint", 2, 30000, std::chrono::seconds(120));
+  const std::regex saved_line(
+      R"(SAVED rank=(\d+) step=(\d+) moved=(\d) same_placement=(\d) same_forecast=(\d) )"
+      R"(output_diff=(\S+))");
+  const std::regex next_line(
+      R"(NEXT rank=(\d+) step=(\d+) decided=(\d) same_decisions=(\d) same_placement=(\d) )"
+      R"(output_diff=(\S+) applied=(\d+))");
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
+    ASSERT_EQ(results[rank].exit_code, 0);
+    std::smatch saved, next;
+    ASSERT_TRUE(std::regex_search(results[rank].output, saved, saved_line));
+    EXPECT_EQ(saved[3], "1") << "no expert moved before the save";
+    EXPECT_EQ(saved[4], "1");
+    EXPECT_EQ(saved[5], "1");
+    EXPECT_EQ(std::stod(saved[6]), 0.0);  // same weights in the same slots
+    ASSERT_TRUE(std::regex_search(results[rank].output, next, next_line));
+    EXPECT_EQ(next[3], "1") << "no decision after the load";
+    EXPECT_EQ(next[4], "1");
+    EXPECT_EQ(next[5], "1");
+    EXPECT_EQ(std::stod(next[6]), 0.0);
+    EXPECT_NE(results[rank].output.find("MISMATCH rank=" + std::to_string(rank) +
+                                        " message=test archive/layer0: saved for layer 0"),
+              std::string::npos);
+  }
+}
+
 TEST(ExpertParallel, PoolAllocatesNothingInSteadyStateAndTheReceiveCapHoldsAColdStart) {
   const auto results = run_workers("memory", 2, 30000, std::chrono::seconds(120));
   const std::regex pool_line(

@@ -13,9 +13,18 @@
 // (MoELayer::apply_placement). Every decision, applied or not, is recorded in the trace
 // (moescope_rebalance: imbalance before/after, bytes moved, time taken) with the predicted
 // loads, the replica counts and the forecast's accuracy.
+//
+// Checkpoints: save()/load() carry what the next decisions depend on (each layer's placement,
+// the load forecast, the steps and step time since the last decision). Each layer's expert
+// weights and optimizer state are saved per slot by the model and its optimizer, so they and
+// the rebalancer must be saved and loaded together.
 #pragma once
 
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "moescope/runtime/load_predictor.h"
@@ -61,6 +70,16 @@ class ExpertRebalancer {
 
   const ExpertLoadForecaster& forecaster() const { return forecaster_; }
   const RebalancerOptions& options() const { return options_; }
+
+  /// Writes every layer's placement (phy2log, in the layer's slot order), the forecaster's state
+  /// and the decision counters into `archive`.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Restores what save() wrote into a rebalancer over the same layers (layer indices, experts,
+  /// slots, ranks), predictor and accuracy horizon: each layer takes the saved placement as the
+  /// one its slots hold (MoELayer::restore_placement; nothing moves), so load the model and the
+  /// optimizers from the same checkpoint. `what` names the archive in errors. Throws c10::Error
+  /// naming a missing entry or the mismatch.
+  void load(torch::serialize::InputArchive& archive, const std::string& what);
 
  private:
   RebalanceDecision decide(size_t layer_position, int64_t step, double step_seconds);

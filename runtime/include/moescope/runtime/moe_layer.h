@@ -92,6 +92,13 @@ class MoELayerImpl : public torch::nn::Module {
   PlacementChange apply_placement(const ExpertPlacement& target,
                                   const std::vector<torch::optim::Optimizer*>& optimizers = {});
 
+  /// Takes `placement` (a one-layer placement over the group's ranks with the layer's slot
+  /// count, e.g. expert_slots().placement() saved with a checkpoint) as the one this layer's
+  /// slots hold now, without moving anything: for resuming from a checkpoint whose per-slot
+  /// expert weights (and optimizer state) were saved under it. Throws c10::Error naming the
+  /// mismatch.
+  void restore_placement(const ExpertPlacement& placement);
+
   /// Sizes the dispatch buffer pool (MoEConfig.use_dispatch_buffer_pool) for the largest number
   /// of rows one rank is predicted to send or receive per forward; the rebalancer calls it with
   /// its forecast. No-op without a pool (or before the first forward creates it).
@@ -122,6 +129,8 @@ class MoELayerImpl : public torch::nn::Module {
 
  private:
   void check_input(const at::Tensor& hidden) const;
+  /// Throws unless `placement` is one layer of this layer's experts, slots and ranks.
+  void check_placement_shape(const ExpertPlacement& placement, const char* what) const;
   /// The slots' routing tensors on `device` (rebuilt after the module moved devices).
   const ExpertSlots& slots_on(const at::Device& device);
   /// For every replicated expert: each replica's rows of the per-slot tensors ([S_local, ...])
