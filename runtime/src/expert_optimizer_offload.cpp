@@ -4,11 +4,15 @@
 #include <c10/util/Exception.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/state_archive.h"
 
 namespace moescope::runtime {
 namespace {
@@ -122,6 +126,11 @@ void ExpertOptimizerOffload::step() {
     Expert& expert = *experts_[static_cast<size_t>(g)];
     auto& params = expert.optimizer->param_groups().front().params();
     for (size_t i = 0; i < parameters_.size(); ++i) {
+      // Updating views of storage the model no longer uses would silently freeze the experts.
+      TORCH_CHECK(expert.device_views[i].is_alias_of(parameters_[i]),
+                  "ExpertOptimizerOffload::step: expert_parameters[", i,
+                  "] got new storage after the offload was built (e.g. torch::nn::Module::load); "
+                  "call load() after loading the weights, or copy weights in place");
       const at::Tensor& full_grad = parameters_[i].grad();
       if (!full_grad.defined()) {
         params[i].mutable_grad() = at::Tensor();  // Adam skips parameters without a gradient
@@ -319,6 +328,118 @@ void ExpertOptimizerOffload::record() const {
                    static_cast<double>(offloaded_state_bytes()));
   moescope_counter(moescope_intern("memory.optimizer_state_expert_resident"),
                    static_cast<double>(resident_state_bytes()));
+}
+
+// Archive layout:
+//   format                 "moescope.expert_optimizer_offload.v1"
+//   kind                   "adam" | "adamw"
+//   num_experts, num_parameters   int
+//   parameter_shapes       [num_parameters, max dims + 1] int64: dims, then the sizes (-1 pad)
+//   stats                  [6] int64, ExpertOffloadStats in field order
+//   expert<g>/offloaded    bool
+//   expert<g>/optimizer    torch::optim::Adam(W)::save of the expert's own optimizer
+constexpr const char* kOffloadFormat = "moescope.expert_optimizer_offload.v1";
+
+namespace {
+
+const char* kind_name(ExpertOptimizerKind kind) {
+  return kind == ExpertOptimizerKind::kAdam ? "adam" : "adamw";
+}
+
+at::Tensor shapes_of(const std::vector<at::Tensor>& parameters) {
+  int64_t max_dims = 0;
+  for (const at::Tensor& param : parameters) max_dims = std::max<int64_t>(max_dims, param.dim());
+  at::Tensor shapes =
+      at::full({static_cast<int64_t>(parameters.size()), max_dims + 1}, -1, at::kLong);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    shapes[static_cast<int64_t>(i)][0] = parameters[i].dim();
+    for (int64_t d = 0; d < parameters[i].dim(); ++d) {
+      shapes[static_cast<int64_t>(i)][d + 1] = parameters[i].size(d);
+    }
+  }
+  return shapes;
+}
+
+}  // namespace
+
+void ExpertOptimizerOffload::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("format", c10::IValue(std::string(kOffloadFormat)));
+  archive.write("kind", c10::IValue(std::string(kind_name(options_.kind))));
+  archive.write("num_experts", c10::IValue(num_experts_));
+  archive.write("num_parameters", c10::IValue(num_parameters()));
+  archive.write("parameter_shapes", shapes_of(parameters_));
+  archive.write("stats",
+                at::tensor(std::vector<int64_t>{stats_.offloads, stats_.prefetches,
+                                                stats_.bytes_to_host, stats_.bytes_to_device,
+                                                stats_.host_steps, stats_.device_steps},
+                           at::kLong));
+  for (int64_t g = 0; g < num_experts_; ++g) {
+    const Expert& expert = *experts_[static_cast<size_t>(g)];
+    torch::serialize::OutputArchive entry, optimizer;
+    expert.optimizer->save(optimizer);
+    entry.write("offloaded", c10::IValue(expert.offloaded));
+    entry.write("optimizer", optimizer);
+    archive.write("expert" + std::to_string(g), entry);
+  }
+}
+
+void ExpertOptimizerOffload::load(torch::serialize::InputArchive& archive,
+                                  const std::string& what) {
+  const std::string format = read_archive_value(archive, "format", what).toStringRef();
+  TORCH_CHECK(format == kOffloadFormat, what, ": format ", format, ", expected ", kOffloadFormat);
+  const std::string kind = read_archive_value(archive, "kind", what).toStringRef();
+  TORCH_CHECK(kind == kind_name(options_.kind), what, ": saved by an ", kind,
+              " expert optimizer, this one is ", kind_name(options_.kind));
+  const at::Tensor saved_shapes =
+      read_archive_tensor(archive, "parameter_shapes", what).to(at::kCPU);
+  TORCH_CHECK(read_archive_value(archive, "num_experts", what).toInt() == num_experts_ &&
+                  read_archive_value(archive, "num_parameters", what).toInt() == num_parameters() &&
+                  saved_shapes.equal(shapes_of(parameters_)),
+              what, ": saved for stacked parameters of shapes ", saved_shapes,
+              ", this offload's are ", shapes_of(parameters_));
+  const at::Tensor stats = read_archive_tensor(archive, "stats", what).to(at::kCPU, at::kLong);
+  TORCH_CHECK(stats.numel() == 6, what, ": stats must hold 6 counters, got ", stats.numel());
+  // Read every expert's entry before changing anything.
+  std::vector<torch::serialize::InputArchive> optimizers(static_cast<size_t>(num_experts_));
+  std::vector<bool> offloaded(static_cast<size_t>(num_experts_));
+  for (int64_t g = 0; g < num_experts_; ++g) {
+    const std::string key = "expert" + std::to_string(g);
+    torch::serialize::InputArchive entry = read_archive_nested(archive, key, what);
+    offloaded[static_cast<size_t>(g)] =
+        read_archive_value(entry, "offloaded", what + "/" + key).toBool();
+    optimizers[static_cast<size_t>(g)] = read_archive_nested(entry, "optimizer", what + "/" + key);
+  }
+  for (int64_t g = 0; g < num_experts_; ++g) {
+    Expert& expert = *experts_[static_cast<size_t>(g)];
+    // The saved state is keyed to the optimizer's parameters in order: load it while the
+    // expert's optimizer updates the device views, then move it where it was at the save.
+    move_expert(expert, /*to_host=*/false);
+    expert.optimizer->state().clear();
+    // Loading the model's weights (torch::nn::Module::load) may have given the stacked
+    // parameters new storage: take fresh views of them.
+    auto& params = expert.optimizer->param_groups().front().params();
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      expert.device_views[i] = parameters_[i].detach().select(0, g);
+      params[i] = expert.device_views[i];
+    }
+    expert.optimizer->load(optimizers[static_cast<size_t>(g)]);
+    // A checkpoint loaded onto another device (or saved while the expert was offloaded and
+    // loaded with the archive's default device) may hold the state elsewhere: bring it to the
+    // weights' device, as a resident expert keeps it.
+    for (const at::Tensor& param : expert.optimizer_params()) {
+      visit_state(*expert.optimizer, param, [&](auto& state) {
+        const auto to_param = [&](const at::Tensor& tensor) {
+          return tensor.defined() ? tensor.to(param.device()) : tensor;
+        };
+        state.exp_avg(to_param(state.exp_avg()));
+        state.exp_avg_sq(to_param(state.exp_avg_sq()));
+        state.max_exp_avg_sq(to_param(state.max_exp_avg_sq()));
+      });
+    }
+    if (offloaded[static_cast<size_t>(g)]) move_expert(expert, /*to_host=*/true);
+  }
+  const int64_t* counters = stats.contiguous().data_ptr<int64_t>();
+  stats_ = {counters[0], counters[1], counters[2], counters[3], counters[4], counters[5]};
 }
 
 }  // namespace moescope::runtime

@@ -27,11 +27,16 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
 
 namespace moescope::runtime {
 
@@ -112,6 +117,18 @@ class ExpertOptimizerOffload {
 
   /// Expert `expert`'s state for stacked parameter `parameter_index`, wherever it lives.
   ExpertParamState state(int64_t expert, int64_t parameter_index) const;
+
+  /// Checkpoints: writes every expert's optimizer state (step counts and moments, read from the
+  /// host or the device, wherever the expert's state is), which experts are offloaded, and the
+  /// stats. The stacked weights themselves are the model's to save.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Restores what save() wrote into an offload over parameters of the same shapes with the
+  /// same optimizer kind: each expert's state replaces its current one, and experts that were
+  /// offloaded at the save go to the host again (the others to the device). Load the model's
+  /// weights first: torch::nn::Module::load gives parameters new storage, and load() takes
+  /// fresh views of them (step() throws if it finds its views stale). `what` names the archive
+  /// in errors. Throws c10::Error naming a missing entry or the mismatch.
+  void load(torch::serialize::InputArchive& archive, const std::string& what);
 
   /// Records "memory.optimizer_state_offloaded" and "memory.optimizer_state_expert_resident"
   /// counters (bytes). No-op unless a recorder is active.
