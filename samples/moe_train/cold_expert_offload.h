@@ -7,13 +7,19 @@
 // ([first_local_expert, + num_local_experts)) goes to update_from_predicted_load(). The
 // optimizer math is AdamW per expert slice, so the training equals one AdamW over the stacked
 // tensors; only where the state lives changes.
+//
+// Checkpoints: save()/load() carry every layer's expert optimizer state (host or device) and
+// the load forecast, so a resumed run offloads the same experts at the same steps.
 #pragma once
 
 #include <c10/core/TensorImpl.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -60,11 +66,16 @@ class ColdExpertOffload {
   int64_t offloaded_state_bytes() const;
   int64_t resident_state_bytes() const;
 
+  /// Every layer's ExpertOptimizerOffload state and the load forecast.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// Restores what save() wrote; `what` names the archive in errors (c10::Error).
+  void load(torch::serialize::InputArchive& archive, const std::string& what);
+
  private:
   std::vector<moescope::runtime::MoELayer> layers_;
   int64_t interval_;
   std::vector<std::unique_ptr<moescope::runtime::ExpertOptimizerOffload>> offloads_;  // [L]
-  std::vector<std::unique_ptr<moescope::runtime::LoadPredictor>> predictors_;         // [L]
+  moescope::runtime::ExpertLoadForecaster forecaster_;  // EMA per layer over [E] logical experts
   std::unordered_set<const c10::TensorImpl*> expert_parameters_;
 };
 

@@ -152,10 +152,6 @@ std::string check_train_options(const TrainOptions& options) {
            std::to_string(options.layers) + ")";
   }
   if (options.resume && options.checkpoint.empty()) return "--resume needs --checkpoint PATH";
-  if (options.rebalance_every > 0 && !options.checkpoint.empty()) {
-    return "--rebalance-every with --checkpoint is not supported yet (checkpoints do not save "
-           "the expert placement)";
-  }
   if (options.offload_cold_experts && options.rebalance_every > 0) {
     return "--offload-cold-experts with --rebalance-every is not supported (the rebalancer "
            "migrates experts and their AdamW state, the offload keeps that state itself)";
@@ -163,10 +159,6 @@ std::string check_train_options(const TrainOptions& options) {
   if (options.offload_cold_experts && options.redundant_experts > 0) {
     return "--offload-cold-experts with --redundant-experts is not supported (the load "
            "forecast is per expert, the offload per slot: replica slots have no forecast)";
-  }
-  if (options.offload_cold_experts && !options.checkpoint.empty()) {
-    return "--offload-cold-experts with --checkpoint is not supported yet (checkpoints do not "
-           "save the offloaded experts' optimizer state)";
   }
   if (options.checkpoint_every > 0 && options.checkpoint.empty()) {
     return "--checkpoint-every needs --checkpoint PATH";

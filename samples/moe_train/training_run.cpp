@@ -129,8 +129,20 @@ std::string checkpoint_signature(const TrainOptions& options, const LaunchEnviro
   return signature.str();
 }
 
+// Runtime state beyond the model and the main AdamW that a checkpoint carries when the run
+// has it: the rebalancer's placements and forecast (--rebalance-every), the routed experts'
+// AdamW state (--offload-cold-experts).
+struct CheckpointExtras {
+  moescope::runtime::ExpertRebalancer* rebalancer = nullptr;
+  ColdExpertOffload* offload = nullptr;
+};
+
+constexpr const char* kRebalancerEntry = "expert_rebalancer";
+constexpr const char* kOffloadEntry = "expert_offload";
+
 void save_checkpoint(const std::string& path, int64_t next_step, const std::string& signature,
-                     MoETransformer& model, torch::optim::AdamW& optimizer) {
+                     MoETransformer& model, torch::optim::AdamW& optimizer,
+                     const CheckpointExtras& extras) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive, optimizer_archive;
   model->save(model_archive);
@@ -139,6 +151,16 @@ void save_checkpoint(const std::string& path, int64_t next_step, const std::stri
   archive.write("optimizer", optimizer_archive);
   archive.write("next_step", c10::IValue(next_step));
   archive.write("signature", c10::IValue(signature));
+  if (extras.rebalancer != nullptr) {
+    torch::serialize::OutputArchive rebalancer_archive;
+    extras.rebalancer->save(rebalancer_archive);
+    archive.write(kRebalancerEntry, rebalancer_archive);
+  }
+  if (extras.offload != nullptr) {
+    torch::serialize::OutputArchive offload_archive;
+    extras.offload->save(offload_archive);
+    archive.write(kOffloadEntry, offload_archive);
+  }
   const std::string temporary = path + ".tmp";
   archive.save_to(temporary);
   std::filesystem::rename(temporary, path);  // a crash mid-save keeps the previous checkpoint
@@ -146,7 +168,7 @@ void save_checkpoint(const std::string& path, int64_t next_step, const std::stri
 
 int64_t load_checkpoint(const std::string& path, const std::string& signature,
                         const c10::Device& device, MoETransformer& model,
-                        torch::optim::AdamW& optimizer) {
+                        torch::optim::AdamW& optimizer, const CheckpointExtras& extras) {
   TORCH_CHECK(std::filesystem::exists(path), "moe_train: --resume: checkpoint ", path,
               " does not exist");
   torch::serialize::InputArchive archive;
@@ -156,11 +178,39 @@ int64_t load_checkpoint(const std::string& path, const std::string& signature,
   TORCH_CHECK(saved_signature.toStringRef() == signature, "moe_train: checkpoint ", path,
               " was written by a different setup (", saved_signature.toStringRef(),
               ") than this run (", signature, ")");
+  // The expert weights (and their AdamW state) are saved per slot: read under another
+  // placement they would land in the wrong experts, so the rebalancer's entry must be there
+  // exactly when this run rebalances. Checkpoints of older moe_train builds have neither entry.
+  torch::serialize::InputArchive rebalancer_archive, offload_archive;
+  const bool has_rebalancer = archive.try_read(kRebalancerEntry, rebalancer_archive);
+  const bool has_offload = archive.try_read(kOffloadEntry, offload_archive);
+  TORCH_CHECK(has_rebalancer || extras.rebalancer == nullptr, "moe_train: checkpoint ", path,
+              " has no expert placement (entry ", kRebalancerEntry,
+              "): it was written without --rebalance-every (or by an older moe_train); resume "
+              "it without --rebalance-every");
+  TORCH_CHECK(!has_rebalancer || extras.rebalancer != nullptr, "moe_train: checkpoint ", path,
+              " holds a rebalanced expert placement (entry ", kRebalancerEntry,
+              "): resume it with --rebalance-every, or its experts would be read into the "
+              "wrong slots");
+  TORCH_CHECK(has_offload || extras.offload == nullptr, "moe_train: checkpoint ", path,
+              " has no offloaded experts' optimizer state (entry ", kOffloadEntry,
+              "): it was written without --offload-cold-experts (or by an older moe_train); "
+              "resume it without --offload-cold-experts");
+  TORCH_CHECK(!has_offload || extras.offload != nullptr, "moe_train: checkpoint ", path,
+              " holds the routed experts' optimizer state apart (entry ", kOffloadEntry,
+              "): resume it with --offload-cold-experts");
   torch::serialize::InputArchive model_archive, optimizer_archive;
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);
   model->load(model_archive);
   optimizer.load(optimizer_archive);
+  if (extras.rebalancer != nullptr) {
+    extras.rebalancer->load(rebalancer_archive,
+                            "moe_train: checkpoint " + path + ": " + kRebalancerEntry);
+  }
+  if (extras.offload != nullptr) {
+    extras.offload->load(offload_archive, "moe_train: checkpoint " + path + ": " + kOffloadEntry);
+  }
   c10::IValue next_step;
   archive.read("next_step", next_step);
   return next_step.toInt();
@@ -358,12 +408,26 @@ int train(const TrainOptions& options) {
                                          adamw_options(options.lr * options.router_lr_scale))},
       torch::optim::AdamWOptions(options.lr));
 
+  std::unique_ptr<moescope::runtime::ExpertRebalancer> rebalancer;
+  if (options.rebalance_every > 0) {
+    moescope::runtime::RebalancerOptions rebalance;
+    rebalance.interval_steps = options.rebalance_every;
+    rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
+    rebalance.imbalance_threshold = options.rebalance_threshold;
+    rebalancer = std::make_unique<moescope::runtime::ExpertRebalancer>(
+        model->moe_layers(), rebalance, std::vector<torch::optim::Optimizer*>{&optimizer});
+  }
+
   const std::string signature = checkpoint_signature(options, env);
   const std::string checkpoint = options.checkpoint.empty()
                                      ? std::string()
                                      : checkpoint_path_for_rank(options.checkpoint, env);
+  const CheckpointExtras checkpoint_extras{rebalancer.get(), offload.get()};
   int64_t first_step = 0;
-  if (options.resume) first_step = load_checkpoint(checkpoint, signature, device, model, optimizer);
+  if (options.resume) {
+    first_step =
+        load_checkpoint(checkpoint, signature, device, model, optimizer, checkpoint_extras);
+  }
 
   if (is_rank0) {
     std::printf(
@@ -384,16 +448,6 @@ int train(const TrainOptions& options) {
                 corpus.num_files(), data_path.c_str(),
                 first_step > 0 ? (", resumed at step " + std::to_string(first_step)).c_str() : "");
     std::fflush(stdout);
-  }
-
-  std::unique_ptr<moescope::runtime::ExpertRebalancer> rebalancer;
-  if (options.rebalance_every > 0) {
-    moescope::runtime::RebalancerOptions rebalance;
-    rebalance.interval_steps = options.rebalance_every;
-    rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
-    rebalance.imbalance_threshold = options.rebalance_threshold;
-    rebalancer = std::make_unique<moescope::runtime::ExpertRebalancer>(
-        model->moe_layers(), rebalance, std::vector<torch::optim::Optimizer*>{&optimizer});
   }
 
   const StepSpanNames spans;
@@ -488,11 +542,12 @@ int train(const TrainOptions& options) {
     }
     if (!checkpoint.empty() && options.checkpoint_every > 0 &&
         (step + 1) % options.checkpoint_every == 0 && step + 1 < options.steps) {
-      save_checkpoint(checkpoint, step + 1, signature, model, optimizer);
+      save_checkpoint(checkpoint, step + 1, signature, model, optimizer, checkpoint_extras);
     }
   }
   if (!checkpoint.empty()) {
-    save_checkpoint(checkpoint, std::max(first_step, options.steps), signature, model, optimizer);
+    save_checkpoint(checkpoint, std::max(first_step, options.steps), signature, model, optimizer,
+                    checkpoint_extras);
     if (is_rank0) std::printf("moe_train: checkpoint saved to %s\n", options.checkpoint.c_str());
   }
   if (is_rank0 && !losses.empty()) {

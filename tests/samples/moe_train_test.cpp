@@ -100,35 +100,116 @@ TEST(MoeTrainTest, TwoRanksRebalanceASkewedLayerAndStillLearn) {
   auto losses = parse_losses(run.output);
   ASSERT_EQ(losses.size(), 24u) << run.output;
   EXPECT_LT(mean_of_last(losses, 5), mean_of_first(losses, 5) - 1.0) << run.output;
-  CommandResult refused =
-      run_shell(moe_train() + " --steps 1 --rebalance-every 5 --checkpoint " + dir + "/c.pt");
-  EXPECT_EQ(refused.exit_code, 2);
-  EXPECT_NE(refused.output.find("--rebalance-every with --checkpoint"), std::string::npos)
-      << refused.output;
 }
 
-TEST(MoeTrainTest, CheckpointResumeContinuesWithIdenticalLosses) {
-  const std::string dir = fresh_dir("checkpoint");
-  const std::string args = kSmallModel + " --balance aux-free --bias-update-rate 1e-2";
-  CommandResult straight = run_shell(moe_train() + args + " --steps 12");
-  ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  CommandResult first_half =
-      run_shell(moe_train() + args + " --steps 6 --checkpoint " + dir + "/ckpt.pt");
-  ASSERT_EQ(first_half.exit_code, 0) << first_half.output;
-  CommandResult resumed =
-      run_shell(moe_train() + args + " --steps 12 --checkpoint " + dir + "/ckpt.pt --resume");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed at step 6"), std::string::npos) << resumed.output;
+// "rebalance step S layer L predicted max/mean A -> B applied|kept" lines: step -> the line up
+// to the decision (the bytes and milliseconds after it are not compared).
+std::multimap<int64_t, std::string> parse_rebalance_decisions(const std::string& output) {
+  const std::regex decision(
+      R"(rebalance step (\d+) layer \d+ predicted max/mean \S+ -> \S+ (applied|kept))");
+  std::multimap<int64_t, std::string> decisions;
+  for (std::sregex_iterator it(output.begin(), output.end(), decision), end; it != end; ++it) {
+    decisions.emplace(std::stoll((*it)[1]), (*it)[0]);
+  }
+  return decisions;
+}
+
+// Runs `args` for `steps` steps straight, then for steps/2 with a checkpoint and resumed from
+// it up to `steps` (on `ranks` ranks, in `dir`); expects the very same loss at every step and
+// returns the straight run's output and the two halves' outputs.
+struct ResumedRuns {
+  std::string straight, first_half, second_half;
+};
+
+ResumedRuns expect_resume_gives_identical_losses(int ranks, const std::string& args, int steps,
+                                                 const std::string& dir) {
+  const auto run = [&](const std::string& more) {
+    return ranks == 1 ? run_shell(moe_train() + args + more) : run_ranks(ranks, args + more, dir);
+  };
+  const std::string checkpoint = " --checkpoint " + dir + "/ckpt.pt";
+  const CommandResult straight = run(" --steps " + std::to_string(steps));
+  EXPECT_EQ(straight.exit_code, 0) << straight.output;
+  const CommandResult first_half = run(" --steps " + std::to_string(steps / 2) + checkpoint);
+  EXPECT_EQ(first_half.exit_code, 0) << first_half.output;
+  const CommandResult second_half =
+      run(" --steps " + std::to_string(steps) + checkpoint + " --resume");
+  EXPECT_EQ(second_half.exit_code, 0) << second_half.output;
+  EXPECT_NE(second_half.output.find("resumed at step " + std::to_string(steps / 2)),
+            std::string::npos)
+      << second_half.output;
 
   auto expected = parse_loss_lines(straight.output);
   auto before = parse_loss_lines(first_half.output);
-  auto after = parse_loss_lines(resumed.output);
-  ASSERT_EQ(expected.size(), 12u);
-  ASSERT_EQ(before.size(), 6u);
-  ASSERT_EQ(after.size(), 6u) << resumed.output;
+  auto after = parse_loss_lines(second_half.output);
+  EXPECT_EQ(expected.size(), static_cast<size_t>(steps)) << straight.output;
+  EXPECT_EQ(before.size(), static_cast<size_t>(steps / 2)) << first_half.output;
+  EXPECT_EQ(after.size(), static_cast<size_t>(steps - steps / 2)) << second_half.output;
   for (const auto& [step, loss] : before) EXPECT_EQ(loss, expected[step]) << "step " << step;
-  // Model, optimizer moments, expert bias and batch order all come back: the same numbers.
   for (const auto& [step, loss] : after) EXPECT_EQ(loss, expected[step]) << "step " << step;
+  return {straight.output, first_half.output, second_half.output};
+}
+
+TEST(MoeTrainTest, CheckpointResumeContinuesWithIdenticalLosses) {
+  // Model, optimizer moments, expert bias and batch order all come back: the same numbers.
+  expect_resume_gives_identical_losses(
+      1, kSmallModel + " --balance aux-free --bias-update-rate 1e-2", 12, fresh_dir("checkpoint"));
+}
+
+// The checkpoint holds the placement each layer's rebalancer reached and its load forecast:
+// the experts' weights and AdamW state are read back into the slots they were saved from, and
+// the rebalancer decides at the same steps as the straight run, the same way.
+TEST(MoeTrainTest, TwoRanksResumeARebalancedRunWithIdenticalLossesAndDecisions) {
+  // A mild skew on every layer and the aux loss keep all experts busy, so an expert read into
+  // the wrong slot changes the loss (with a collapsed router only the decisions would differ).
+  const ResumedRuns runs = expect_resume_gives_identical_losses(
+      2,
+      kSmallModel +
+          " --balance aux --aux-loss-coeff 0.1 --gate-skew 2 --redundant-experts 2"
+          " --rebalance-every 4 --rebalance-threshold 1.02",
+      16, fresh_dir("checkpoint_rebalance"));
+  const auto expected = parse_rebalance_decisions(runs.straight);
+  // Decisions at steps 3, 7, 11, 15 x 2 layers; some applied in each half, so the checkpoint
+  // holds a moved placement and the resumed run moves experts again.
+  ASSERT_EQ(expected.size(), 8u) << runs.straight;
+  int applied_first = 0, applied_second = 0;
+  for (const auto& [step, line] : expected) {
+    if (line.find("applied") != std::string::npos) ++(step < 8 ? applied_first : applied_second);
+  }
+  EXPECT_GE(applied_first, 1) << runs.straight;
+  EXPECT_GE(applied_second, 1) << runs.straight;
+  auto resumed = parse_rebalance_decisions(runs.first_half);
+  resumed.merge(parse_rebalance_decisions(runs.second_half));
+  EXPECT_EQ(resumed, expected) << runs.first_half << runs.second_half;
+}
+
+// A checkpoint's extra entries must be there exactly when the resuming run uses them; an error
+// names the entry and the option.
+TEST(MoeTrainTest, ResumeNamesTheStateACheckpointLacksOrHolds) {
+  const std::string dir = fresh_dir("checkpoint_entries");
+  const std::string plain = dir + "/plain.pt", offloaded = dir + "/offloaded.pt",
+                    rebalanced = dir + "/rebalanced.pt";
+  for (const auto& [options, path] : {std::pair<std::string, std::string>{"", plain},
+                                      {" --offload-cold-experts", offloaded},
+                                      {" --rebalance-every 4", rebalanced}}) {
+    const CommandResult run =
+        run_shell(moe_train() + kSmallModel + options + " --steps 1 --checkpoint " + path);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  const struct {
+    std::string options, path, message;
+  } cases[] = {
+      {" --rebalance-every 4", plain, "has no expert placement (entry expert_rebalancer)"},
+      {" --offload-cold-experts", plain,
+       "has no offloaded experts' optimizer state (entry expert_offload)"},
+      {"", offloaded, "(entry expert_offload): resume it with --offload-cold-experts"},
+      {"", rebalanced, "(entry expert_rebalancer): resume it with --rebalance-every"},
+  };
+  for (const auto& c : cases) {
+    CommandResult run = run_shell(moe_train() + kSmallModel + c.options +
+                                  " --steps 2 --resume --checkpoint " + c.path);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_NE(run.output.find(c.message), std::string::npos) << run.output;
+  }
 }
 
 TEST(MoeTrainTest, ResumeRefusesACheckpointOfAnotherModel) {
@@ -205,14 +286,34 @@ TEST(MoeTrainTest, OffloadingColdExpertsKeepsTheLossesAndReportsTheHostBytes) {
   EXPECT_GT(most_host_bytes, 0) << offloaded.output;
 }
 
+// The checkpoint holds every expert's AdamW state wherever it was (some on the host at the
+// save) and the offload's load forecast: the resumed run trains and offloads like the straight one.
+TEST(MoeTrainTest, OffloadedExpertsResumeFromACheckpointWithIdenticalLossesAndMoves) {
+  const ResumedRuns runs = expect_resume_gives_identical_losses(
+      1, kSmallModel + " --offload-cold-experts --cold-load-threshold 130 --offload-every 4", 12,
+      fresh_dir("checkpoint_offload"));
+  const std::vector<OffloadLine> expected = parse_offload_lines(runs.straight);
+  ASSERT_EQ(expected.size(), 3u * 2u) << runs.straight;  // steps 3, 7, 11 x 2 layers
+  bool on_host_at_save = false;
+  for (const OffloadLine& line : expected) on_host_at_save |= line.step < 6 && line.host_bytes > 0;
+  EXPECT_TRUE(on_host_at_save) << "no expert state was on the host when the checkpoint was saved";
+  std::vector<OffloadLine> resumed = parse_offload_lines(runs.first_half);
+  for (const OffloadLine& line : parse_offload_lines(runs.second_half)) resumed.push_back(line);
+  ASSERT_EQ(resumed.size(), expected.size()) << runs.first_half << runs.second_half;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(resumed[i].step, expected[i].step);
+    EXPECT_EQ(resumed[i].on_host, expected[i].on_host) << "step " << expected[i].step;
+    EXPECT_EQ(resumed[i].offloaded, expected[i].offloaded) << "step " << expected[i].step;
+    EXPECT_EQ(resumed[i].prefetched, expected[i].prefetched) << "step " << expected[i].step;
+    EXPECT_EQ(resumed[i].host_bytes, expected[i].host_bytes) << "step " << expected[i].step;
+  }
+}
+
 TEST(MoeTrainTest, OffloadingColdExpertsRefusesWhatItCannotKeep) {
-  const std::string dir = fresh_dir("offload_refused");
   for (const std::string& other :
-       {std::string("--rebalance-every"), std::string("--redundant-experts"),
-        std::string("--checkpoint")}) {
-    const std::string value = other == "--checkpoint" ? dir + "/c.pt" : "4";
-    CommandResult run = run_shell(moe_train() + kSmallModel + " --steps 1 --offload-cold-experts " +
-                                  other + " " + value);
+       {std::string("--rebalance-every"), std::string("--redundant-experts")}) {
+    CommandResult run =
+        run_shell(moe_train() + kSmallModel + " --steps 1 --offload-cold-experts " + other + " 4");
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_NE(run.output.find("--offload-cold-experts with " + other), std::string::npos)
         << run.output;
