@@ -47,6 +47,8 @@ class DlopenCuptiApi final : public CuptiApi {
   ~DlopenCuptiApi() override;
 
   const std::string& library_path() const { return library_path_; }
+  // True when both name the same loaded library (dlopen hands out one handle per library).
+  bool same_library_as(const DlopenCuptiApi& other) const { return handle_ == other.handle_; }
 
   CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc requested,
                                  CUpti_BuffersCallbackCompleteFunc completed) override;

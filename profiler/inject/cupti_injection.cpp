@@ -25,6 +25,7 @@ struct ProcessCapture {
   bool enable_at_start = false;  // eager: CUPTI starts in gpu_capture_start()
   bool ever_prepared = false;    // InitializeInjection: did the core decide anything?
   // Heap objects never freed: CUPTI threads may call back into them until the process ends.
+  // Those of the latest start; a start that loads another libcupti replaces (and leaks) them.
   DlopenCuptiApi* api = nullptr;
   CuptiCapture* capture = nullptr;
 };
@@ -73,16 +74,22 @@ void record_note(const char* text) {
 void enable_cupti_locked(ProcessCapture& process) {
   if (process.state == CaptureState::kOn) return;
   if (!moescope_recording) return;  // the core did not start a recording: nothing to write to
+  // Every start looks for CUPTI again, as a fresh process would: the environment may name
+  // another library (MOESCOPE_CUPTI_PATH) than an earlier recording of this process used, or
+  // none that loads. The same library keeps its api and capture.
   std::string error;
-  if (!process.api) {
-    process.api = DlopenCuptiApi::load(&error).release();
-    if (!process.api) {
-      process.state = CaptureState::kFailed;
-      process.detail = error;
-      std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
-      record_note("gpu capture off: libcupti not found");
-      return;
-    }
+  std::unique_ptr<DlopenCuptiApi> loaded = DlopenCuptiApi::load(&error);
+  if (!loaded) {
+    process.state = CaptureState::kFailed;
+    process.detail = error;
+    std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
+    record_note("gpu capture off: libcupti not found");
+    return;
+  }
+  if (!process.api || !process.api->same_library_as(*loaded)) {
+    // The previous api and capture (stopped) stay allocated: see ProcessCapture.
+    process.api = loaded.release();
+    process.capture = nullptr;
   }
   if (!process.capture) {
     process.capture = new CuptiCapture(*process.api, CuptiCaptureOptions::from_environment());

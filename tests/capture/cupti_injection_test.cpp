@@ -2,7 +2,8 @@
 // decides from the environment, what it tells the trace, and the real libcupti.so.13 loaded
 // through the dlopen vendor layer (it loads without a driver; starting fails with
 // CUPTI_ERROR_UNKNOWN, which must leave CUPTI off with a clear reason).
-// The state is per process, so the tests run in order and each stops what it started.
+// The state is per process: each test stops what it started, and a start after a stop decides
+// afresh, so the tests pass in any order and repeated (--gtest_shuffle --gtest_repeat).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -117,6 +118,31 @@ TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
   EXPECT_NE(metadata.find("CUPTI_ERROR_UNKNOWN"), std::string::npos) << metadata;
   LoadedTrace loaded = finish();
   EXPECT_TRUE(contains(instants(loaded), "gpu capture off: CUPTI could not be enabled"));
+}
+
+// A program may record, stop and record again: the second start must look for CUPTI as a
+// fresh process would, not reuse what the first start loaded.
+TEST_F(GpuCaptureSwitch, AStartAfterAStopLooksForCuptiAgain) {
+  std::string error;
+  if (!inject::DlopenCuptiApi::load(&error)) {
+    GTEST_SKIP() << "no libcupti.so.13 on this machine: " << error;
+  }
+  setenv("MOESCOPE_CUPTI", "eager", 1);
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  gpu_capture_start();  // loads the real CUPTI
+  // It cannot enable without a GPU ("failed"), and runs with one ("on"): found either way.
+  std::string first_state = gpu_capture_state();
+  EXPECT_TRUE(first_state == "failed" || first_state == "on") << gpu_capture_metadata_json();
+  finish();
+
+  ASSERT_EQ(moescope_recorder_start(path_.c_str(), nullptr), 0);
+  setenv("MOESCOPE_CUPTI_PATH", "/nonexistent/libcupti.so.13", 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "failed");
+  EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
+      << gpu_capture_metadata_json();
+  LoadedTrace loaded = finish();
+  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
 }
 
 }  // namespace
