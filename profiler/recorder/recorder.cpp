@@ -229,12 +229,13 @@ void Recorder::flush_loop() {
   }
 }
 
-void Recorder::convert_ticks(std::vector<uint8_t>& records) const {
+void Recorder::convert_ticks(std::vector<uint8_t>& records, uint64_t& stream_last_ns) const {
   size_t offset = 0;
   while (offset + sizeof(trace::RecordHeader) <= records.size()) {
     auto* header = reinterpret_cast<trace::RecordHeader*>(records.data() + offset);
     if (header->flags & trace::kRecordRawTicks) {
-      header->time = clock_.to_ns(header->time);
+      // In the thread's own order: a sync point moving the line back must not reorder them.
+      header->time = clock_.to_ns_not_before(header->time, stream_last_ns);
       header->flags = 0;
     }
     offset += header->size;
@@ -307,7 +308,7 @@ void Recorder::drain_all(bool final) {
     bool finished = buffer->finished();  // read before draining: then nothing is left behind
     staging_.clear();
     buffer->drain(staging_);
-    convert_ticks(staging_);
+    convert_ticks(staging_, buffer->last_tick_time_ns());
     write_records(buffer->stream(), staging_, trace::ChunkType::kEvents);
     if (finished) gone.push_back(buffer);
   }

@@ -87,7 +87,7 @@ class Recorder {
   void flush_loop();
   void drain_all(bool final);
   void write_records(uint32_t stream, std::vector<uint8_t>& records, trace::ChunkType type);
-  void convert_ticks(std::vector<uint8_t>& records) const;
+  void convert_ticks(std::vector<uint8_t>& records, uint64_t& stream_last_ns) const;
   void warn_write_failure();
   void append_stats(trace::RecordBuffer& out);
   void retire_threads();  // needs threads_mutex_

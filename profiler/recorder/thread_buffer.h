@@ -90,6 +90,9 @@ class ThreadBuffer {
   void release_blocks();
 
   uint32_t stream() const { return stream_; }
+  // Consumer side: the time of this buffer's last tick-stamped record written to the trace
+  // (TickConverter::to_ns_not_before keeps the next ones from going back before it).
+  uint64_t& last_tick_time_ns() { return last_tick_time_ns_; }
   uint64_t generation() const { return generation_; }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // Names interned by content on this thread (NVTX messages); touched by the producer only.
@@ -111,6 +114,7 @@ class ThreadBuffer {
   // Consumer state.
   Block* read_block_ = nullptr;
   uint32_t read_pos_ = 0;
+  uint64_t last_tick_time_ns_ = 0;
   std::atomic<Block*> first_block_{nullptr};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<bool> finished_{false};

@@ -2,6 +2,9 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace moescope::recorder {
 
 uint64_t monotonic_ns() {
@@ -27,29 +30,35 @@ TickConverter::SyncPoint TickConverter::sample() {
   return best;
 }
 
-TickConverter::TickConverter() {
-  previous_ = sample();
-  current_ = previous_;
+TickConverter::TickConverter() : source_(&TickConverter::sample) {
 #if defined(__x86_64__)
-  // Until a second sync point exists, estimate the TSC rate over a short busy interval.
-  uint64_t start_ns = monotonic_ns();
-  while (monotonic_ns() - start_ns < 200000) {
-  }
-  SyncPoint later = sample();
+  calibrate();
+#else
+  ticks_are_ns_ = true;
+#endif
+}
+
+TickConverter::TickConverter(SyncSource source) : source_(std::move(source)) {
+  calibrate();
+}
+
+void TickConverter::calibrate() {
+  previous_ = source_();
+  // Until a second sync point exists, estimate the tick rate over a short busy interval.
+  constexpr uint64_t kCalibrationNs = 200'000;
+  SyncPoint later = source_();
+  while (later.ns - previous_.ns < kCalibrationNs) later = source_();
   ns_per_tick_ = later.ticks > previous_.ticks
                      ? double(later.ns - previous_.ns) / double(later.ticks - previous_.ticks)
                      : 1.0;
   current_ = later;
-#else
-  ns_per_tick_ = 1.0;
-#endif
 }
 
 void TickConverter::add_sync_point() {
-#if defined(__x86_64__)
+  if (ticks_are_ns_) return;
   // Keep segments at least 10 ms long so clock-read jitter stays in the parts per million.
   constexpr uint64_t kMinSegmentNs = 10'000'000;
-  SyncPoint now = sample();
+  SyncPoint now = source_();
   if (now.ns - current_.ns < kMinSegmentNs) {
     // Only the first segment (the 200 us calibration) can be shorter: lengthen it to this
     // point. Its rate then comes from the longer baseline, and ticks read before this point
@@ -66,16 +75,17 @@ void TickConverter::add_sync_point() {
   if (current_.ticks > previous_.ticks) {
     ns_per_tick_ = double(current_.ns - previous_.ns) / double(current_.ticks - previous_.ticks);
   }
-#endif
 }
 
 uint64_t TickConverter::to_ns(uint64_t ticks) const {
-#if defined(__x86_64__)
+  if (ticks_are_ns_) return ticks;
   int64_t delta = static_cast<int64_t>(ticks - current_.ticks);
   return current_.ns + static_cast<int64_t>(static_cast<double>(delta) * ns_per_tick_);
-#else
-  return ticks;
-#endif
+}
+
+uint64_t TickConverter::to_ns_not_before(uint64_t ticks, uint64_t& stream_last_ns) const {
+  stream_last_ns = std::max(to_ns(ticks), stream_last_ns);
+  return stream_last_ns;
 }
 
 }  // namespace moescope::recorder
