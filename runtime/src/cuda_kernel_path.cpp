@@ -7,14 +7,37 @@
 #include <initializer_list>
 #include <limits>
 
+#include "moescope/kernels/launchers.h"  // the supports_* queries exist in every build
+
 #if defined(MOESCOPE_RUNTIME_FUSED_KERNELS)
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include "moescope/kernels/launchers.h"
 #endif
 
 namespace moescope::runtime::kernel_path {
+
+// ---- router settings (every build) -------------------------------------------------------------
+
+kernels::RouterConfig router_config(const MoEConfig& config) {
+  kernels::RouterConfig router;
+  router.num_experts = static_cast<int>(config.num_experts);
+  router.top_k = static_cast<int>(config.top_k);
+  router.score_function = config.score_function == ScoreFunction::kSoftmax
+                              ? kernels::ScoreFunction::kSoftmax
+                              : kernels::ScoreFunction::kSigmoid;
+  router.num_groups = static_cast<int>(config.num_groups);
+  router.group_top_k = static_cast<int>(config.group_top_k);
+  router.normalize_top_k = config.normalize_top_k_weights;
+  router.scaling_factor = static_cast<float>(config.routed_scaling_factor);
+  return router;
+}
+
+bool router_covers(const MoEConfig& config) {
+  // top_k, num_groups and group_top_k are at most num_experts in a validated config.
+  return !config.force_uniform_routing && config.nonfinite_policy == NonFinitePolicy::kError &&
+         config.num_experts <= std::numeric_limits<int>::max() &&
+         kernels::supports_router(router_config(config));
+}
 
 #if defined(MOESCOPE_RUNTIME_FUSED_KERNELS)
 namespace {

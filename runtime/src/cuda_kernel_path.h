@@ -12,7 +12,8 @@
 //
 // Built without the CUDA kernels (MOESCOPE_RUNTIME_FUSED_KERNELS unset: moescope_kernels or
 // LibTorch without CUDA) built() is false, every *_applies() is false and the launch functions
-// throw.
+// throw. router_config() and router_covers() take no tensors and are the same in every build,
+// so CPU tests check them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "moescope/kernels/types.h"
+#include "moescope/runtime/moe_config.h"
 
 namespace moescope::runtime::kernel_path {
 
@@ -33,6 +35,18 @@ bool built();
 bool enabled_for(bool use_fused_kernels, const at::Tensor& tensor);
 
 // ---- router ------------------------------------------------------------------------------------
+
+/// The fused router's settings for `config` (validated, router_covers(config) true, so every
+/// count fits an int). routed_scaling_factor becomes a float: the ATen path multiplies fp32
+/// weights by it, which rounds it to float too.
+kernels::RouterConfig router_config(const MoEConfig& config);
+
+/// True when the fused router computes what the ATen router computes for `config`, whatever the
+/// tensors: kernels::supports_router(router_config(config)), and neither forced uniform routing
+/// (selection is bypassed) nor NonFinitePolicy::kDontCheck (the kernel ranks NaN lowest where
+/// at::topk ranks it highest; under kError NaN/Inf logits have thrown before routing). Routing
+/// replay, the logits' dtype and device are the caller's and router_applies()'s to check.
+bool router_covers(const MoEConfig& config);
 
 /// True when router_forward handles `logits` [T, E] float32 with `config` (supports_router).
 bool router_applies(const kernels::RouterConfig& config, const at::Tensor& logits);

@@ -14,37 +14,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The fused router's settings for `config`; the caller checks supports_router() before use.
-kernels::RouterConfig kernel_router_config(const MoEConfig& config) {
-  kernels::RouterConfig router;
-  router.num_experts = static_cast<int>(config.num_experts);
-  router.top_k = static_cast<int>(config.top_k);
-  router.score_function = config.score_function == ScoreFunction::kSoftmax
-                              ? kernels::ScoreFunction::kSoftmax
-                              : kernels::ScoreFunction::kSigmoid;
-  router.num_groups = static_cast<int>(config.num_groups);
-  router.group_top_k = static_cast<int>(config.group_top_k);
-  router.normalize_top_k = config.normalize_top_k_weights;
-  // The ATen path multiplies fp32 weights by this double, which ATen rounds to float too.
-  router.scaling_factor = static_cast<float>(config.routed_scaling_factor);
-  return router;
-}
-
 // The fused router kernel must compute exactly what the ATen path below computes: scores =
 // softmax|sigmoid(logits); selection on scores + expert_bias with the same group limit (a group's
 // score is the sum of its top-2); weights = gathered unbiased scores, divided by (sum + 1e-20) when
-// normalising, times routed_scaling_factor. It does not cover routing replay or forced uniform
-// routing (selection is bypassed there), fp64 routers, or NaN logits (the kernel ranks NaN lowest
-// where at::topk ranks it highest), so it runs only under NonFinitePolicy::kError, where NaN/Inf
-// logits have already thrown.
+// normalising, times routed_scaling_factor. kernel_path::router_covers() says for which configs it
+// does; routing replay (selection is bypassed) and fp64 routers (router_applies() takes float32
+// logits only) stay on ATen too.
 bool use_fused_router(const MoEConfig& config, const at::Tensor& logits, bool has_replay) {
-  if (has_replay || config.force_uniform_routing ||
-      config.nonfinite_policy != NonFinitePolicy::kError ||
-      !kernel_path::enabled_for(config.use_fused_kernels, logits) ||
-      config.num_experts > std::numeric_limits<int>::max()) {
-    return false;
-  }
-  return kernel_path::router_applies(kernel_router_config(config), logits);
+  return !has_replay && kernel_path::enabled_for(config.use_fused_kernels, logits) &&
+         kernel_path::router_covers(config) &&
+         kernel_path::router_applies(kernel_path::router_config(config), logits);
 }
 
 // logits [T, E] -> {scores [T, E], top_k_ids [T, K] int32, top_k_weights [T, K],
@@ -56,7 +35,7 @@ struct FusedRouterFunction : public torch::autograd::Function<FusedRouterFunctio
   // undefined tensors).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& logits,
                                const at::Tensor* expert_bias, const MoEConfig& config) {
-    const kernels::RouterConfig router = kernel_router_config(config);
+    const kernels::RouterConfig router = kernel_path::router_config(config);
     kernel_path::FusedRouterOutputs out = kernel_path::router_forward(
         logits.contiguous(), expert_bias != nullptr ? *expert_bias : at::Tensor(), router);
     ctx->mark_non_differentiable({out.top_k_ids, out.selections_per_expert});
@@ -94,7 +73,7 @@ struct FusedRouterFunction : public torch::autograd::Function<FusedRouterFunctio
     const at::Tensor grad_logits = kernel_path::router_backward(
         scores, top_k_ids, grad_weights.to(at::kFloat).contiguous(),
         grad_scores.defined() ? grad_scores.to(at::kFloat).contiguous() : at::Tensor(),
-        kernel_router_config(config));
+        kernel_path::router_config(config));
     return {grad_logits, at::Tensor(), at::Tensor()};
   }
 };
