@@ -3,18 +3,22 @@
 // oracle the CUDA kernels are checked against on the GPU): the routing map with row alignment 1
 // gives the dispatch plan's row order, the permute and unpermute+combine references compute
 // what permute_tokens/unpermute_tokens compute (forward and backward), and the fused router's
-// definition matches the runtime Router's forward and backward. No GPU result is simulated here:
-// the CUDA path itself runs in tests/device/moe_layer_device_check.cpp.
+// definition matches the runtime Router's forward and backward, with the RouterConfig the runtime
+// hands the kernel (kernel_path::router_config, the production mapping, not a copy). No GPU
+// result is simulated here: the CUDA path itself runs in tests/device/moe_layer_device_check.cpp.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "cuda_kernel_path.h"
 #include "moe_reference.h"
 #include "moescope/kernels/cpu_reference.h"
+#include "moescope/kernels/launchers.h"
 #include "moescope/runtime/moe_layer.h"
 #include "moescope/runtime/token_dispatcher.h"
 
@@ -228,24 +232,10 @@ TEST(FusedKernelConventions, CombineReferenceIsUnpermuteTokens) {
   EXPECT_LT(max_abs_diff(reference_grad_weights, top_k_weights.grad()), 1e-5);
 }
 
-kernels::RouterConfig kernel_config_of(const MoEConfig& config) {
-  kernels::RouterConfig router;
-  router.num_experts = static_cast<int>(config.num_experts);
-  router.top_k = static_cast<int>(config.top_k);
-  router.score_function = config.score_function == ScoreFunction::kSoftmax
-                              ? kernels::ScoreFunction::kSoftmax
-                              : kernels::ScoreFunction::kSigmoid;
-  router.num_groups = static_cast<int>(config.num_groups);
-  router.group_top_k = static_cast<int>(config.group_top_k);
-  router.normalize_top_k = config.normalize_top_k_weights;
-  router.scaling_factor = static_cast<float>(config.routed_scaling_factor);
-  return router;
-}
-
-// The fused router may replace the Router's ATen path only because they define the same thing:
-// same selection (bias for selection only, group limit by top-2 sums), same weights
-// (normalisation epsilon, scaling), same gradient into the logits from weights and scores.
-TEST(FusedKernelConventions, RouterReferenceIsTheRuntimeRouter) {
+// The router configs the fused router covers, one of each kind: softmax without normalisation,
+// sigmoid with groups, bias, normalisation and a scaling factor, softmax with groups and
+// normalisation.
+std::vector<MoEConfig> fused_router_configs() {
   MoEConfig softmax = small_config(16, 24, 8, 2);
   MoEConfig sigmoid = small_config(16, 24, 16, 4);
   sigmoid.score_function = ScoreFunction::kSigmoid;
@@ -258,8 +248,70 @@ TEST(FusedKernelConventions, RouterReferenceIsTheRuntimeRouter) {
   softmax_normalized.normalize_top_k_weights = true;
   softmax_normalized.num_groups = 2;
   softmax_normalized.group_top_k = 1;
+  softmax_normalized.routed_scaling_factor = 0.1;  // not a float: rounded like the ATen path
+  return {softmax, sigmoid, softmax_normalized};
+}
+
+// Every field of the kernel's RouterConfig comes from the MoEConfig, none from its defaults
+// (kernels::RouterConfig defaults to normalize_top_k = true, the MoEConfig to false).
+TEST(FusedRouterConfig, MapsEveryFieldOfTheMoEConfig) {
+  const std::vector<MoEConfig> configs = fused_router_configs();
+  const kernels::RouterConfig softmax = kernel_path::router_config(configs[0]);
+  EXPECT_EQ(softmax.num_experts, 8);
+  EXPECT_EQ(softmax.top_k, 2);
+  EXPECT_EQ(softmax.score_function, kernels::ScoreFunction::kSoftmax);
+  EXPECT_EQ(softmax.num_groups, 1);
+  EXPECT_EQ(softmax.group_top_k, 1);
+  EXPECT_FALSE(softmax.normalize_top_k);
+  EXPECT_EQ(softmax.scaling_factor, 1.0f);
+
+  const kernels::RouterConfig sigmoid = kernel_path::router_config(configs[1]);
+  EXPECT_EQ(sigmoid.num_experts, 16);
+  EXPECT_EQ(sigmoid.top_k, 4);
+  EXPECT_EQ(sigmoid.score_function, kernels::ScoreFunction::kSigmoid);
+  EXPECT_EQ(sigmoid.num_groups, 4);
+  EXPECT_EQ(sigmoid.group_top_k, 2);
+  EXPECT_TRUE(sigmoid.normalize_top_k);
+  EXPECT_EQ(sigmoid.scaling_factor, 2.5f);
+
+  const kernels::RouterConfig softmax_normalized = kernel_path::router_config(configs[2]);
+  EXPECT_EQ(softmax_normalized.num_experts, 8);
+  EXPECT_EQ(softmax_normalized.top_k, 3);
+  EXPECT_EQ(softmax_normalized.score_function, kernels::ScoreFunction::kSoftmax);
+  EXPECT_EQ(softmax_normalized.num_groups, 2);
+  EXPECT_EQ(softmax_normalized.group_top_k, 1);
+  EXPECT_TRUE(softmax_normalized.normalize_top_k);
+  EXPECT_EQ(softmax_normalized.scaling_factor, static_cast<float>(0.1));
+}
+
+// The configs the fused router may take: the kinds above, and not forced uniform routing, not
+// unchecked NaN (NonFinitePolicy::kDontCheck), not what the kernel does not support, not an
+// expert count that only fits the kernel's int after wrapping around.
+TEST(FusedRouterConfig, CoversTheRouterKindsOnly) {
+  for (const MoEConfig& config : fused_router_configs()) {
+    EXPECT_TRUE(kernel_path::router_covers(config));
+  }
+  const MoEConfig covered = fused_router_configs()[1];
+  MoEConfig uniform = covered;
+  uniform.force_uniform_routing = true;
+  EXPECT_FALSE(kernel_path::router_covers(uniform));
+  MoEConfig unchecked = covered;
+  unchecked.nonfinite_policy = NonFinitePolicy::kDontCheck;
+  EXPECT_FALSE(kernel_path::router_covers(unchecked));
+  MoEConfig too_many_experts = small_config(16, 24, 2048, 2);  // the kernel takes <= 1024
+  EXPECT_FALSE(kernel_path::router_covers(too_many_experts));
+  MoEConfig wrapping = small_config(16, 24, 8, 2);
+  wrapping.num_experts += int64_t{std::numeric_limits<uint32_t>::max()} + 1;  // (int) == 8
+  EXPECT_TRUE(kernels::supports_router(kernel_path::router_config(wrapping)));
+  EXPECT_FALSE(kernel_path::router_covers(wrapping));
+}
+
+// The fused router may replace the Router's ATen path only because they define the same thing:
+// same selection (bias for selection only, group limit by top-2 sums), same weights
+// (normalisation epsilon, scaling), same gradient into the logits from weights and scores.
+TEST(FusedKernelConventions, RouterReferenceIsTheRuntimeRouter) {
   int case_index = 0;
-  for (const MoEConfig& config : {softmax, sigmoid, softmax_normalized}) {
+  for (const MoEConfig& config : fused_router_configs()) {
     SCOPED_TRACE(case_index++);
     torch::manual_seed(8);
     Router router(config);
@@ -270,7 +322,8 @@ TEST(FusedKernelConventions, RouterReferenceIsTheRuntimeRouter) {
     const int64_t tokens = 50;
     const RoutingResult routing = router->forward(at::randn({tokens, config.hidden_size}));
     const int64_t experts = config.num_experts, top_k = config.top_k;
-    const kernels::RouterConfig kernel_config = kernel_config_of(config);
+    ASSERT_TRUE(kernel_path::router_covers(config));
+    const kernels::RouterConfig kernel_config = kernel_path::router_config(config);
     const at::Tensor logits = routing.logits.detach().contiguous();
     const at::Tensor bias = router->expert_bias.contiguous();
     at::Tensor scores = at::empty({tokens, experts});
