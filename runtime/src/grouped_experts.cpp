@@ -61,25 +61,24 @@ void disable_device_grouped_mm(const c10::Error& error) {
                   "); the experts fall back to a loop of matmuls");
 }
 
-// The SwiGLU activation of gate_up [R, 2F] (ATen's silu computes bf16 inputs in fp32).
-at::Tensor swiglu_activation(const at::Tensor& gate_up) {
-  const int64_t ffn = gate_up.size(1) / 2;
-  const at::Tensor gate = gate_up.narrow(1, 0, ffn);
-  const at::Tensor up = gate_up.narrow(1, ffn, ffn);
-  return at::silu(gate) * up;
-}
-
 struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& w_gate_up, const at::Tensor& w_down,
-                            const std::vector<int64_t>& rows_per_expert, bool use_fused_kernels) {
+                            const std::vector<int64_t>& rows_per_expert,
+                            GroupedSwiGLUOptions options) {
     at::Tensor gate_up =
-        grouped_mm(rows, w_gate_up, rows_per_expert, use_fused_kernels);  // [R, 2F]
-    at::Tensor out =
-        grouped_mm(swiglu_activation(gate_up), w_down, rows_per_expert, use_fused_kernels);
-    ctx->save_for_backward({rows, w_gate_up, w_down, gate_up});
+        grouped_mm(rows, w_gate_up, rows_per_expert, options.use_fused_kernels);  // [R, 2F]
+    const int64_t ffn = w_down.size(1);
+    at::Tensor silu_gate = at::silu(gate_up.narrow(1, 0, ffn));       // [R, F]
+    at::Tensor activation = silu_gate * gate_up.narrow(1, ffn, ffn);  // [R, F]
+    at::Tensor out = grouped_mm(activation, w_down, rows_per_expert, options.use_fused_kernels);
+    if (options.recompute_activation) {
+      ctx->save_for_backward({rows, w_gate_up, w_down, gate_up});
+    } else {
+      ctx->save_for_backward({rows, w_gate_up, w_down, gate_up, silu_gate, activation});
+    }
     ctx->saved_data["rows_per_expert"] = rows_per_expert;
-    ctx->saved_data["use_fused_kernels"] = use_fused_kernels;
+    ctx->saved_data["use_fused_kernels"] = options.use_fused_kernels;
     return out;
   }
 
@@ -94,14 +93,14 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     const at::Tensor grad_out = grad_outputs[0].contiguous();
     const int64_t ffn = w_down.size(1);
 
-    // Recompute the activation from the saved pre-activation. Fused ATen ops (silu,
-    // silu_backward) do their math in fp32 per element and write the input dtype, so no
-    // [R, F] tensor is converted: a chain of fp32 temporaries was the slowest part of a bf16
-    // step on CPU.
+    // Fused ATen ops (silu, silu_backward) do their math in fp32 per element and write the
+    // input dtype, so no [R, F] tensor is converted: a chain of fp32 temporaries was the slowest
+    // part of a bf16 step on CPU.
     const at::Tensor gate = gate_up.narrow(1, 0, ffn);
     const at::Tensor up = gate_up.narrow(1, ffn, ffn);
-    const at::Tensor silu_gate = at::silu(gate);
-    const at::Tensor activation = silu_gate * up;
+    const bool recomputed = saved.size() == 4;
+    const at::Tensor silu_gate = recomputed ? at::silu(gate) : saved[4];
+    const at::Tensor activation = recomputed ? silu_gate * up : saved[5];
 
     // down projection
     const at::Tensor grad_activation =
@@ -218,7 +217,7 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
 
 at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
                           const at::Tensor& w_down, const std::vector<int64_t>& rows_per_expert,
-                          bool use_fused_kernels) {
+                          GroupedSwiGLUOptions options) {
   TORCH_CHECK(w_gate_up.dim() == 3 && w_down.dim() == 3 &&
                   w_gate_up.size(2) == 2 * w_down.size(1) && w_gate_up.size(0) == w_down.size(0) &&
                   w_gate_up.size(1) == w_down.size(2),
@@ -227,7 +226,7 @@ at::Tensor grouped_swiglu(const at::Tensor& rows, const at::Tensor& w_gate_up,
   TORCH_CHECK(rows.dim() == 2 && rows.size(1) == w_gate_up.size(1), "grouped_swiglu: rows ",
               rows.sizes(), " do not have the experts' hidden size ", w_gate_up.size(1));
   return GroupedSwiGLUFunction::apply(rows.contiguous(), w_gate_up, w_down, rows_per_expert,
-                                      use_fused_kernels);
+                                      options);
 }
 
 at::Tensor swiglu_expert(const at::Tensor& x, const at::Tensor& w_gate_up,
@@ -273,7 +272,8 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t num_local_experts, int64_t hidden
 
 at::Tensor GroupedExpertsImpl::forward(const at::Tensor& rows,
                                        const std::vector<int64_t>& rows_per_expert) {
-  return grouped_swiglu(rows, w_gate_up, w_down, rows_per_expert, use_fused_kernels);
+  return grouped_swiglu(rows, w_gate_up, w_down, rows_per_expert,
+                        {use_fused_kernels, recompute_activation});
 }
 
 }  // namespace moescope::runtime

@@ -26,8 +26,10 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group)
     shared_experts = register_module(
         "shared_experts", GroupedExperts(1, config_.hidden_size, width, config_.init_std));
     shared_experts->use_fused_kernels = config_.use_fused_kernels;
+    shared_experts->recompute_activation = config_.recompute_expert_activation;
   }
   experts->use_fused_kernels = config_.use_fused_kernels;
+  experts->recompute_activation = config_.recompute_expert_activation;
   accumulated_load =
       register_buffer("accumulated_load", at::zeros({config_.num_experts}, at::kLong));
   slots_ = ExpertSlots(

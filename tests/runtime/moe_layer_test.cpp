@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <malloc.h>
+
 #include "moe_reference.h"
 #include "moescope/runtime/moe_layer.h"
 
@@ -233,6 +235,62 @@ TEST(MoELayerGradcheck, FiniteDifferencesMatchAutograd) {
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+// Bytes glibc has handed out (heap and mmapped blocks): what tensors alive right now hold.
+int64_t heap_bytes_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+}
+
+// The activation is saved by default and recomputed on request: both give the same numbers,
+// and the recomputing layer keeps 2 * R * F fewer elements alive between forward and backward.
+TEST(MoELayerMemory, RecomputedActivationGivesTheSameGradientsAndKeepsLessAlive) {
+  const int64_t tokens = 512, hidden = 64, ffn = 256, top_k = 2;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    MoEConfig config = small_config(hidden, ffn, 4, top_k);
+    config.num_shared_experts = 1;
+    torch::manual_seed(13);
+    MoELayer saving(config);
+    config.recompute_expert_activation = true;
+    MoELayer recomputing(config);
+    for (MoELayer* layer : {&saving, &recomputing}) {  // the router keeps its fp32 gate
+      (*layer)->experts->to(dtype);
+      (*layer)->shared_experts->to(dtype);
+    }
+    {
+      at::NoGradGuard no_grad;
+      for (const auto& item : saving->named_parameters()) {
+        recomputing->named_parameters()[item.key()].copy_(item.value());
+      }
+    }
+    const at::Tensor input = at::randn({tokens, hidden}).to(dtype);
+    const at::Tensor out_grad = at::randn({tokens, hidden}).to(dtype);
+    auto forward_of = [](MoELayer& layer) {
+      return [&layer](const at::Tensor& x) {
+        MoEOutput out = layer->forward(x);
+        return std::make_pair(out.output, out.aux_loss);
+      };
+    };
+    expect_match(run(*saving, input, out_grad, forward_of(saving)),
+                 run(*recomputing, input, out_grad, forward_of(recomputing)), 0.0,
+                 "saved vs recomputed activation");
+
+    // What a forward keeps alive for backward: rows routed R = tokens * top_k, plus the shared
+    // expert's R = tokens rows of width F.
+    auto bytes_kept_by_forward = [&](MoELayer& layer) {
+      const at::Tensor x = input.detach().clone().requires_grad_(true);
+      const int64_t before = heap_bytes_in_use();
+      const MoEOutput out = layer->forward(x);
+      return heap_bytes_in_use() - before;
+    };
+    const int64_t saved_elements = 2 * (tokens * top_k + tokens) * ffn;
+    const int64_t expected = saved_elements * static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t difference = bytes_kept_by_forward(saving) - bytes_kept_by_forward(recomputing);
+    EXPECT_GE(difference, expected * 9 / 10) << "expected about " << expected << " bytes";
+    EXPECT_LE(difference, expected * 11 / 10) << "expected about " << expected << " bytes";
+  }
 }
 
 TEST(MoELayerShapes, EmptyBatchGivesEmptyOutputAndZeroLoss) {

@@ -111,6 +111,12 @@ struct MoEConfig {
   // CPU tensors always run on ATen.
   bool use_fused_kernels = true;
 
+  // ---- memory ----------------------------------------------------------------------------------
+  // Experts save only their input rows and the [R, 2F] pre-activation and recompute
+  // silu(gate) and the [R, F] activation in backward: 2 * R * F fewer saved elements per layer
+  // (R = rows this rank's experts compute) for one silu and one multiply more.
+  bool recompute_expert_activation = false;
+
   // ---- bookkeeping -----------------------------------------------------------------------------
   int64_t layer_index = 0;  // names the layer in traces and routing replays
   double init_std = 0.02;   // std of the normal initialisation of every weight
