@@ -107,6 +107,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--fused-kernels,!--no-fused-kernels", options.fused_kernels,
                "On CUDA, use moescope's fused kernels where they apply (default on)");
+  app.add_flag("--recompute-expert-activation", options.recompute_expert_activation,
+               "Recompute the experts' SwiGLU activation in backward instead of keeping it "
+               "(2 x rows x ffn fewer elements alive per layer; a little slower)");
   app.add_flag("--malloc-tuning,!--no-malloc-tuning", options.malloc_tuning,
                "Fix glibc's mmap/trim thresholds so CPU steps do not re-fault freed tensor "
                "memory (default on)");

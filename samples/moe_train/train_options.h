@@ -64,6 +64,7 @@ struct TrainOptions {
   std::string dtype = "float32";  // float32 | bfloat16
   int threads = 0;                // intra-op threads; 0 = LibTorch's default (OMP_NUM_THREADS)
   bool fused_kernels = true;      // MoEConfig::use_fused_kernels (CUDA only)
+  bool recompute_expert_activation = false;  // MoEConfig::recompute_expert_activation
   // Fixed glibc mmap/trim thresholds (like running under tcmalloc): with glibc's dynamic ones
   // every CPU step re-faults megabytes of tensor memory that was handed back to the system.
   bool malloc_tuning = true;

@@ -77,6 +77,7 @@ TransformerConfig make_model_config(const TrainOptions& options) {
   moe.receive_cap_rows = options.receive_cap;
   moe.use_dispatch_buffer_pool = options.dispatch_pool;
   moe.use_fused_kernels = options.fused_kernels;
+  moe.recompute_expert_activation = options.recompute_expert_activation;
   if (options.balance == BalanceMode::kAuxLoss) moe.aux_loss_coeff = options.aux_loss_coeff;
   if (options.balance == BalanceMode::kAuxFree) {
     moe.enable_expert_bias = true;

@@ -223,13 +223,14 @@ TEST(MoeTrainTest, ResumeRefusesACheckpointOfAnotherModel) {
   EXPECT_NE(run.output.find("was written by a different setup"), std::string::npos) << run.output;
 }
 
-// Allocator tuning and the fused-kernel switch change how a step runs, never what it computes
-// (on CPU the fused kernels never apply).
-TEST(MoeTrainTest, MallocTuningAndKernelSwitchKeepTheLosses) {
+// Allocator tuning, the fused-kernel switch and activation recompute change how a step runs,
+// never what it computes (on CPU the fused kernels never apply).
+TEST(MoeTrainTest, MallocTuningKernelSwitchAndRecomputeKeepTheLosses) {
   CommandResult tuned = run_shell(moe_train() + kSmallModel + " --steps 5");
   ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
   CommandResult untuned =
-      run_shell(moe_train() + kSmallModel + " --steps 5 --no-malloc-tuning --no-fused-kernels");
+      run_shell(moe_train() + kSmallModel +
+                " --steps 5 --no-malloc-tuning --no-fused-kernels --recompute-expert-activation");
   ASSERT_EQ(untuned.exit_code, 0) << untuned.output;
   const auto losses = parse_losses(tuned.output);
   ASSERT_EQ(losses.size(), 5u) << tuned.output;
