@@ -6,6 +6,7 @@
 #include <exception>
 #include <initializer_list>
 #include <limits>
+#include <numeric>
 
 #include "moescope/kernels/launchers.h"  // the supports_* queries exist in every build
 
@@ -37,6 +38,44 @@ bool router_covers(const MoEConfig& config) {
   return !config.force_uniform_routing && config.nonfinite_policy == NonFinitePolicy::kError &&
          config.num_experts <= std::numeric_limits<int>::max() &&
          kernels::supports_router(router_config(config));
+}
+
+// ---- routing map host side (every build) -------------------------------------------------------
+
+at::Tensor routing_map_expert_ids(const at::Tensor& top_k_indices, const at::Tensor& keep_mask) {
+  const at::Tensor expert_ids =
+      keep_mask.defined() ? at::where(keep_mask, top_k_indices, -1) : top_k_indices;
+  return expert_ids.to(at::kInt).flatten().contiguous();
+}
+
+DispatchPlan dispatch_plan_from_routing_map(const FusedRoutingMap& map, int64_t num_tokens,
+                                            int64_t top_k) {
+  constexpr const char* kOp = "kernel_path::dispatch_plan_from_routing_map";
+  TORCH_CHECK(map.tokens_per_expert.dim() == 1 && map.tokens_per_expert.scalar_type() == at::kInt,
+              kOp, ": tokens_per_expert must be [E] int32");
+  TORCH_CHECK(map.destination_rows.dim() == 1 &&
+                  map.destination_rows.size(0) == num_tokens * top_k &&
+                  map.destination_rows.scalar_type() == at::kInt,
+              kOp, ": destination_rows must be [T * K = ", num_tokens * top_k, "] int32, got ",
+              map.destination_rows.sizes(), " ", map.destination_rows.scalar_type());
+  TORCH_CHECK(map.row_sources.dim() == 1 && map.row_sources.scalar_type() == at::kInt, kOp,
+              ": row_sources must be [R] int32");
+  DispatchPlan plan;
+  plan.num_tokens = num_tokens;
+  plan.top_k = top_k;
+  plan.tokens_per_expert = map.tokens_per_expert.to(at::kLong);
+  const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
+  const int64_t* counts = counts_host.data_ptr<int64_t>();
+  plan.rows_per_expert.assign(counts, counts + counts_host.numel());
+  const int64_t num_rows =
+      std::accumulate(plan.rows_per_expert.begin(), plan.rows_per_expert.end(), int64_t{0});
+  TORCH_CHECK(num_rows <= map.row_sources.size(0), kOp, ": the counts add up to ", num_rows,
+              " rows but row_sources holds ", map.row_sources.size(0));
+  plan.row_sources = map.row_sources.narrow(0, 0, num_rows);
+  plan.destination_rows = map.destination_rows;
+  plan.row_to_assignment = plan.row_sources.to(at::kLong);
+  plan.row_to_token = at::div(plan.row_to_assignment, top_k, "floor");
+  return plan;
 }
 
 #if defined(MOESCOPE_RUNTIME_FUSED_KERNELS)

@@ -12,8 +12,9 @@
 //
 // Built without the CUDA kernels (MOESCOPE_RUNTIME_FUSED_KERNELS unset: moescope_kernels or
 // LibTorch without CUDA) built() is false, every *_applies() is false and the launch functions
-// throw. router_config() and router_covers() take no tensors and are the same in every build,
-// so CPU tests check them.
+// throw. router_config() and router_covers() take no tensors, and routing_map_expert_ids() and
+// dispatch_plan_from_routing_map() (the host side around the routing-map kernel) take tensors on
+// any device: they are the same in every build, so CPU tests check them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +25,7 @@
 
 #include "moescope/kernels/types.h"
 #include "moescope/runtime/moe_config.h"
+#include "moescope/runtime/token_dispatcher.h"
 
 namespace moescope::runtime::kernel_path {
 
@@ -79,9 +81,22 @@ struct FusedRoutingMap {
   at::Tensor row_sources;        // [N] int32 assignment of each row, -1 past the kept rows
 };
 
+/// build_routing_map's input for top_k_indices [T, K] (integer) and keep_mask [T, K] bool
+/// (undefined = keep everything): expert_ids [T * K] int32 contiguous, the expert of assignment
+/// a = t * K + k, or -1 where keep_mask drops it (the kernel skips negative ids). Any device.
+at::Tensor routing_map_expert_ids(const at::Tensor& top_k_indices, const at::Tensor& keep_mask);
+
 /// launch_build_routing_map with row_alignment 1. expert_ids [N] int32 CUDA, negative =
 /// dropped.
 FusedRoutingMap build_routing_map(const at::Tensor& expert_ids, int64_t num_experts);
+
+/// The dispatch plan of `map`, a routing map with row_alignment 1 of num_tokens * top_k
+/// assignments: tokens_per_expert and rows_per_expert from the map's counts (one host sync),
+/// row_sources = the map's first R rows (R = kept assignments), destination_rows = the map's,
+/// row_to_assignment and row_to_token from row_sources. Equal to build_dispatch_plan's ATen plan
+/// in every field both fill. Any device (CPU tests feed it the kernel's CPU reference).
+DispatchPlan dispatch_plan_from_routing_map(const FusedRoutingMap& map, int64_t num_tokens,
+                                            int64_t top_k);
 
 // ---- permute / unpermute + combine ------------------------------------------------------------
 

@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <numeric>
-
 #include "cuda_kernel_path.h"
 
 namespace moescope::runtime {
@@ -166,23 +164,9 @@ DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tens
               "build_dispatch_plan: keep_mask must match top_k_indices in shape");
   if (kernel_path::enabled_for(use_fused_kernels, top_k_indices) &&
       kernel_path::routing_map_applies(top_k_indices.numel(), num_experts)) {
-    // Dropped assignments become expert -1, which the kernel skips.
-    at::Tensor expert_ids =
-        keep_mask.defined() ? at::where(keep_mask, top_k_indices, -1) : top_k_indices;
-    expert_ids = expert_ids.to(at::kInt).flatten().contiguous();
-    const kernel_path::FusedRoutingMap map =
-        kernel_path::build_routing_map(expert_ids, num_experts);
-    plan.tokens_per_expert = map.tokens_per_expert.to(at::kLong);
-    const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
-    const int64_t* counts = counts_host.data_ptr<int64_t>();
-    plan.rows_per_expert.assign(counts, counts + num_experts);
-    const int64_t num_rows =
-        std::accumulate(plan.rows_per_expert.begin(), plan.rows_per_expert.end(), int64_t{0});
-    plan.row_sources = map.row_sources.narrow(0, 0, num_rows);
-    plan.destination_rows = map.destination_rows;
-    plan.row_to_assignment = plan.row_sources.to(at::kLong);
-    plan.row_to_token = at::div(plan.row_to_assignment, plan.top_k, "floor");
-    return plan;
+    const kernel_path::FusedRoutingMap map = kernel_path::build_routing_map(
+        kernel_path::routing_map_expert_ids(top_k_indices, keep_mask), num_experts);
+    return kernel_path::dispatch_plan_from_routing_map(map, plan.num_tokens, plan.top_k);
   }
   at::Tensor experts = top_k_indices.flatten();
   at::Tensor assignments = at::arange(experts.numel(), experts.options());

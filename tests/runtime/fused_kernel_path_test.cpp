@@ -4,8 +4,11 @@
 // gives the dispatch plan's row order, the permute and unpermute+combine references compute
 // what permute_tokens/unpermute_tokens compute (forward and backward), and the fused router's
 // definition matches the runtime Router's forward and backward, with the RouterConfig the runtime
-// hands the kernel (kernel_path::router_config, the production mapping, not a copy). No GPU
-// result is simulated here: the CUDA path itself runs in tests/device/moe_layer_device_check.cpp.
+// hands the kernel (kernel_path::router_config, the production mapping, not a copy). The host
+// side around the kernels is production code too: the routing map's input
+// (routing_map_expert_ids) and the map -> DispatchPlan conversion (dispatch_plan_from_routing_map,
+// fed the kernel's CPU reference map). No GPU result is simulated here: the CUDA path itself runs
+// in tests/device/moe_layer_device_check.cpp.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "cuda_kernel_path.h"
@@ -120,6 +124,32 @@ TEST(FusedKernelFlag, CpuDispatchPlanCarriesNoKernelIndices) {
   EXPECT_EQ(fused.rows_per_expert, aten.rows_per_expert);
 }
 
+// What kernel_path::build_routing_map returns, computed by the kernel's CPU reference from the
+// same input: expert_ids [N] int32 (negative = dropped), row alignment 1, row capacity N.
+kernel_path::FusedRoutingMap reference_routing_map(const at::Tensor& expert_ids, int64_t experts) {
+  const std::vector<int32_t> ids = to_int32_vector(expert_ids);
+  const int64_t assignments = static_cast<int64_t>(ids.size());
+  std::vector<int32_t> tokens_per_expert(experts), group_offsets(experts + 1);
+  std::vector<int32_t> destination_rows(assignments), row_sources(assignments);
+  ref::build_routing_map(ids.data(), assignments, static_cast<int>(experts), /*row_alignment=*/1,
+                         tokens_per_expert.data(), group_offsets.data(), destination_rows.data(),
+                         row_sources.data(), assignments);
+  return {int32_tensor(tokens_per_expert), int32_tensor(destination_rows),
+          int32_tensor(row_sources)};
+}
+
+// The routing map's input: the expert of each assignment a = t*K + k, -1 where dropped.
+TEST(FusedRoutingMapPlan, ExpertIdsAreTheFlatIndicesWithDroppedAsMinusOne) {
+  const at::Tensor indices = at::tensor({2, 0, 1, 3, 4, 4}, at::kLong).view({3, 2});
+  const at::Tensor keep = at::tensor({1, 0, 1, 1, 0, 1}, at::kInt).view({3, 2}).to(at::kBool);
+  const at::Tensor dropped = kernel_path::routing_map_expert_ids(indices, keep);
+  EXPECT_EQ(dropped.scalar_type(), at::kInt);
+  EXPECT_EQ(to_int32_vector(dropped), (std::vector<int32_t>{2, -1, 1, 3, -1, 4}));
+  const at::Tensor all = kernel_path::routing_map_expert_ids(indices, at::Tensor());
+  EXPECT_EQ(all.scalar_type(), at::kInt);
+  EXPECT_EQ(to_int32_vector(all), (std::vector<int32_t>{2, 0, 1, 3, 4, 4}));
+}
+
 // The routing map the CUDA path builds (row alignment 1) has the dispatch plan's rows: same
 // counts, row r holds assignment row_to_assignment[r], dropped assignments have no row.
 TEST(FusedKernelConventions, RoutingMapWithAlignmentOneIsTheDispatchPlan) {
@@ -129,17 +159,14 @@ TEST(FusedKernelConventions, RoutingMapWithAlignmentOneIsTheDispatchPlan) {
   const at::Tensor keep = at::rand({tokens, top_k}) > 0.25;
   const DispatchPlan plan = build_dispatch_plan(indices, keep, experts);
   const int64_t assignments = tokens * top_k;
-  const std::vector<int32_t> expert_ids = to_int32_vector(at::where(keep, indices, -1).flatten());
-  std::vector<int32_t> tokens_per_expert(experts), group_offsets(experts + 1);
-  std::vector<int32_t> destination_rows(assignments), row_sources(assignments);
-  ref::build_routing_map(expert_ids.data(), assignments, experts, /*row_alignment=*/1,
-                         tokens_per_expert.data(), group_offsets.data(), destination_rows.data(),
-                         row_sources.data(), assignments);
+  const kernel_path::FusedRoutingMap map =
+      reference_routing_map(kernel_path::routing_map_expert_ids(indices, keep), experts);
+  const std::vector<int32_t> destination_rows = to_int32_vector(map.destination_rows);
+  const std::vector<int32_t> row_sources = to_int32_vector(map.row_sources);
   const int64_t rows = plan.row_to_assignment.size(0);
   EXPECT_LT(rows, assignments);  // some assignments were dropped
-  EXPECT_TRUE(at::equal(int32_tensor(tokens_per_expert).to(at::kLong), plan.tokens_per_expert));
-  EXPECT_TRUE(at::equal(int32_tensor(row_sources).narrow(0, 0, rows).to(at::kLong),
-                        plan.row_to_assignment));
+  EXPECT_TRUE(at::equal(map.tokens_per_expert.to(at::kLong), plan.tokens_per_expert));
+  EXPECT_TRUE(at::equal(map.row_sources.narrow(0, 0, rows).to(at::kLong), plan.row_to_assignment));
   for (int64_t r = rows; r < assignments; ++r) EXPECT_EQ(row_sources[r], -1) << "row " << r;
   const at::Tensor kept = keep.flatten();
   for (int64_t a = 0; a < assignments; ++a) {
@@ -150,6 +177,87 @@ TEST(FusedKernelConventions, RoutingMapWithAlignmentOneIsTheDispatchPlan) {
       EXPECT_EQ(plan.row_to_assignment[destination_rows[a]].item<int64_t>(), a);
     }
   }
+}
+
+// One routing of the plan tests below: top_k_indices [T, K] int64 and keep_mask [T, K] bool
+// (undefined = keep everything).
+struct Routing {
+  const char* name;
+  at::Tensor indices;
+  at::Tensor keep;
+  int64_t experts;
+};
+
+std::vector<Routing> dispatch_routings() {
+  torch::manual_seed(5);
+  std::vector<Routing> routings;
+  routings.push_back(
+      {"top_k 3, drops", at::randint(0, 7, {37, 3}, at::kLong), at::rand({37, 3}) > 0.25, 7});
+  routings.push_back(
+      {"top_k 1, no keep mask", at::randint(0, 5, {23, 1}, at::kLong), at::Tensor(), 5});
+  routings.push_back(
+      {"top_k 1, drops", at::randint(0, 6, {29, 1}, at::kLong), at::rand({29, 1}) > 0.4, 6});
+  // Only even experts chosen: experts 1, 3, 5, 7 and 8 get no rows (8 is past the last used).
+  routings.push_back({"top_k 2, empty experts, drops", at::randint(0, 4, {30, 2}, at::kLong) * 2,
+                      at::rand({30, 2}) > 0.3, 9});
+  // All of expert 0's assignments dropped by the mask (an expert emptied by drops).
+  const at::Tensor indices = at::randint(0, 4, {25, 3}, at::kLong);
+  routings.push_back({"top_k 3, expert 0 fully dropped", indices, indices != 0, 4});
+  routings.push_back({"top_k 2, everything dropped", at::randint(0, 3, {6, 2}, at::kLong),
+                      at::zeros({6, 2}, at::kBool), 3});
+  return routings;
+}
+
+// The fused path's plan is the ATen path's plan: dispatch_plan_from_routing_map of the kernel's
+// (reference) routing map gives build_dispatch_plan's fields exactly, and the kernel's indices
+// consistent with them (row_sources = row_to_assignment as int32, destination_rows its inverse).
+TEST(FusedRoutingMapPlan, PlanFromRoutingMapIsTheAtenDispatchPlan) {
+  for (const Routing& routing : dispatch_routings()) {
+    SCOPED_TRACE(routing.name);
+    const int64_t tokens = routing.indices.size(0), top_k = routing.indices.size(1);
+    const DispatchPlan aten = build_dispatch_plan(routing.indices, routing.keep, routing.experts,
+                                                  /*use_fused_kernels=*/false);
+    const kernel_path::FusedRoutingMap map = reference_routing_map(
+        kernel_path::routing_map_expert_ids(routing.indices, routing.keep), routing.experts);
+    const DispatchPlan fused = kernel_path::dispatch_plan_from_routing_map(map, tokens, top_k);
+
+    EXPECT_EQ(fused.num_tokens, aten.num_tokens);
+    EXPECT_EQ(fused.top_k, aten.top_k);
+    for (const auto& [name, fused_field, aten_field] :
+         {std::tuple{"row_to_assignment", fused.row_to_assignment, aten.row_to_assignment},
+          std::tuple{"row_to_token", fused.row_to_token, aten.row_to_token},
+          std::tuple{"tokens_per_expert", fused.tokens_per_expert, aten.tokens_per_expert}}) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(fused_field.scalar_type(), at::kLong);
+      EXPECT_EQ(fused_field.scalar_type(), aten_field.scalar_type());
+      EXPECT_EQ(fused_field.sizes(), aten_field.sizes());
+      EXPECT_TRUE(at::equal(fused_field, aten_field));
+    }
+    EXPECT_EQ(fused.rows_per_expert, aten.rows_per_expert);
+
+    // The ATen plan has no kernel indices; the fused plan's follow from its rows.
+    EXPECT_FALSE(aten.row_sources.defined());
+    EXPECT_FALSE(aten.destination_rows.defined());
+    ASSERT_TRUE(fused.row_sources.defined());
+    ASSERT_TRUE(fused.destination_rows.defined());
+    EXPECT_EQ(fused.row_sources.scalar_type(), at::kInt);
+    EXPECT_TRUE(at::equal(fused.row_sources, aten.row_to_assignment.to(at::kInt)));
+    const at::Tensor expected_destination_rows =
+        at::full({tokens * top_k}, -1, at::kInt)
+            .scatter_(0, aten.row_to_assignment,
+                      at::arange(aten.row_to_assignment.size(0), at::kInt));
+    EXPECT_EQ(fused.destination_rows.scalar_type(), at::kInt);
+    EXPECT_TRUE(at::equal(fused.destination_rows, expected_destination_rows));
+  }
+}
+
+// A map that does not fit the plan's [T * K] assignments is refused, naming the tensor.
+TEST(FusedRoutingMapPlan, RefusesAMapOfAnotherSize) {
+  const at::Tensor indices = at::randint(0, 4, {5, 2}, at::kLong);
+  const kernel_path::FusedRoutingMap map =
+      reference_routing_map(kernel_path::routing_map_expert_ids(indices, at::Tensor()), 4);
+  EXPECT_THROW(kernel_path::dispatch_plan_from_routing_map(map, 5, 3), c10::Error);
+  EXPECT_THROW(kernel_path::dispatch_plan_from_routing_map(map, 6, 2), c10::Error);
 }
 
 struct PlanIndices {
