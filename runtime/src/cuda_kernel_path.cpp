@@ -40,6 +40,37 @@ bool router_covers(const MoEConfig& config) {
          kernels::supports_router(router_config(config));
 }
 
+c10::IValue router_config_to_ivalue(const kernels::RouterConfig& config) {
+  // One name per field: a field added to RouterConfig makes this binding fail to compile.
+  const auto& [num_experts, top_k, score_function, num_groups, group_top_k, normalize_top_k,
+               scaling_factor] = config;
+  return c10::ivalue::Tuple::create(
+      int64_t{num_experts}, int64_t{top_k}, static_cast<int64_t>(score_function),
+      int64_t{num_groups}, int64_t{group_top_k}, normalize_top_k,
+      static_cast<double>(scaling_factor));  // float -> double -> float is exact
+}
+
+kernels::RouterConfig router_config_from_ivalue(const c10::IValue& saved) {
+  TORCH_CHECK(saved.isTuple() && saved.toTupleRef().elements().size() == 7,
+              "router_config_from_ivalue: expected the 7-tuple of router_config_to_ivalue, got ",
+              saved.tagKind());
+  // A copy: indexing the tuple's inline storage past 3 elements trips GCC's -Warray-bounds.
+  const std::vector<c10::IValue> fields = saved.toTupleRef().elements().vec();
+  const int64_t score_function = fields[2].toInt();
+  TORCH_CHECK(score_function == static_cast<int64_t>(kernels::ScoreFunction::kSoftmax) ||
+                  score_function == static_cast<int64_t>(kernels::ScoreFunction::kSigmoid),
+              "router_config_from_ivalue: unknown score function ", score_function);
+  kernels::RouterConfig config;
+  config.num_experts = static_cast<int>(fields[0].toInt());
+  config.top_k = static_cast<int>(fields[1].toInt());
+  config.score_function = static_cast<kernels::ScoreFunction>(score_function);
+  config.num_groups = static_cast<int>(fields[3].toInt());
+  config.group_top_k = static_cast<int>(fields[4].toInt());
+  config.normalize_top_k = fields[5].toBool();
+  config.scaling_factor = static_cast<float>(fields[6].toDouble());
+  return config;
+}
+
 // ---- routing map host side (every build) -------------------------------------------------------
 
 at::Tensor routing_map_expert_ids(const at::Tensor& top_k_indices, const at::Tensor& keep_mask) {

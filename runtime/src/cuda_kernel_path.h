@@ -12,12 +12,14 @@
 //
 // Built without the CUDA kernels (MOESCOPE_RUNTIME_FUSED_KERNELS unset: moescope_kernels or
 // LibTorch without CUDA) built() is false, every *_applies() is false and the launch functions
-// throw. router_config() and router_covers() take no tensors, and routing_map_expert_ids() and
-// dispatch_plan_from_routing_map() (the host side around the routing-map kernel) take tensors on
-// any device: they are the same in every build, so CPU tests check them.
+// throw. router_config(), router_covers() and the router config's saved form take no tensors,
+// and routing_map_expert_ids() and dispatch_plan_from_routing_map() (the host side around the
+// routing-map kernel) take tensors on any device: they are the same in every build, so CPU tests
+// check them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 #include <cstdint>
 #include <utility>
@@ -49,6 +51,13 @@ kernels::RouterConfig router_config(const MoEConfig& config);
 /// at::topk ranks it highest; under kError NaN/Inf logits have thrown before routing). Routing
 /// replay, the logits' dtype and device are the caller's and router_applies()'s to check.
 bool router_covers(const MoEConfig& config);
+
+/// `config` as one IValue for an autograd context's saved_data (so the fused router's backward
+/// runs with exactly the forward's settings), and back: router_config_from_ivalue gives every
+/// field router_config_to_ivalue saved. A field added to kernels::RouterConfig stops
+/// router_config_to_ivalue from compiling until it is saved too.
+c10::IValue router_config_to_ivalue(const kernels::RouterConfig& config);
+kernels::RouterConfig router_config_from_ivalue(const c10::IValue& saved);
 
 /// True when router_forward handles `logits` [T, E] float32 with `config` (supports_router).
 bool router_applies(const kernels::RouterConfig& config, const at::Tensor& logits);

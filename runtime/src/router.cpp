@@ -41,13 +41,7 @@ struct FusedRouterFunction : public torch::autograd::Function<FusedRouterFunctio
     ctx->mark_non_differentiable({out.top_k_ids, out.selections_per_expert});
     ctx->set_materialize_grads(false);  // unused scores/weights: undefined, not zero-filled
     ctx->save_for_backward({out.scores, out.top_k_ids});
-    ctx->saved_data["num_experts"] = config.num_experts;
-    ctx->saved_data["top_k"] = config.top_k;
-    ctx->saved_data["sigmoid"] = config.score_function == ScoreFunction::kSigmoid;
-    ctx->saved_data["num_groups"] = config.num_groups;
-    ctx->saved_data["group_top_k"] = config.group_top_k;
-    ctx->saved_data["normalize"] = config.normalize_top_k_weights;
-    ctx->saved_data["scaling_factor"] = config.routed_scaling_factor;
+    ctx->saved_data["router_config"] = kernel_path::router_config_to_ivalue(router);
     return {out.scores, out.top_k_ids, out.top_k_weights, out.selections_per_expert};
   }
 
@@ -61,19 +55,11 @@ struct FusedRouterFunction : public torch::autograd::Function<FusedRouterFunctio
       return {at::Tensor(), at::Tensor(), at::Tensor()};
     }
     if (!grad_weights.defined()) grad_weights = at::zeros(top_k_ids.sizes(), scores.options());
-    MoEConfig config;
-    config.num_experts = ctx->saved_data["num_experts"].toInt();
-    config.top_k = ctx->saved_data["top_k"].toInt();
-    config.score_function =
-        ctx->saved_data["sigmoid"].toBool() ? ScoreFunction::kSigmoid : ScoreFunction::kSoftmax;
-    config.num_groups = ctx->saved_data["num_groups"].toInt();
-    config.group_top_k = ctx->saved_data["group_top_k"].toInt();
-    config.normalize_top_k_weights = ctx->saved_data["normalize"].toBool();
-    config.routed_scaling_factor = ctx->saved_data["scaling_factor"].toDouble();
+    // Exactly the settings the forward ran with, not a mapping of a rebuilt MoEConfig.
     const at::Tensor grad_logits = kernel_path::router_backward(
         scores, top_k_ids, grad_weights.to(at::kFloat).contiguous(),
         grad_scores.defined() ? grad_scores.to(at::kFloat).contiguous() : at::Tensor(),
-        kernel_path::router_config(config));
+        kernel_path::router_config_from_ivalue(ctx->saved_data["router_config"]));
     return {grad_logits, at::Tensor(), at::Tensor()};
   }
 };

@@ -6,9 +6,10 @@
 // definition matches the runtime Router's forward and backward, with the RouterConfig the runtime
 // hands the kernel (kernel_path::router_config, the production mapping, not a copy). The host
 // side around the kernels is production code too: the routing map's input
-// (routing_map_expert_ids) and the map -> DispatchPlan conversion (dispatch_plan_from_routing_map,
-// fed the kernel's CPU reference map). No GPU result is simulated here: the CUDA path itself runs
-// in tests/device/moe_layer_device_check.cpp.
+// (routing_map_expert_ids), the map -> DispatchPlan conversion (dispatch_plan_from_routing_map,
+// fed the kernel's CPU reference map) and the router settings the fused backward reads back. No
+// GPU result is simulated here: the CUDA path itself runs in
+// tests/device/moe_layer_device_check.cpp.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -390,6 +391,44 @@ TEST(FusedRouterConfig, MapsEveryFieldOfTheMoEConfig) {
   EXPECT_EQ(softmax_normalized.group_top_k, 1);
   EXPECT_TRUE(softmax_normalized.normalize_top_k);
   EXPECT_EQ(softmax_normalized.scaling_factor, static_cast<float>(0.1));
+}
+
+void expect_same_router_config(const kernels::RouterConfig& actual,
+                               const kernels::RouterConfig& expected) {
+  // One name per field, as in router_config_to_ivalue: a new field stops this from compiling.
+  const auto& [num_experts, top_k, score_function, num_groups, group_top_k, normalize_top_k,
+               scaling_factor] = actual;
+  EXPECT_EQ(num_experts, expected.num_experts);
+  EXPECT_EQ(top_k, expected.top_k);
+  EXPECT_EQ(score_function, expected.score_function);
+  EXPECT_EQ(num_groups, expected.num_groups);
+  EXPECT_EQ(group_top_k, expected.group_top_k);
+  EXPECT_EQ(normalize_top_k, expected.normalize_top_k);
+  EXPECT_EQ(scaling_factor, expected.scaling_factor);
+}
+
+// The fused router's backward reads back the forward's RouterConfig from saved_data: every field
+// survives, each config below differing from the kernels' defaults in other fields.
+TEST(FusedRouterConfig, SavedFormGivesBackEveryField) {
+  std::vector<kernels::RouterConfig> configs;
+  for (const MoEConfig& config : fused_router_configs()) {
+    configs.push_back(kernel_path::router_config(config));
+  }
+  kernels::RouterConfig unusual;  // no field at its default
+  unusual.num_experts = 1000;
+  unusual.top_k = 7;
+  unusual.score_function = kernels::ScoreFunction::kSigmoid;
+  unusual.num_groups = 8;
+  unusual.group_top_k = 3;
+  unusual.normalize_top_k = false;
+  unusual.scaling_factor = 1.0f / 3.0f;  // no short decimal: the float must come back bit-exact
+  configs.push_back(unusual);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    SCOPED_TRACE(i);
+    const c10::IValue saved = kernel_path::router_config_to_ivalue(configs[i]);
+    expect_same_router_config(kernel_path::router_config_from_ivalue(saved), configs[i]);
+  }
+  EXPECT_THROW(kernel_path::router_config_from_ivalue(c10::IValue(int64_t{3})), c10::Error);
 }
 
 // The configs the fused router may take: the kinds above, and not forced uniform routing, not
