@@ -25,13 +25,9 @@
 
 #include "moescope/runtime/gloo_group.h"
 #include "moescope/runtime/moe_layer.h"
+#include "worker_modes.h"
 
 using namespace moescope::runtime;
-
-int run_rebalance(const ExpertParallelGroup& group);  // rebalance_worker_mode.cpp
-int run_memory(const ExpertParallelGroup& group);     // memory_worker_mode.cpp
-// rebalance_checkpoint_worker_mode.cpp
-int run_rebalance_checkpoint(const ExpertParallelGroup& group);
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "moescope/runtime/moe_layer.h"
+#include "worker_modes.h"
 
 using namespace moescope::runtime;
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "moescope/runtime/expert_rebalancer.h"
+#include "worker_modes.h"
 
 using namespace moescope::runtime;
 
@@ -23,19 +24,6 @@ namespace {
 
 // Wall time would make gain > cost depend on the machine: every step "takes" this long.
 constexpr double kStepSeconds = 0.05;
-
-MoEConfig skewed_config(const ExpertParallelGroup& group) {
-  MoEConfig config;
-  config.hidden_size = 16;
-  config.ffn_hidden_size = 12;
-  config.num_experts = 8;
-  config.top_k = 2;
-  config.init_std = 0.3;
-  config.num_redundant_experts = group.size();  // one spare slot per rank
-  std::vector<double> skew = make_gate_skew(8, 3.0);
-  config.gate_logit_skew.assign(skew.rbegin(), skew.rend());  // expert 7 hottest
-  return config;
-}
 
 // One layer with its optimizer and rebalancer, built the same way on every call (same seed):
 // a fresh one holds the initial placement.
@@ -125,7 +113,7 @@ bool same_decisions(const std::vector<RebalanceDecision>& a,
 
 int run_rebalance_checkpoint(const ExpertParallelGroup& group) {
   const int64_t rank = group.rank();
-  const MoEConfig config = skewed_config(group);
+  const MoEConfig config = hot_expert_config(group);
   Trainer saved(config, group);
   const std::vector<int32_t> initial = saved.layer->expert_slots().placement().physical_to_logical;
   int step = 0;

@@ -13,6 +13,7 @@
 
 #include "moescope/runtime/expert_rebalancer.h"
 #include "moescope/runtime/optimizer_state.h"
+#include "worker_modes.h"
 
 using namespace moescope::runtime;
 
@@ -64,8 +65,7 @@ double rank_imbalance(int64_t rows, const ExpertParallelGroup& group) {
 
 }  // namespace
 
-int run_rebalance(const ExpertParallelGroup& group) {
-  const int64_t rank = group.rank();
+MoEConfig hot_expert_config(const ExpertParallelGroup& group) {
   MoEConfig config;
   config.hidden_size = 16;
   config.ffn_hidden_size = 12;
@@ -75,6 +75,12 @@ int run_rebalance(const ExpertParallelGroup& group) {
   config.num_redundant_experts = group.size();  // one spare slot per rank
   std::vector<double> skew = make_gate_skew(8, 3.0);
   config.gate_logit_skew.assign(skew.rbegin(), skew.rend());  // expert 7 hottest
+  return config;
+}
+
+int run_rebalance(const ExpertParallelGroup& group) {
+  const int64_t rank = group.rank();
+  const MoEConfig config = hot_expert_config(group);
   torch::manual_seed(1234);  // the router is replicated: the same on every rank
   MoELayer layer(config, group);
   layer->to(at::kDouble);
