@@ -8,6 +8,7 @@
 //
 //   moe_layer_bench [--tokens 4096] [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2]
 //                   [--iters 6] [--dtype float32|bfloat16|both] [--device cpu|cuda]
+//                   [--recompute-expert-activation 0|1]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
@@ -36,6 +37,7 @@ struct Options {
   int iters = 6;
   std::string dtype = "both";
   std::string device = "cpu";
+  bool recompute_expert_activation = false;
 };
 
 double median(std::vector<double> values) {
@@ -94,6 +96,7 @@ void run(const Options& options, at::ScalarType dtype) {
   config.ffn_hidden_size = options.ffn;
   config.num_experts = options.experts;
   config.top_k = options.top_k;
+  config.recompute_expert_activation = options.recompute_expert_activation;
   torch::manual_seed(0);
   const at::Device device(options.device);
   MoELayer layer(config);
@@ -167,13 +170,16 @@ int main(int argc, char** argv) {
       options.dtype = value;
     else if (flag == "--device")
       options.device = value;
+    else if (flag == "--recompute-expert-activation")
+      options.recompute_expert_activation = std::atoi(value) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  std::printf("MoELayer vs loop-over-experts oracle, forward+backward, %d threads\n",
-              at::get_num_threads());
+  std::printf("MoELayer vs loop-over-experts oracle, forward+backward, %d threads%s\n",
+              at::get_num_threads(),
+              options.recompute_expert_activation ? ", expert activation recomputed" : "");
   std::printf(
       "| dtype    | dev  | tokens  | E  | k | H    | F     | MoELayer tok/s | oracle tok/s | ratio "
       "| GEMM floor tok/s | ratio bound |\n");

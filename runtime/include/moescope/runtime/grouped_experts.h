@@ -45,7 +45,7 @@ struct GroupedSwiGLUOptions {
   bool use_fused_kernels = false;  // see GroupedExpertsImpl::use_fused_kernels
   // Save only rows and the [R, 2F] pre-activation and recompute silu(gate) and the [R, F]
   // activation in backward: 2 * R * F fewer saved elements per layer for one silu and one
-  // multiply more (about 4% of a CPU bf16 step at hidden 512, ffn 1024).
+  // multiply more (about 7% of a CPU fp32 step at hidden 512, ffn 1024; docs/performance.md).
   bool recompute_activation = false;
 };
 
