@@ -28,12 +28,12 @@ class JsonStream {
   void integer(int64_t value) {
     char digits[24];
     auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, end);
+    buffer_.append(digits, static_cast<size_t>(end - digits));
   }
   void unsigned_integer(uint64_t value) {
     char digits[24];
     auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, end);
+    buffer_.append(digits, static_cast<size_t>(end - digits));
   }
   void number(double value) {
     if (!std::isfinite(value)) {
@@ -42,7 +42,7 @@ class JsonStream {
     }
     char digits[32];
     auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, end);
+    buffer_.append(digits, static_cast<size_t>(end - digits));
   }
   // Nanoseconds as microseconds with exactly 3 decimals.
   void micros(int64_t ns) {

@@ -25,7 +25,10 @@ double finite_or_zero(double value) {
 
 std::string list(const std::vector<uint32_t>& values) {
   std::string text;
-  for (uint32_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  for (uint32_t v : values) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(v);
+  }
   return text.empty() ? "-" : text;
 }
 
@@ -34,7 +37,8 @@ std::string where_text(const FindingWhere& where) {
   if (!where.ranks.empty()) {
     text += "rank";
     for (size_t i = 0; i < where.ranks.size(); ++i) {
-      text += (i ? "," : " ") + std::to_string(where.ranks[i]);
+      text += i ? ',' : ' ';
+      text += std::to_string(where.ranks[i]);
     }
   } else {
     text += "all ranks";
