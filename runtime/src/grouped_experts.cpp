@@ -98,7 +98,7 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     // part of a bf16 step on CPU.
     const at::Tensor gate = gate_up.narrow(1, 0, ffn);
     const at::Tensor up = gate_up.narrow(1, ffn, ffn);
-    const bool recomputed = saved.size() == 4;
+    const bool recomputed = saved.size() == 4;  // forward kept only rows, weights and gate_up
     const at::Tensor silu_gate = recomputed ? at::silu(gate) : saved[4];
     const at::Tensor activation = recomputed ? silu_gate * up : saved[5];
 
