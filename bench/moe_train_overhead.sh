@@ -7,7 +7,8 @@
 #
 #   bench/moe_train_overhead.sh [BUILD_DIR] [PAIRS]
 # Environment: STEPS (60), WARMUP (10), RANKS (1; 2 = torchrun on 2 CPU ranks), MOE_TRAIN_ARGS
-# (model settings, default: the demo's model with the skewed router).
+# (model settings, default: the demo's model with the skewed router), AA (1 = an A/A control:
+# the "recorded" runs are plain too, so the printed ratio is the machine's noise floor).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -15,6 +16,7 @@ pairs=${2:-3}
 steps=${STEPS:-60}
 warmup=${WARMUP:-10}
 ranks=${RANKS:-1}
+control=${AA:-0}
 args=${MOE_TRAIN_ARGS:---layers 2 --experts 8 --top-k 2 --hidden 64 --heads 4 --ffn-hidden 128 --batch 16 --seq-len 64 --gate-skew 3 --skew-layer 1}
 moe_train=$build/bin/moe_train
 moescope=$build/bin/moescope
@@ -33,7 +35,7 @@ launch() {
               --master_addr 127.0.0.1 --master_port "$port")
   fi
   local run=("${launcher[@]}" "$moe_train" $args --steps "$steps" --threads 1 --log-every 1)
-  if [ "$mode" = recorded ]; then
+  if [ "$mode" = recorded ] && [ "$control" != 1 ]; then
     rm -f "$work"/run.*.moetrace
     OMP_NUM_THREADS=1 "$moescope" record -o "$work/run.%r.moetrace" -- "${run[@]}" > "$log" 2>&1
   else
@@ -43,6 +45,7 @@ launch() {
 
 echo "moe_train_overhead: $pairs pairs x $steps steps (median of steps >= $warmup), $ranks rank(s)"
 echo "  moe_train $args"
+[ "$control" = 1 ] && echo "  AA=1: both sides run plain (noise floor of the ratio)"
 for ((pair = 0; pair < pairs; ++pair)); do
   if ((pair % 2 == 0)); then order=(plain recorded); else order=(recorded plain); fi
   for mode in "${order[@]}"; do
@@ -52,9 +55,9 @@ for ((pair = 0; pair < pairs; ++pair)); do
   echo "  pair $pair done (last trace: $trace_bytes bytes)"
 done
 
-python3 - "$work" "$pairs" "$warmup" <<'EOF'
+python3 - "$work" "$pairs" "$warmup" "$control" <<'EOF'
 import re, statistics, sys
-work, pairs, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, pairs, warmup, control = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 def step_ms(path):
     values = []
     for line in open(path):
@@ -71,6 +74,9 @@ for pair in range(pairs):
     print(f"{pair:4d}  {p:15.3f}  {r:18.3f}  {r / p:5.3f}  ({len(plain)}, {len(recorded)})")
 p, r = statistics.median(all_plain), statistics.median(all_recorded)
 print(f"all   {p:15.3f}  {r:18.3f}  {r / p:5.3f}")
-print(f"moe_train step time under moescope record / plain (median): {r / p:.3f} "
-      f"(target <= 1.030: {'met' if r / p <= 1.03 else 'NOT met'})")
+if control:
+    print(f"A/A control, plain / plain (median): {r / p:.3f} (the noise floor of the ratio)")
+else:
+    print(f"moe_train step time under moescope record / plain (median): {r / p:.3f} "
+          f"(target <= 1.030: {'met' if r / p <= 1.03 else 'NOT met'})")
 EOF
