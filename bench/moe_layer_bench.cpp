@@ -5,10 +5,13 @@
 // (gate/up and down forward; two input and two weight gradients) through grouped_mm for the same
 // routing: no implementation that calls the same matmul library can be faster, so
 // oracle time / floor time bounds the ratio any MoE layer can reach against the oracle here.
+// --cpu-gemm picks the library of MoELayer's (and the floor's) float32 CPU matmuls: oneDNN (the
+// runtime's default) or at::mm; the oracle always runs plain autograd ops, i.e. at::mm. With
+// at::mm on both sides the ratio is what the grouped design alone gains.
 //
 //   moe_layer_bench [--tokens 4096] [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2]
 //                   [--iters 6] [--dtype float32|bfloat16|both] [--device cpu|cuda]
-//                   [--recompute-expert-activation 0|1]
+//                   [--recompute-expert-activation 0|1] [--cpu-gemm onednn|aten]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
@@ -38,6 +41,7 @@ struct Options {
   std::string dtype = "both";
   std::string device = "cpu";
   bool recompute_expert_activation = false;
+  std::string cpu_gemm = "onednn";
 };
 
 double median(std::vector<double> values) {
@@ -122,7 +126,9 @@ void run(const Options& options, at::ScalarType dtype) {
             .abs()
             .max()
             .item<double>();
-    std::printf("  max |MoELayer - oracle| on the output: %.3g\n", difference);
+    std::printf("  max |MoELayer - oracle| on the output: %.3g; experts' matmuls: %s\n", difference,
+                moescope::runtime::grouped_mm_implementation(
+                    input, layer->experts->w_gate_up.detach(), config.use_fused_kernels));
   }
   time_step(layer, input, out_grad, grouped);  // warm-up
   time_step(layer, input, out_grad, oracle);
@@ -172,14 +178,22 @@ int main(int argc, char** argv) {
       options.device = value;
     else if (flag == "--recompute-expert-activation")
       options.recompute_expert_activation = std::atoi(value) != 0;
+    else if (flag == "--cpu-gemm" &&
+             (std::strcmp(value, "onednn") == 0 || std::strcmp(value, "aten") == 0))
+      options.cpu_gemm = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
+  moescope::runtime::set_cpu_float32_gemm(options.cpu_gemm == "aten"
+                                              ? moescope::runtime::CpuFloat32Gemm::kATen
+                                              : moescope::runtime::CpuFloat32Gemm::kOneDnn);
   std::printf("MoELayer vs loop-over-experts oracle, forward+backward, %d threads%s\n",
               at::get_num_threads(),
               options.recompute_expert_activation ? ", expert activation recomputed" : "");
+  std::printf("MoELayer and floor float32 CPU GEMM: %s; the oracle's: at::mm\n",
+              options.cpu_gemm == "aten" ? "at::mm" : "oneDNN matmul where LibTorch has it");
   std::printf(
       "| dtype    | dev  | tokens  | E  | k | H    | F     | MoELayer tok/s | oracle tok/s | ratio "
       "| GEMM floor tok/s | ratio bound |\n");

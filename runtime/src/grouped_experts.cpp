@@ -8,6 +8,7 @@
 #include <atomic>
 #include <numeric>
 
+#include "cpu_onednn_matmul.h"
 #include "cuda_kernel_path.h"
 
 namespace moescope::runtime {
@@ -103,7 +104,7 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     const at::Tensor activation = recomputed ? silu_gate * up : saved[5];
 
     // down projection
-    const at::Tensor grad_activation =
+    at::Tensor grad_activation =
         grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert, use_fused_kernels);
     at::Tensor grad_w_down;
     if (ctx->needs_input_grad(2)) {
@@ -111,12 +112,13 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
           grouped_mm_weight_grad(activation, grad_out, rows_per_expert, use_fused_kernels);
     }
     // SwiGLU: d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate); written straight
-    // into the two halves of one [R, 2F] gradient.
+    // into the two halves of one [R, 2F] gradient. grad_activation is ours (a fresh matmul
+    // output), so grad * up overwrites it instead of taking another [R, F] tensor.
     at::Tensor grad_gate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
     at::Tensor grad_gate = grad_gate_up.narrow(1, 0, ffn);
     at::Tensor grad_up = grad_gate_up.narrow(1, ffn, ffn);
-    at::silu_backward_out(grad_gate, grad_activation * up, gate);
     at::mul_out(grad_up, grad_activation, silu_gate);
+    at::silu_backward_out(grad_gate, grad_activation.mul_(up), gate);
     // gate/up projection
     at::Tensor grad_rows;
     if (ctx->needs_input_grad(0)) {
@@ -142,6 +144,7 @@ const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
                                       bool use_fused_kernels) {
   if (grouped_mm_operands_supported(a, b)) return "at::_grouped_mm";
   if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) return "cuBLAS grouped GEMM";
+  if (cpu_matmul::onednn_applies(a, b.select(0, 0))) return "loop of oneDNN matmul";
   return "loop of at::mm";
 }
 
@@ -168,7 +171,8 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
     const int64_t count = rows_per_group[g];
     if (count > 0) {
       at::Tensor out_rows = out.narrow(0, start, count);
-      at::mm_out(out_rows, a.narrow(0, start, count), b.select(0, static_cast<int64_t>(g)));
+      cpu_matmul::mm_out_preferring_onednn(out_rows, a.narrow(0, start, count),
+                                           b.select(0, static_cast<int64_t>(g)));
     }
     start += count;
   }
@@ -206,7 +210,8 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
     const int64_t count = rows_per_group[static_cast<size_t>(g)];
     at::Tensor out_group = out.select(0, g);
     if (count > 0) {
-      at::mm_out(out_group, a.narrow(0, start, count).t(), d.narrow(0, start, count));
+      cpu_matmul::mm_out_preferring_onednn(out_group, a.narrow(0, start, count).t(),
+                                           d.narrow(0, start, count));
     } else {
       out_group.zero_();
     }

@@ -10,7 +10,8 @@
 // on CUDA bf16 at::_grouped_mm (one launch, no host sync); with use_fused_kernels, CUDA operands
 // at::_grouped_mm does not take (float32, or bf16 once it has failed) go to moescope_kernels'
 // cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx, float32 accumulation, no TF32) when it
-// supports them; elsewhere a loop of at::mm over contiguous segments.
+// supports them; elsewhere a loop over contiguous segments: float32 CPU segments through oneDNN's
+// matmul (see CpuFloat32Gemm), everything else through at::mm.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -22,6 +23,15 @@
 #include "moescope/runtime/moe_config.h"
 
 namespace moescope::runtime {
+
+/// Which library runs the float32 CPU matmuls of grouped_mm / grouped_mm_weight_grad.
+/// kOneDnn (the default): oneDNN's matmul, bundled with LibTorch; on CPUs where LibTorch's MKL
+/// takes its generic code path (AMD) it is about twice as fast (docs/performance.md, "MoE layer
+/// (CPU)"); used only where this LibTorch has it. kATen: at::mm, as the oracle and the rest of
+/// LibTorch use. Process-wide, like torch.backends flags.
+enum class CpuFloat32Gemm { kOneDnn, kATen };
+void set_cpu_float32_gemm(CpuFloat32Gemm gemm);
+CpuFloat32Gemm cpu_float32_gemm();
 
 /// out[rows of group g] = a[rows of group g] @ b[g]. a [R, K], b [G, K, N] -> [R, N].
 at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
@@ -37,7 +47,7 @@ at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
 bool uses_device_grouped_mm(const at::Tensor& a, const at::Tensor& b);
 
 /// The implementation grouped_mm picks for a [R > 0, K] and b [G, K, N]: "at::_grouped_mm",
-/// "cuBLAS grouped GEMM" or "loop of at::mm".
+/// "cuBLAS grouped GEMM", "loop of oneDNN matmul" or "loop of at::mm".
 const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
                                       bool use_fused_kernels);
 
