@@ -1,6 +1,7 @@
 #include "nccl_completion_tracker.h"
 
 #include <chrono>
+#include <new>
 
 namespace moescope::inject {
 
@@ -194,6 +195,11 @@ void NcclCompletionTracker::stop_poller() {
   if (poller.joinable()) poller.join();
 }
 
+bool NcclCompletionTracker::poller_running() {
+  std::lock_guard<std::mutex> lock(poller_mutex_);
+  return poller_.joinable();
+}
+
 void NcclCompletionTracker::abandon_after_fork() {
   if (poller_.joinable()) new std::thread(std::move(poller_));  // the parent's: leaked on purpose
   new (&mutex_) std::mutex();
@@ -227,6 +233,27 @@ void NcclCompletionTracker::poller_loop() {
     if (device_chosen) poll();
     lock.lock();
   }
+}
+
+void NcclPollerGate::start_for(uint64_t recording) {
+  // Busy: another op is starting the poller or the capture is stopping. The op does not wait;
+  // the next one looks again.
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || handled_for_.load(std::memory_order_relaxed) == recording) return;
+  if (tracker_.usable()) tracker_.start_poller();
+  handled_for_.store(recording, std::memory_order_relaxed);
+}
+
+void NcclPollerGate::shut_down(uint64_t recording) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  handled_for_.store(recording, std::memory_order_relaxed);
+  tracker_.stop_poller();
+  tracker_.drain();
+}
+
+void NcclPollerGate::after_fork_in_child() {
+  new (&mutex_) std::mutex();  // the parent's holder does not exist here
+  handled_for_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace moescope::inject

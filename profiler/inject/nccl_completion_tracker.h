@@ -15,6 +15,7 @@
 // is still emitted, with end_ns = 0 ("unknown").
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -75,8 +76,10 @@ class NcclCompletionTracker {
   void drain();
   size_t pending() const;
 
+  // Restartable: a stop_poller() followed by start_poller() runs a new poller thread.
   void start_poller();
   void stop_poller();
+  bool poller_running();
   // In a forked child: the poller does not exist there; forget pending ops (they belong to the
   // parent's GPU context).
   void abandon_after_fork();
@@ -109,6 +112,38 @@ class NcclCompletionTracker {
   std::mutex poller_mutex_;
   std::condition_variable poller_wakeup_;
   bool stop_poller_ = false;
+};
+
+// Starts the tracker's poller once per recording, from every interposed op, and stops it when
+// the capture stops; the next recording starts it again, and so does a forked child that
+// records. A recording is identified by a number that changes whenever one starts (the
+// recorder's generation); 0 means none.
+//
+//   recording 5: op -> poller started ... op (one relaxed load) ... shut_down(5): stopped,
+//                drained; a late op of recording 5 does not start it again
+//   recording 6: op -> poller started again
+class NcclPollerGate {
+ public:
+  explicit NcclPollerGate(NcclCompletionTracker& tracker) : tracker_(tracker) {}
+  NcclPollerGate(const NcclPollerGate&) = delete;
+  NcclPollerGate& operator=(const NcclPollerGate&) = delete;
+
+  // After each recorded op. One relaxed load once the poller was started for `recording`
+  // (or the tracker is not usable, or the capture stopped during this recording).
+  void op_issued(uint64_t recording) {
+    if (handled_for_.load(std::memory_order_relaxed) != recording) start_for(recording);
+  }
+  // Stops the poller and emits what is pending; ops later in `recording` leave it stopped.
+  void shut_down(uint64_t recording);
+  // In a forked child, after tracker.abandon_after_fork(): the next recording starts a poller.
+  void after_fork_in_child();
+
+ private:
+  void start_for(uint64_t recording);
+
+  NcclCompletionTracker& tracker_;
+  std::mutex mutex_;  // start/stop decisions; never waited for by an op
+  std::atomic<uint64_t> handled_for_{0};
 };
 
 struct NcclCompletionTracker::Reference {

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "moescope/recorder.h"
@@ -18,6 +17,11 @@
 #include "nccl_op_recorder.h"
 
 namespace moescope::inject {
+
+// The recording now on (shim_session.h). Weak: the GPU half also links into tests without the
+// shim core, where one recording per process is assumed.
+__attribute__((weak)) uint64_t recording_generation();
+
 namespace {
 
 using nccl::CommHandle;
@@ -85,9 +89,9 @@ struct NcclCapture {
     const char* value = std::getenv("MOESCOPE_NCCL");
     return !(value && value[0] == '0');
   }();
-  std::once_flag poller_once;
-  std::atomic<bool> version_noted{false};
-  std::atomic<bool> shut_down{false};
+  NcclPollerGate poller_gate{tracker};
+  // The recording whose trace got the "NCCL <version> interposed" note (0: none).
+  std::atomic<uint64_t> version_noted_for{0};
 };
 
 std::atomic<NcclCapture*> g_capture{nullptr};
@@ -103,11 +107,16 @@ NcclCapture& capture() {
   return *instance;
 }
 
-// Notes the real NCCL version once per recording, so a trace says what it interposed.
-void note_version() {
-  NcclCapture& state = capture();
-  if (state.version_noted.load(std::memory_order_relaxed) || !moescope_recording) return;
-  if (state.version_noted.exchange(true)) return;
+// Changes whenever a recording starts: through the shim's session, in a forked child, or by
+// the program's own moescope_recorder_stop()/moescope_recorder_start().
+uint64_t current_recording() {
+  return recording_generation ? recording_generation() : 1;
+}
+
+// Notes the real NCCL version once per recording, so each trace says what it interposed.
+void note_version(NcclCapture& state, uint64_t recording) {
+  if (state.version_noted_for.load(std::memory_order_relaxed) == recording) return;
+  if (state.version_noted_for.exchange(recording) == recording) return;
   static std::atomic<void*> slot{nullptr};
   auto get_version = real_function<Result (*)(int*)>(slot, "GetVersion");
   int version = 0;
@@ -116,19 +125,22 @@ void note_version() {
   moescope_instant(moescope_intern("moescope"), moescope_intern(text.c_str()));
 }
 
+void note_version() {
+  if (moescope_recording) note_version(capture(), current_recording());
+}
+
 // Records one op around the forwarded call.
 template <typename Forward>
 Result record_op(const NcclOpCall& call, Forward forward) {
   if (!moescope_recording) return forward();
   NcclCapture& state = capture();
   if (!state.enabled) return forward();
-  note_version();
+  uint64_t recording = current_recording();
+  note_version(state, recording);
   NcclOpRecorder::Ticket ticket = state.recorder.op_begin(call);
   Result result = forward();
   state.recorder.op_end(ticket, result);
-  if (!state.shut_down.load(std::memory_order_relaxed) && state.tracker.usable()) {
-    std::call_once(state.poller_once, [&] { state.tracker.start_poller(); });
-  }
+  state.poller_gate.op_issued(recording);
   return result;
 }
 
@@ -141,14 +153,14 @@ Result missing() {
 void nccl_capture_shutdown() {
   NcclCapture* state = g_capture.load(std::memory_order_acquire);
   if (!state) return;  // NCCL was never called
-  state->shut_down.store(true);
-  state->tracker.stop_poller();
-  state->tracker.drain();
+  state->poller_gate.shut_down(current_recording());
 }
 
 void nccl_capture_after_fork_in_child() {
   NcclCapture* state = g_capture.load(std::memory_order_acquire);
-  if (state) state->tracker.abandon_after_fork();
+  if (!state) return;
+  state->tracker.abandon_after_fork();
+  state->poller_gate.after_fork_in_child();
 }
 
 }  // namespace moescope::inject

@@ -10,9 +10,12 @@
 namespace moescope::inject {
 
 // Emits every op still waiting for its GPU completion (those not done get end = 0) and stops
-// the completion poller. Called by gpu_capture_stop(); idempotent.
+// the completion poller. Called by gpu_capture_stop(); idempotent. The next recording (a new
+// recorder generation, shim_session.h) starts the poller again at its first op and notes the
+// NCCL version in its own trace.
 void nccl_capture_shutdown();
-// In a forked child: drop the parent's pending ops and poller without touching CUDA.
+// In a forked child: drop the parent's pending ops and poller without touching CUDA; a
+// recording in the child starts its own poller.
 void nccl_capture_after_fork_in_child();
 
 }  // namespace moescope::inject

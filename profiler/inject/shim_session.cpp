@@ -186,7 +186,9 @@ void stop_capture_session() {
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.active.load()) return;
   state.active = false;
-  if (state.gpu_capture_started && gpu_capture_stop) gpu_capture_stop();
+  // Also where the session did not start it (a forked child, --no-cuda): NCCL ops may be
+  // pending on a poller there, and stopping what never started does nothing.
+  if (gpu_capture_stop) gpu_capture_stop();
   state.gpu_capture_started = false;
   moescope_recorder_stop();
   // Helper processes (a launcher, `uname` run by Python, a compile worker) that recorded
@@ -194,6 +196,10 @@ void stop_capture_session() {
   if (!state.keep_when_empty && !state.path.empty() && !trace_has_events(state.path)) {
     ::unlink(state.path.c_str());
   }
+}
+
+uint64_t recording_generation() {
+  return recorder::Recorder::instance().generation();
 }
 
 }  // namespace moescope::inject

@@ -45,7 +45,8 @@ target_link_libraries(nccl_standin_for_tests PRIVATE moescope_warnings)
 add_executable(nccl_interpose_program ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_program.cpp)
 target_include_directories(nccl_interpose_program SYSTEM PRIVATE
   ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(nccl_interpose_program PRIVATE nccl_standin_for_tests moescope_warnings)
+target_link_libraries(nccl_interpose_program PRIVATE nccl_standin_for_tests ${CMAKE_DL_LIBS}
+                      moescope_warnings)
 set_target_properties(nccl_interpose_program PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 moescope_add_test(NAME nccl_interpose_test

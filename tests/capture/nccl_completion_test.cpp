@@ -21,6 +21,7 @@ using inject::NcclCompletionTracker;
 using inject::NcclOpCall;
 using inject::NcclOpRecord;
 using inject::NcclOpRecorder;
+using inject::NcclPollerGate;
 namespace nccl = inject::nccl;
 
 nccl::CommHandle fake_comm(uintptr_t value) {
@@ -347,6 +348,85 @@ TEST(NcclCompletion, AForkedChildForgetsThePollerAndPendingOpsWithoutHanging) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   h.tracker.stop_poller();
   EXPECT_EQ(h.tracker.pending(), 1u);  // the parent still owns its op
+}
+
+// Waits up to 5 s for the poller thread to emit `count` ops (nothing else polls).
+bool poller_emitted(Harness& h, size_t count) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (h.emitted() < count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return h.emitted() == count;
+}
+
+TEST(NcclCompletion, ThePollerGateStartsThePollerAgainForTheNextRecording) {
+  NcclCompletionTracker::Options options;
+  options.poll_interval_ms = 1;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 0};
+  NcclPollerGate gate(h.tracker);
+  EXPECT_FALSE(h.tracker.poller_running());
+  gate.op_issued(1);
+  EXPECT_TRUE(h.tracker.poller_running());
+  gate.shut_down(1);  // the capture stops
+  EXPECT_FALSE(h.tracker.poller_running());
+  gate.op_issued(1);  // a late op of the stopped recording does not restart it
+  EXPECT_FALSE(h.tracker.poller_running());
+
+  // The next recording: the poller runs again and emits a completed op by itself.
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  gate.op_issued(2);
+  EXPECT_TRUE(h.tracker.poller_running());
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 2u);
+  h.gpu.complete(events[0], 1'100'000);
+  h.gpu.complete(events[1], 1'200'000);
+  EXPECT_TRUE(poller_emitted(h, 1));
+  EXPECT_NEAR(static_cast<double>(h.ops[0].end_ns), 1'200'000.0, 200.0);
+  gate.shut_down(2);
+  EXPECT_FALSE(h.tracker.poller_running());
+}
+
+TEST(NcclCompletion, ThePollerGateStartsAPollerInAForkedChildThatRecords) {
+  NcclCompletionTracker::Options options;
+  options.poll_interval_ms = 1;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 0};
+  NcclPollerGate gate(h.tracker);
+  gate.op_issued(1);
+  ASSERT_TRUE(h.tracker.poller_running());
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // What the shim's fork handler does; then the child's own recording issues an op.
+    h.tracker.abandon_after_fork();
+    gate.after_fork_in_child();
+    bool stopped_after_fork = !h.tracker.poller_running();
+    h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+    gate.op_issued(3);
+    bool restarted = h.tracker.poller_running();
+    auto events = h.gpu.recorded_events();
+    if (events.size() != 2u) _exit(4);
+    h.gpu.complete(events[0], 1'100'000);
+    h.gpu.complete(events[1], 1'200'000);
+    bool emitted = poller_emitted(h, 1);
+    gate.shut_down(3);
+    _exit(!stopped_after_fork ? 3 : !restarted ? 5 : !emitted ? 6 : 0);
+  }
+  int status = 0;
+  for (int waited = 0; waited < 1000 && waitpid(child, &status, WNOHANG) == 0; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waitpid(child, &status, WNOHANG) == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: poller still seen after fork, 5: not restarted, "
+                                       "6: the child's poller emitted nothing";
+  EXPECT_TRUE(h.tracker.poller_running());  // the parent's poller is untouched
+  gate.shut_down(1);
 }
 
 TEST(NcclCompletion, UnknownCommunicatorsAreAskedAboutLazily) {

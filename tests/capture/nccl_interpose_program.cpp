@@ -2,6 +2,7 @@
 // test-only stand-in library. nccl_interpose_test.cpp runs it with and without the moescope
 // shim preloaded. It prints each call's result; buffers and streams are fake addresses (the
 // stand-in never dereferences them).
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -45,10 +46,43 @@ int bench(long calls) {
   return 0;
 }
 
+// `--restart PATH`: one all-reduce, then the recording is stopped and started again into PATH
+// through the recorder's C API (found in the preloaded shim, as a program that records
+// windows of its run would call it), then more calls. Without the shim it only makes the calls.
+int restart(const char* second_trace) {
+  using Stop = void (*)();
+  using Start = int (*)(const char*, const char*);
+  auto stop = reinterpret_cast<Stop>(dlsym(RTLD_DEFAULT, "moescope_recorder_stop"));
+  auto start = reinterpret_cast<Start>(dlsym(RTLD_DEFAULT, "moescope_recorder_start"));
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  report("ncclGetUniqueId", ncclGetUniqueId(&id));
+  report("ncclCommInitRank", ncclCommInitRank(&comm, 4, id, 1));
+  void* send = fake_pointer(0x10000);
+  void* recv = fake_pointer(0x20000);
+  report("ncclAllReduce",
+         ncclAllReduce(send, recv, 1024, ncclFloat32, ncclSum, comm, fake_stream(0x5000)));
+  if (stop && start) {
+    stop();
+    report("moescope_recorder_start", static_cast<ncclResult_t>(start(second_trace, nullptr)));
+  }
+  report("ncclAllGather", ncclAllGather(send, recv, 256, ncclBfloat16, comm, fake_stream(0x5000)));
+  report("ncclGroupStart", ncclGroupStart());
+  report("ncclSend",
+         ncclSend(fake_pointer(0x30000), 10, ncclBfloat16, 2, comm, fake_stream(0x6000)));
+  report("ncclRecv",
+         ncclRecv(fake_pointer(0x40000), 20, ncclBfloat16, 2, comm, fake_stream(0x6000)));
+  report("ncclGroupEnd", ncclGroupEnd());
+  report("ncclBroadcast", ncclBroadcast(send, recv, 64, ncclInt64, 2, comm, fake_stream(0x5000)));
+  report("ncclCommDestroy", ncclCommDestroy(comm));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--bench") == 0) return bench(std::atol(argv[2]));
+  if (argc == 3 && std::strcmp(argv[1], "--restart") == 0) return restart(argv[2]);
 
   int version = 0;
   report("ncclGetVersion", ncclGetVersion(&version));

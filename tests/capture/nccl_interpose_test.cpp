@@ -99,13 +99,14 @@ struct ProgramRun {
   std::string log_text;
 };
 
-// Runs `program` with `environment` ("A=1 B=2 ", shell-quoted by the caller).
+// Runs `program` with `environment` ("A=1 B=2 ") and `arguments`, both shell-quoted by the
+// caller.
 ProgramRun run_program(const std::string& program, const std::string& environment,
-                       const std::string& log_path) {
+                       const std::string& log_path, const std::string& arguments = "") {
   std::string out_path = temp_path("program.out");
   std::remove(log_path.c_str());
   std::string command = "env " + environment + " NCCL_STANDIN_LOG='" + log_path + "' '" + program +
-                        "' > '" + out_path + "' 2>&1";
+                        "' " + arguments + " > '" + out_path + "' 2>&1";
   ProgramRun run;
   int status = std::system(command.c_str());
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -153,6 +154,29 @@ const std::vector<std::string>& expected_standin_log() {
   return lines;
 }
 
+// The recorded comm ops of `loaded` in enqueue order.
+std::vector<trace::CommOpRecord> comm_ops_in(const LoadedTrace& loaded) {
+  std::vector<trace::CommOpRecord> ops;
+  for (const auto& record : loaded.of_kind(trace::RecordKind::kCommOp)) {
+    ops.push_back(record.as<trace::CommOpRecord>());
+  }
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const auto& a, const auto& b) { return a.header.time < b.header.time; });
+  return ops;
+}
+
+std::string name_in(const LoadedTrace& loaded, uint32_t id) {
+  auto found = loaded.strings.find(id);
+  return found == loaded.strings.end() ? "<no name>" : found->second;
+}
+
+bool has_instant_in(const LoadedTrace& loaded, const std::string& text) {
+  for (const auto& record : loaded.of_kind(trace::RecordKind::kInstant)) {
+    if (name_in(loaded, record.header().name) == text) return true;
+  }
+  return false;
+}
+
 class NcclInterposition : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -173,26 +197,9 @@ class NcclInterposition : public ::testing::Test {
     delete trace_path_;
   }
 
-  // The recorded comm ops in enqueue order.
-  static std::vector<trace::CommOpRecord> comm_ops() {
-    std::vector<trace::CommOpRecord> ops;
-    for (const auto& record : trace_->of_kind(trace::RecordKind::kCommOp)) {
-      ops.push_back(record.as<trace::CommOpRecord>());
-    }
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const auto& a, const auto& b) { return a.header.time < b.header.time; });
-    return ops;
-  }
-  static std::string name_of(uint32_t id) {
-    auto found = trace_->strings.find(id);
-    return found == trace_->strings.end() ? "<no name>" : found->second;
-  }
-  static bool has_instant(const std::string& text) {
-    for (const auto& record : trace_->of_kind(trace::RecordKind::kInstant)) {
-      if (name_of(record.header().name) == text) return true;
-    }
-    return false;
-  }
+  static std::vector<trace::CommOpRecord> comm_ops() { return comm_ops_in(*trace_); }
+  static std::string name_of(uint32_t id) { return name_in(*trace_, id); }
+  static bool has_instant(const std::string& text) { return has_instant_in(*trace_, text); }
 
   static inline ProgramRun* plain_ = nullptr;
   static inline ProgramRun* shimmed_ = nullptr;
@@ -336,6 +343,81 @@ TEST_F(NcclInterposition, TheTraceNamesTheInterposedNcclAndTheMissingDriver) {
   EXPECT_TRUE(has_instant("NCCL 29999 interposed"));
   // This machine has no libcuda.so.1: CUPTI is not enabled, and the trace says why.
   EXPECT_TRUE(has_instant("gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
+}
+
+// A program that records windows of its run stops the recording and starts it again through
+// the recorder's C API (which the shim's session does not see): the second trace must be as
+// complete as the first, ops with their fields and the note naming the interposed NCCL.
+TEST(NcclInterpositionRestart, TheSecondRecordingHasItsOpsAndTheVersionNote) {
+  std::string first_path = temp_path("nccl_first.moetrace");
+  std::string second_path = temp_path("nccl_second.moetrace");
+  std::remove(first_path.c_str());
+  std::remove(second_path.c_str());
+  ProgramRun run = run_program(MOESCOPE_NCCL_PROGRAM,
+                               "LD_PRELOAD='" + preload_list(MOESCOPE_INJECT_LIBRARY) +
+                                   "' MOESCOPE_OUTPUT='" + first_path + "'",
+                               temp_path("restart.log"), "--restart '" + second_path + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.stdout_text;
+  ASSERT_NE(run.stdout_text.find("moescope_recorder_start -> 0"), std::string::npos)
+      << run.stdout_text;
+  LoadedTrace first = load_trace(first_path);
+  LoadedTrace second = load_trace(second_path);
+  std::remove(first_path.c_str());
+  std::remove(second_path.c_str());
+  ASSERT_TRUE(first.opened);
+  ASSERT_TRUE(second.opened);
+  EXPECT_TRUE(first.errors.empty());
+  EXPECT_TRUE(second.errors.empty());
+
+  std::vector<trace::CommOpRecord> before = comm_ops_in(first);
+  ASSERT_EQ(before.size(), 2u);  // init, all-reduce
+  EXPECT_EQ(before[0].kind, MOESCOPE_COMM_INIT);
+  EXPECT_EQ(before[1].kind, MOESCOPE_COMM_ALL_REDUCE);
+  EXPECT_TRUE(has_instant_in(first, "NCCL 29999 interposed"));
+  uint64_t comm_id = before[0].comm_id;
+
+  EXPECT_TRUE(has_instant_in(second, "NCCL 29999 interposed"));
+  std::vector<trace::CommOpRecord> after = comm_ops_in(second);
+  ASSERT_EQ(after.size(), 5u);  // all-gather, send, recv, broadcast, destroy
+  struct Expected {
+    uint32_t kind;
+    const char* name;
+    uint64_t count;
+    uint64_t bytes;
+    int32_t peer;
+    int32_t root;
+    uint64_t stream;
+  };
+  const Expected expected_ops[] = {
+      {MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", 256, 512, -1, -1, 0x5000},
+      {MOESCOPE_COMM_SEND, "ncclSend", 10, 20, 2, -1, 0x6000},
+      {MOESCOPE_COMM_RECV, "ncclRecv", 20, 40, 2, -1, 0x6000},
+      {MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 64, 512, -1, 2, 0x5000},
+  };
+  for (size_t i = 0; i < 4; ++i) {
+    const trace::CommOpRecord& op = after[i];
+    const Expected& expected = expected_ops[i];
+    SCOPED_TRACE(expected.name);
+    EXPECT_EQ(op.kind, expected.kind);
+    EXPECT_EQ(name_in(second, op.header.name), expected.name);
+    EXPECT_EQ(op.count, expected.count);
+    EXPECT_EQ(op.bytes, expected.bytes);
+    EXPECT_EQ(op.peer, expected.peer);
+    EXPECT_EQ(op.root, expected.root);
+    EXPECT_EQ(op.stream, expected.stream);
+    // The communicator created during the first recording is still known.
+    EXPECT_EQ(op.comm_id, comm_id);
+    EXPECT_EQ(op.rank, 1);
+    EXPECT_EQ(op.num_ranks, 4);
+    EXPECT_EQ(op.device, 5);
+    EXPECT_EQ(op.sequence, 1 + i);  // the all-reduce of the first recording was 0
+    EXPECT_EQ(op.end_time, 0u);     // no CUDA runtime here
+  }
+  EXPECT_NE(after[1].group_id, 0u);
+  EXPECT_EQ(after[1].group_id, after[2].group_id);
+  EXPECT_EQ(after[4].kind, MOESCOPE_COMM_DESTROY);
+  EXPECT_EQ(after[4].comm_id, comm_id);
+  EXPECT_EQ(after[4].sequence, 5u);
 }
 
 #ifdef MOESCOPE_REAL_NCCL_PROGRAM
