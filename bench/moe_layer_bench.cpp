@@ -12,6 +12,9 @@
 //   moe_layer_bench [--tokens 4096] [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2]
 //                   [--iters 6] [--dtype float32|bfloat16|both] [--device cpu|cuda]
 //                   [--recompute-expert-activation 0|1] [--cpu-gemm onednn|aten]
+//                   [--malloc-tuning 1|0]
+// --malloc-tuning 1 (the default) fixes glibc's malloc thresholds as moe_train does by default
+// (tune_glibc_malloc_for_training), for all three measurements alike.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "moescope/runtime/grouped_experts.h"
+#include "moescope/runtime/host_malloc_tuning.h"
 #include "moescope/runtime/moe_layer.h"
 
 using moescope::runtime::grouped_mm;
@@ -42,6 +46,7 @@ struct Options {
   std::string device = "cpu";
   bool recompute_expert_activation = false;
   std::string cpu_gemm = "onednn";
+  bool malloc_tuning = true;
 };
 
 double median(std::vector<double> values) {
@@ -178,6 +183,8 @@ int main(int argc, char** argv) {
       options.device = value;
     else if (flag == "--recompute-expert-activation")
       options.recompute_expert_activation = std::atoi(value) != 0;
+    else if (flag == "--malloc-tuning")
+      options.malloc_tuning = std::atoi(value) != 0;
     else if (flag == "--cpu-gemm" &&
              (std::strcmp(value, "onednn") == 0 || std::strcmp(value, "aten") == 0))
       options.cpu_gemm = value;
@@ -186,14 +193,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (options.malloc_tuning) moescope::runtime::tune_glibc_malloc_for_training();
   moescope::runtime::set_cpu_float32_gemm(options.cpu_gemm == "aten"
                                               ? moescope::runtime::CpuFloat32Gemm::kATen
                                               : moescope::runtime::CpuFloat32Gemm::kOneDnn);
   std::printf("MoELayer vs loop-over-experts oracle, forward+backward, %d threads%s\n",
               at::get_num_threads(),
               options.recompute_expert_activation ? ", expert activation recomputed" : "");
-  std::printf("MoELayer and floor float32 CPU GEMM: %s; the oracle's: at::mm\n",
-              options.cpu_gemm == "aten" ? "at::mm" : "oneDNN matmul where LibTorch has it");
+  std::printf("MoELayer and floor float32 CPU GEMM: %s; the oracle's: at::mm; glibc malloc: %s\n",
+              options.cpu_gemm == "aten" ? "at::mm" : "oneDNN matmul where LibTorch has it",
+              options.malloc_tuning ? "tuned as moe_train" : "default");
   std::printf(
       "| dtype    | dev  | tokens  | E  | k | H    | F     | MoELayer tok/s | oracle tok/s | ratio "
       "| GEMM floor tok/s | ratio bound |\n");

@@ -10,6 +10,7 @@
 
 #include "cpu_onednn_matmul.h"
 #include "cuda_kernel_path.h"
+#include "moescope/runtime/host_tensor_cache.h"
 
 namespace moescope::runtime {
 namespace {
@@ -62,16 +63,35 @@ void disable_device_grouped_mm(const c10::Error& error) {
                   "); the experts fall back to a loop of matmuls");
 }
 
+// Where grouped_mm's loop path puts its product: a fresh tensor, or (for the SwiGLU's own
+// intermediates on the CPU) a block of the experts' HostTensorCache.
+enum class OutputSource { kFresh, kExpertsCache };
+
+at::Tensor grouped_mm_into(const at::Tensor& a, const at::Tensor& b,
+                           const std::vector<int64_t>& rows_per_group, bool use_fused_kernels,
+                           OutputSource output);
+
+// A tensor [sizes] like `like` that the SwiGLU keeps to itself (never returned to autograd as
+// an output or gradient): on the CPU from the experts' cache, on the GPU from LibTorch's
+// caching allocator.
+at::Tensor experts_scratch(const at::Tensor& like, at::IntArrayRef sizes) {
+  if (like.is_cpu()) return HostTensorCache::experts().empty(sizes, like.scalar_type());
+  return at::empty(sizes, like.options());
+}
+
 struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows,
                             const at::Tensor& w_gate_up, const at::Tensor& w_down,
                             const std::vector<int64_t>& rows_per_expert,
                             GroupedSwiGLUOptions options) {
     at::Tensor gate_up =
-        grouped_mm(rows, w_gate_up, rows_per_expert, options.use_fused_kernels);  // [R, 2F]
+        grouped_mm_into(rows, w_gate_up, rows_per_expert, options.use_fused_kernels,
+                        OutputSource::kExpertsCache);  // [R, 2F]
     const int64_t ffn = w_down.size(1);
-    at::Tensor silu_gate = at::silu(gate_up.narrow(1, 0, ffn));       // [R, F]
-    at::Tensor activation = silu_gate * gate_up.narrow(1, ffn, ffn);  // [R, F]
+    at::Tensor silu_gate = experts_scratch(gate_up, {gate_up.size(0), ffn});   // [R, F]
+    at::Tensor activation = experts_scratch(gate_up, {gate_up.size(0), ffn});  // [R, F]
+    at::silu_out(silu_gate, gate_up.narrow(1, 0, ffn));
+    at::mul_out(activation, silu_gate, gate_up.narrow(1, ffn, ffn));
     at::Tensor out = grouped_mm(activation, w_down, rows_per_expert, options.use_fused_kernels);
     if (options.recompute_activation) {
       ctx->save_for_backward({rows, w_gate_up, w_down, gate_up});
@@ -104,8 +124,8 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     const at::Tensor activation = recomputed ? silu_gate * up : saved[5];
 
     // down projection
-    at::Tensor grad_activation =
-        grouped_mm(grad_out, w_down.transpose(1, 2), rows_per_expert, use_fused_kernels);
+    at::Tensor grad_activation = grouped_mm_into(grad_out, w_down.transpose(1, 2), rows_per_expert,
+                                                 use_fused_kernels, OutputSource::kExpertsCache);
     at::Tensor grad_w_down;
     if (ctx->needs_input_grad(2)) {
       grad_w_down =
@@ -114,7 +134,7 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
     // SwiGLU: d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate); written straight
     // into the two halves of one [R, 2F] gradient. grad_activation is ours (a fresh matmul
     // output), so grad * up overwrites it instead of taking another [R, F] tensor.
-    at::Tensor grad_gate_up = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+    at::Tensor grad_gate_up = experts_scratch(gate_up, gate_up.sizes());
     at::Tensor grad_gate = grad_gate_up.narrow(1, 0, ffn);
     at::Tensor grad_up = grad_gate_up.narrow(1, ffn, ffn);
     at::mul_out(grad_up, grad_activation, silu_gate);
@@ -150,6 +170,14 @@ const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
 
 at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
                       const std::vector<int64_t>& rows_per_group, bool use_fused_kernels) {
+  return grouped_mm_into(a, b, rows_per_group, use_fused_kernels, OutputSource::kFresh);
+}
+
+namespace {
+
+at::Tensor grouped_mm_into(const at::Tensor& a, const at::Tensor& b,
+                           const std::vector<int64_t>& rows_per_group, bool use_fused_kernels,
+                           OutputSource output) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1), "grouped_mm: expected a ",
               "[R, K] and b [G, K, N], got a ", a.sizes(), " and b ", b.sizes());
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: a is ", a.scalar_type(),
@@ -165,7 +193,9 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
   if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) {
     return kernel_path::grouped_gemm(a, b, rows_per_group);
   }
-  at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
+  at::Tensor out = output == OutputSource::kExpertsCache
+                       ? experts_scratch(a, {a.size(0), b.size(2)})
+                       : at::empty({a.size(0), b.size(2)}, a.options());
   int64_t start = 0;
   for (size_t g = 0; g < rows_per_group.size(); ++g) {
     const int64_t count = rows_per_group[g];
@@ -178,6 +208,8 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
   }
   return out;
 }
+
+}  // namespace
 
 at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
                                   const std::vector<int64_t>& rows_per_group,
