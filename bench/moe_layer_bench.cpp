@@ -12,9 +12,10 @@
 //   moe_layer_bench [--tokens 4096] [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2]
 //                   [--iters 6] [--dtype float32|bfloat16|both] [--device cpu|cuda]
 //                   [--recompute-expert-activation 0|1] [--cpu-gemm onednn|aten]
-//                   [--malloc-tuning 1|0]
+//                   [--malloc-tuning 1|0] [--experts-cache 1|0]
 // --malloc-tuning 1 (the default) fixes glibc's malloc thresholds as moe_train does by default
-// (tune_glibc_malloc_for_training), for all three measurements alike.
+// (tune_glibc_malloc_for_training), for all three measurements alike. --experts-cache 0 turns
+// off the experts' HostTensorCache (fresh CPU intermediates every step, as before it existed).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
@@ -29,6 +30,7 @@
 
 #include "moescope/runtime/grouped_experts.h"
 #include "moescope/runtime/host_malloc_tuning.h"
+#include "moescope/runtime/host_tensor_cache.h"
 #include "moescope/runtime/moe_layer.h"
 
 using moescope::runtime::grouped_mm;
@@ -47,6 +49,7 @@ struct Options {
   bool recompute_expert_activation = false;
   std::string cpu_gemm = "onednn";
   bool malloc_tuning = true;
+  bool experts_cache = true;
 };
 
 double median(std::vector<double> values) {
@@ -183,6 +186,8 @@ int main(int argc, char** argv) {
       options.device = value;
     else if (flag == "--recompute-expert-activation")
       options.recompute_expert_activation = std::atoi(value) != 0;
+    else if (flag == "--experts-cache")
+      options.experts_cache = std::atoi(value) != 0;
     else if (flag == "--malloc-tuning")
       options.malloc_tuning = std::atoi(value) != 0;
     else if (flag == "--cpu-gemm" &&
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
     }
   }
   if (options.malloc_tuning) moescope::runtime::tune_glibc_malloc_for_training();
+  if (!options.experts_cache) moescope::runtime::HostTensorCache::experts().set_max_cached_bytes(0);
   moescope::runtime::set_cpu_float32_gemm(options.cpu_gemm == "aten"
                                               ? moescope::runtime::CpuFloat32Gemm::kATen
                                               : moescope::runtime::CpuFloat32Gemm::kOneDnn);
@@ -203,6 +209,8 @@ int main(int argc, char** argv) {
   std::printf("MoELayer and floor float32 CPU GEMM: %s; the oracle's: at::mm; glibc malloc: %s\n",
               options.cpu_gemm == "aten" ? "at::mm" : "oneDNN matmul where LibTorch has it",
               options.malloc_tuning ? "tuned as moe_train" : "default");
+  std::printf("experts' CPU intermediates: %s\n",
+              options.experts_cache ? "HostTensorCache" : "fresh tensors (cache off)");
   std::printf(
       "| dtype    | dev  | tokens  | E  | k | H    | F     | MoELayer tok/s | oracle tok/s | ratio "
       "| GEMM floor tok/s | ratio bound |\n");
