@@ -3,11 +3,13 @@
 // graph capture, failures, shutdown.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "nccl_completion_tracker.h"
@@ -72,6 +74,20 @@ struct Harness {
 const nccl::CommHandle kComm = fake_comm(0xC0);
 const nccl::Stream kStream = fake_stream(0x5000);
 const nccl::Stream kOtherStream = fake_stream(0x6000);
+
+// Waits up to timeout_ms for a forked child and returns its wait status; a child still running
+// then is killed and reported as hung (nullopt).
+std::optional<int> wait_for_child(pid_t child, int timeout_ms) {
+  int status = 0;
+  for (int waited = 0; waited < timeout_ms; waited += 10) {
+    if (waitpid(child, &status, WNOHANG) == child) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waitpid(child, &status, WNOHANG) == child) return status;
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return std::nullopt;
+}
 
 TEST(NcclCompletion, UngroupedOpGetsItsGpuTimesOnTheHostClock) {
   Harness h;
@@ -335,15 +351,9 @@ TEST(NcclCompletion, AForkedChildForgetsThePollerAndPendingOpsWithoutHanging) {
     h.tracker.drain();
     _exit(h.tracker.pending() == 0 && h.emitted() == 0 ? 0 : 3);
   }
-  int status = 0;
-  for (int waited = 0; waited < 500 && waitpid(child, &status, WNOHANG) == 0; ++waited) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (waitpid(child, &status, WNOHANG) == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    FAIL() << "the forked child hung";
-  }
+  const std::optional<int> waited = wait_for_child(child, 5000);
+  ASSERT_TRUE(waited.has_value()) << "the forked child hung";
+  const int status = *waited;
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   h.tracker.stop_poller();
@@ -413,15 +423,9 @@ TEST(NcclCompletion, ThePollerGateStartsAPollerInAForkedChildThatRecords) {
     gate.shut_down(3);
     _exit(!stopped_after_fork ? 3 : !restarted ? 5 : !emitted ? 6 : 0);
   }
-  int status = 0;
-  for (int waited = 0; waited < 1000 && waitpid(child, &status, WNOHANG) == 0; ++waited) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (waitpid(child, &status, WNOHANG) == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    FAIL() << "the forked child hung";
-  }
+  const std::optional<int> waited = wait_for_child(child, 10000);
+  ASSERT_TRUE(waited.has_value()) << "the forked child hung";
+  const int status = *waited;
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "3: poller still seen after fork, 5: not restarted, "
                                        "6: the child's poller emitted nothing";
