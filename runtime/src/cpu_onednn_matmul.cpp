@@ -39,7 +39,8 @@ bool onednn_applies(const at::Tensor& a, const at::Tensor& b) {
   return g_cpu_float32_gemm.load(std::memory_order_relaxed) == CpuFloat32Gemm::kOneDnn &&
          !g_onednn_broken.load(std::memory_order_relaxed) && a.is_cpu() && b.is_cpu() &&
          a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && a.dim() == 2 &&
-         b.dim() == 2 && a.size(0) > 0 && linear_pointwise().has_value();
+         b.dim() == 2 && a.size(0) * a.size(1) * b.size(1) >= kOneDnnMinMultiplyAdds &&
+         linear_pointwise().has_value();
 }
 
 void mm_out_preferring_onednn(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {

@@ -12,9 +12,15 @@
 
 namespace moescope::runtime::cpu_matmul {
 
+/// The smallest matmul (M * K * N multiply-adds) sent to oneDNN. Each call through the
+/// dispatcher costs about 20 us more than at::mm's (moe_train's 2 layers x 8 experts x ~256 rows
+/// x 64 x 256 ran ~9% slower per step through oneDNN), which oneDNN's faster kernel repays only
+/// on larger products (a 1024 x 512 x 2048 one takes ~10 ms instead of ~22 ms).
+inline constexpr int64_t kOneDnnMinMultiplyAdds = int64_t{1} << 24;
+
 /// True when mm_out_preferring_onednn sends a [M, K] @ b [K, N] to oneDNN: float32 CPU
-/// matrices, oneDNN's matmul present in this LibTorch, and not switched off
-/// (set_cpu_float32_gemm).
+/// matrices of at least kOneDnnMinMultiplyAdds, oneDNN's matmul present in this LibTorch, and
+/// not switched off (set_cpu_float32_gemm).
 bool onednn_applies(const at::Tensor& a, const at::Tensor& b);
 
 /// out [M, N] = a [M, K] @ b [K, N] (any strides): through oneDNN's float32 matmul (float32

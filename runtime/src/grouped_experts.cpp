@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/init.h>
 
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 
@@ -164,7 +165,10 @@ const char* grouped_mm_implementation(const at::Tensor& a, const at::Tensor& b,
                                       bool use_fused_kernels) {
   if (grouped_mm_operands_supported(a, b)) return "at::_grouped_mm";
   if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) return "cuBLAS grouped GEMM";
-  if (cpu_matmul::onednn_applies(a, b.select(0, 0))) return "loop of oneDNN matmul";
+  // Decided per group from its rows; named here for a group of the mean size.
+  const int64_t mean_rows = std::max<int64_t>(1, a.size(0) / std::max<int64_t>(1, b.size(0)));
+  const at::Tensor mean_group = a.narrow(0, 0, std::min(a.size(0), mean_rows));
+  if (cpu_matmul::onednn_applies(mean_group, b.select(0, 0))) return "loop of oneDNN matmul";
   return "loop of at::mm";
 }
 

@@ -85,7 +85,8 @@ HostTensorCacheStats HostTensorCache::stats() const {
 }
 
 HostTensorCache& HostTensorCache::experts() {
-  static HostTensorCache* cache = new HostTensorCache(kDefaultExpertsCacheBytes);  // leaked
+  static HostTensorCache* cache =  // leaked: used until exit
+      new HostTensorCache(kDefaultExpertsCacheBytes, kExpertsCacheMinBytes);
   return *cache;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_onednn_matmul.h"
 #include "moe_reference.h"
 #include "moescope/runtime/grouped_experts.h"
 
@@ -39,15 +40,21 @@ at::Tensor reference_grouped_mm(const at::Tensor& a, const at::Tensor& b,
   return at::cat(parts);
 }
 
-// Uneven groups: an empty one, a one-row one, odd sizes, and a last one with most rows.
-const std::vector<int64_t> kRows = {7, 0, 1, 33, 0, 95};
+// Uneven groups: an empty one, a one-row one, odd sizes. With K = N = 256 the two large ones
+// (>= 256 rows) pass oneDNN's size threshold, the small ones stay on at::mm.
+const std::vector<int64_t> kRows = {7, 0, 1, 333, 0, 290};
+constexpr int64_t kRowsTotal = 631, kK = 256, kN = 256;
 
 TEST(GroupedMmCpu, Float32GoesThroughOneDnnWhereLibTorchHasIt) {
   // The pinned LibTorch wheel ships oneDNN; a build without it would silently lose the fast path.
   ASSERT_TRUE(at::hasMKLDNN()) << "this LibTorch has no oneDNN";
-  const at::Tensor a = at::randn({136, 24});
-  const at::Tensor b = at::randn({6, 24, 40});
+  const at::Tensor a = at::randn({6 * 300, kK});  // 300 rows per group on average
+  const at::Tensor b = at::randn({6, kK, kN});
   EXPECT_EQ(std::string(grouped_mm_implementation(a, b, false)), "loop of oneDNN matmul");
+  // Small products stay on at::mm: oneDNN's per-call cost would outweigh its gain.
+  EXPECT_EQ(std::string(grouped_mm_implementation(a.narrow(0, 0, 60), b, false)), "loop of at::mm");
+  EXPECT_TRUE(cpu_matmul::onednn_applies(a.narrow(0, 0, 256), b[0]));
+  EXPECT_FALSE(cpu_matmul::onednn_applies(a.narrow(0, 0, 255), b[0]));
   CpuGemmChoice aten(CpuFloat32Gemm::kATen);
   EXPECT_EQ(std::string(grouped_mm_implementation(a, b, false)), "loop of at::mm");
   EXPECT_EQ(std::string(grouped_mm_implementation(a.to(at::kDouble), b.to(at::kDouble), false)),
@@ -56,10 +63,10 @@ TEST(GroupedMmCpu, Float32GoesThroughOneDnnWhereLibTorchHasIt) {
 
 TEST(GroupedMmCpu, BothFloat32PathsMatchTheFloat64Reference) {
   torch::manual_seed(5);
-  const at::Tensor a = at::randn({136, 24});
-  const at::Tensor b = at::randn({6, 24, 40});
-  const at::Tensor b_transposed = at::randn({6, 40, 24}).transpose(1, 2);  // strided [6, 24, 40]
-  const at::Tensor d = at::randn({136, 40});
+  const at::Tensor a = at::randn({kRowsTotal, kK});
+  const at::Tensor b = at::randn({6, kK, kN});
+  const at::Tensor b_transposed = at::randn({6, kN, kK}).transpose(1, 2);  // strided [6, K, N]
+  const at::Tensor d = at::randn({kRowsTotal, kN});
   for (CpuFloat32Gemm gemm : {CpuFloat32Gemm::kOneDnn, CpuFloat32Gemm::kATen}) {
     SCOPED_TRACE(gemm == CpuFloat32Gemm::kOneDnn ? "oneDNN" : "at::mm");
     CpuGemmChoice choice(gemm);
@@ -86,8 +93,8 @@ TEST(GroupedMmCpu, BothFloat32PathsMatchTheFloat64Reference) {
 
 TEST(GroupedMmCpu, ATenChoiceIsExactlyALoopOfAtMm) {
   torch::manual_seed(6);
-  const at::Tensor a = at::randn({136, 24});
-  const at::Tensor b = at::randn({6, 24, 40});
+  const at::Tensor a = at::randn({kRowsTotal, kK});
+  const at::Tensor b = at::randn({6, kK, kN});
   CpuGemmChoice aten(CpuFloat32Gemm::kATen);
   const at::Tensor out = grouped_mm(a, b, kRows);
   int64_t start = 0;

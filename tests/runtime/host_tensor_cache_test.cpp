@@ -93,13 +93,15 @@ TEST(HostTensorCache, BadSizesAreErrors) {
 // Two forwards saved for one backward must not share cached blocks; run one after the other,
 // the second reuses the first's. Both give the gradients of the two steps computed apart.
 TEST(HostTensorCache, ExpertsKeepEveryPendingForwardsTensorsApart) {
-  MoEConfig config = small_config(64, 256, 4, 2);  // [R, 2F] = [1024, 512] floats: cached
+  // [R, 2F] = [4096, 1024] floats = 16 MiB: large enough for the experts' cache.
+  MoEConfig config = small_config(64, 512, 4, 2);
   torch::manual_seed(21);
   MoELayer layer(config);
-  const at::Tensor x1 = at::randn({512, 64});
-  const at::Tensor x2 = at::randn({512, 64});
-  const at::Tensor g1 = at::randn({512, 64});
-  const at::Tensor g2 = at::randn({512, 64});
+  ASSERT_GE(int64_t{4096} * 1024 * 4, kExpertsCacheMinBytes);
+  const at::Tensor x1 = at::randn({2048, 64});
+  const at::Tensor x2 = at::randn({2048, 64});
+  const at::Tensor g1 = at::randn({2048, 64});
+  const at::Tensor g2 = at::randn({2048, 64});
   auto gradients = [&]() {
     std::vector<at::Tensor> grads;
     for (const auto& parameter : layer->parameters()) grads.push_back(parameter.grad().clone());

@@ -10,8 +10,9 @@
 // on CUDA bf16 at::_grouped_mm (one launch, no host sync); with use_fused_kernels, CUDA operands
 // at::_grouped_mm does not take (float32, or bf16 once it has failed) go to moescope_kernels'
 // cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx, float32 accumulation, no TF32) when it
-// supports them; elsewhere a loop over contiguous segments: float32 CPU segments through oneDNN's
-// matmul (see CpuFloat32Gemm), everything else through at::mm.
+// supports them; elsewhere a loop over contiguous segments: float32 CPU segments of at least
+// 2^24 multiply-adds through oneDNN's matmul (see CpuFloat32Gemm), everything else through
+// at::mm.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -25,10 +26,11 @@
 namespace moescope::runtime {
 
 /// Which library runs the float32 CPU matmuls of grouped_mm / grouped_mm_weight_grad.
-/// kOneDnn (the default): oneDNN's matmul, bundled with LibTorch; on CPUs where LibTorch's MKL
-/// takes its generic code path (AMD) it is about twice as fast (docs/performance.md, "MoE layer
-/// (CPU)"); used only where this LibTorch has it. kATen: at::mm, as the oracle and the rest of
-/// LibTorch use. Process-wide, like torch.backends flags.
+/// kOneDnn (the default): oneDNN's matmul, bundled with LibTorch, for segments of at least 2^24
+/// multiply-adds (below that its per-call cost outweighs the gain); on CPUs where LibTorch's
+/// MKL takes its generic code path (AMD) it is about twice as fast (docs/performance.md, "MoE
+/// layer (CPU)"); used only where this LibTorch has it. kATen: at::mm, as the oracle and the rest
+/// of LibTorch use. Process-wide, like torch.backends flags.
 enum class CpuFloat32Gemm { kOneDnn, kATen };
 void set_cpu_float32_gemm(CpuFloat32Gemm gemm);
 CpuFloat32Gemm cpu_float32_gemm();
