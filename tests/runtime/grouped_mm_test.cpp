@@ -89,6 +89,9 @@ TEST(GroupedMmCpu, BothFloat32PathsMatchTheFloat64Reference) {
       start += kRows[g];
     }
   }
+  // oneDNN ran and was not switched off by a refused call (which would fall back to at::mm
+  // silently and still give the right numbers).
+  EXPECT_TRUE(cpu_matmul::onednn_applies(a.narrow(0, 0, 333), b[0]));
 }
 
 TEST(GroupedMmCpu, ATenChoiceIsExactlyALoopOfAtMm) {
