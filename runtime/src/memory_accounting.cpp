@@ -9,6 +9,7 @@
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
+#include "moescope/runtime/host_tensor_cache.h"
 #include "moescope/runtime/optimizer_state.h"
 
 namespace moescope::runtime {
@@ -115,6 +116,9 @@ MemoryBreakdown measure_memory(const MemorySources& sources) {
       breakdown[MemoryCategory::kDispatchBuffers] += pool->stats().bytes_reserved;
   }
   breakdown[MemoryCategory::kActivations] = sources.activation_bytes;
+  if (sources.host_tensor_cache != nullptr) {
+    breakdown.host_tensor_cache_bytes = sources.host_tensor_cache->stats().cached_bytes;
+  }
   return breakdown;
 }
 
@@ -128,6 +132,8 @@ void record_memory_breakdown(const MemoryBreakdown& breakdown) {
   moescope_counter(moescope_intern("memory.total"), static_cast<double>(breakdown.total()));
   moescope_counter(moescope_intern("memory.optimizer_state_offloaded"),
                    static_cast<double>(breakdown.offloaded_optimizer_state_bytes));
+  moescope_counter(moescope_intern("memory.host_tensor_cache"),
+                   static_cast<double>(breakdown.host_tensor_cache_bytes));
 }
 
 }  // namespace moescope::runtime

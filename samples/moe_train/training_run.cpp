@@ -23,6 +23,7 @@
 #include "moe_transformer.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/expert_rebalancer.h"
+#include "moescope/runtime/host_tensor_cache.h"
 #include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "text_corpus.h"
@@ -318,7 +319,8 @@ double mean_of(const std::vector<double>& values, size_t first, size_t count) {
 
 // Bytes per category (expert weights, optimizer state, dispatch buffers, other) as counters;
 // with --offload-cold-experts the experts' resident state counts as optimizer state and the
-// host-held state as "memory.optimizer_state_offloaded".
+// host-held state as "memory.optimizer_state_offloaded"; the experts' CPU block cache as
+// "memory.host_tensor_cache".
 void record_memory(const MoETransformer& model, const torch::optim::AdamW& optimizer,
                    const ColdExpertOffload* offload) {
   moescope::runtime::MemorySources sources;
@@ -328,6 +330,7 @@ void record_memory(const MoETransformer& model, const torch::optim::AdamW& optim
     sources.dispatch_buffers.push_back(moe->dispatch_buffer_pool());
   }
   if (offload != nullptr) sources.expert_optimizers = offload->expert_optimizers();
+  sources.host_tensor_cache = &moescope::runtime::HostTensorCache::experts();
   moescope::runtime::record_memory_breakdown(moescope::runtime::measure_memory(sources));
 }
 

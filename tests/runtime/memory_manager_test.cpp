@@ -23,6 +23,7 @@
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
 #include "moescope/runtime/expert_placement.h"
+#include "moescope/runtime/host_tensor_cache.h"
 #include "moescope/runtime/load_predictor.h"
 #include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_layer.h"
@@ -439,7 +440,11 @@ TEST(MemoryManagerTrace, PoolEventsAndMemoryCountersReachTheTrace) {
     sources.model = &model;
     sources.dispatch_buffers = {&pool};
     sources.activation_bytes = 12345;
+    HostTensorCache cache(64 << 20, 1 << 20);
+    const at::Tensor held = cache.empty({1 << 20}, at::kFloat);  // a 4 MiB + 1/8 block
+    sources.host_tensor_cache = &cache;
     breakdown = measure_memory(sources);
+    EXPECT_EQ(breakdown.host_tensor_cache_bytes, (4 << 20) + (1 << 19));
     record_memory_breakdown(breakdown);
     ReceiveCap cap({1, ReceiveCapPolicy::kDropLatestPosition});
     ReceiveCap::record(cap.apply(longs({0, 0, 0}), at::Tensor(), longs({0, 1, 2}), 1));
@@ -461,6 +466,7 @@ TEST(MemoryManagerTrace, PoolEventsAndMemoryCountersReachTheTrace) {
   EXPECT_EQ(last_counter(recorded, "memory.dispatch_buffers"), 3 * 320 + 640);
   EXPECT_EQ(last_counter(recorded, "memory.activations"), 12345);
   EXPECT_EQ(last_counter(recorded, "memory.total"), static_cast<double>(breakdown.total()));
+  EXPECT_EQ(last_counter(recorded, "memory.host_tensor_cache"), (4 << 20) + (1 << 19));
   EXPECT_EQ(last_counter(recorded, "receive_cap.dropped_rows"), 2);
 }
 

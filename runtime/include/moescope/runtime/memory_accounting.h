@@ -30,6 +30,7 @@ namespace moescope::runtime {
 
 class DispatchBufferPool;
 class ExpertOptimizerOffload;
+class HostTensorCache;
 
 enum class MemoryCategory : int {
   kExpertWeights = 0,
@@ -46,6 +47,9 @@ const char* memory_counter_name(MemoryCategory category);
 struct MemoryBreakdown {
   std::array<int64_t, kNumMemoryCategories> bytes{};  // indexed by MemoryCategory
   int64_t offloaded_optimizer_state_bytes = 0;        // host copies, not in total()
+  // The experts' CPU blocks (HostTensorCache), in use or kept for the next step; not in total():
+  // the blocks in use are activations the caller may have counted already.
+  int64_t host_tensor_cache_bytes = 0;
 
   int64_t& operator[](MemoryCategory category) { return bytes[static_cast<size_t>(category)]; }
   int64_t operator[](MemoryCategory category) const { return bytes[static_cast<size_t>(category)]; }
@@ -68,6 +72,7 @@ struct MemorySources {
   /// as optimizer state, their host state as offloaded.
   std::vector<const ExpertOptimizerOffload*> expert_optimizers;
   std::vector<const DispatchBufferPool*> dispatch_buffers;  // e.g. one per MoE layer
+  const HostTensorCache* host_tensor_cache = nullptr;       // e.g. &HostTensorCache::experts()
   int64_t activation_bytes = 0;
 };
 
@@ -78,8 +83,9 @@ MemoryBreakdown measure_memory(const MemorySources& sources);
 /// Bytes of the state tensors one optimizer holds now (0 before its first step).
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
-/// Records every category as a counter (memory_counter_name), plus "memory.total" and
-/// "memory.optimizer_state_offloaded". No-op unless a recorder is active.
+/// Records every category as a counter (memory_counter_name), plus "memory.total",
+/// "memory.optimizer_state_offloaded" and "memory.host_tensor_cache". No-op unless a recorder
+/// is active.
 void record_memory_breakdown(const MemoryBreakdown& breakdown);
 
 }  // namespace moescope::runtime
