@@ -1,6 +1,7 @@
 #include "moescope/runtime/host_tensor_cache.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -42,6 +43,9 @@ at::Tensor HostTensorCache::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
       const int64_t block_bytes = bytes + bytes / 8;
       if (stats_.cached_bytes + block_bytes > max_cached_bytes_) drop_free_blocks_locked();
       if (stats_.cached_bytes + block_bytes <= max_cached_bytes_) {
+        // A normal tensor even when the first request comes under InferenceMode: its views
+        // serve later training steps, whose autograd must be able to save them.
+        c10::InferenceMode not_inference(/*enabled=*/false);
         blocks_.push_back(at::empty({block_bytes}, at::TensorOptions().dtype(at::kByte)));
         stats_.cached_bytes += block_bytes;
         stats_.cached_blocks = static_cast<int64_t>(blocks_.size());

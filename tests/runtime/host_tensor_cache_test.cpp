@@ -125,5 +125,34 @@ TEST(HostTensorCache, ExpertsKeepEveryPendingForwardsTensorsApart) {
   }
 }
 
+// A block first handed out under InferenceMode (an evaluation pass) serves the next training
+// step: that step's backward works and gives the gradients of a layer that never evaluated.
+TEST(HostTensorCache, BlocksFromAnInferencePassServeTraining) {
+  MoEConfig config = small_config(64, 512, 4, 2);  // [R, 2F] = 16 MiB: cached
+  torch::manual_seed(23);
+  MoELayer evaluated(config);
+  torch::manual_seed(23);
+  MoELayer fresh(config);
+  const at::Tensor x = at::randn({2048, 64});
+  HostTensorCache& cache = HostTensorCache::experts();
+  cache.set_max_cached_bytes(0);  // `fresh` runs without the cache
+  fresh->forward(x).output.sum().backward();
+  cache.set_max_cached_bytes(kDefaultExpertsCacheBytes);
+  {
+    c10::InferenceMode inference;
+    evaluated->forward(x);  // takes (and releases) the blocks the training step reuses
+  }
+  const int64_t hits_before = cache.stats().hits;
+  evaluated->forward(x).output.sum().backward();
+  EXPECT_GT(cache.stats().hits, hits_before);
+  const auto evaluated_parameters = evaluated->parameters();
+  const auto fresh_parameters = fresh->parameters();
+  ASSERT_EQ(evaluated_parameters.size(), fresh_parameters.size());
+  for (size_t i = 0; i < fresh_parameters.size(); ++i) {
+    EXPECT_TRUE(at::equal(evaluated_parameters[i].grad(), fresh_parameters[i].grad()))
+        << "parameter " << i;
+  }
+}
+
 }  // namespace
 }  // namespace moescope::runtime
