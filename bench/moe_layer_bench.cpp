@@ -12,7 +12,7 @@
 //   moe_layer_bench [--tokens 4096] [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2]
 //                   [--iters 6] [--dtype float32|bfloat16|both] [--device cpu|cuda]
 //                   [--recompute-expert-activation 0|1] [--cpu-gemm onednn|aten]
-//                   [--malloc-tuning 1|0] [--experts-cache 1|0]
+//                   [--malloc-tuning 1|0] [--experts-cache 1|0] [--fresh-input 0|1]
 // --malloc-tuning 1 (the default) fixes glibc's malloc thresholds as moe_train does by default
 // (tune_glibc_malloc_for_training), for all three measurements alike. --experts-cache 0 turns
 // off the experts' HostTensorCache (fresh CPU intermediates every step, as before it existed).
@@ -50,6 +50,7 @@ struct Options {
   std::string cpu_gemm = "onednn";
   bool malloc_tuning = true;
   bool experts_cache = true;
+  bool fresh_input = false;
 };
 
 double median(std::vector<double> values) {
@@ -143,8 +144,12 @@ void run(const Options& options, at::ScalarType dtype) {
   time_gemm_floor(layer, rows_per_expert, tensor_options);
   std::vector<double> grouped_s, oracle_s, floor_s;
   for (int i = 0; i < options.iters; ++i) {
-    grouped_s.push_back(time_step(layer, input, out_grad, grouped));
-    oracle_s.push_back(time_step(layer, input, out_grad, oracle));
+    // --fresh-input 1: new tokens every step, so the routing (and every group's size) changes
+    // as in training; both sides get the same step input.
+    const at::Tensor step_input =
+        options.fresh_input ? at::randn({options.tokens, options.hidden}, tensor_options) : input;
+    grouped_s.push_back(time_step(layer, step_input, out_grad, grouped));
+    oracle_s.push_back(time_step(layer, step_input, out_grad, oracle));
     floor_s.push_back(time_gemm_floor(layer, rows_per_expert, tensor_options));
   }
   const auto tokens = static_cast<double>(options.tokens);
@@ -186,6 +191,8 @@ int main(int argc, char** argv) {
       options.device = value;
     else if (flag == "--recompute-expert-activation")
       options.recompute_expert_activation = std::atoi(value) != 0;
+    else if (flag == "--fresh-input")
+      options.fresh_input = std::atoi(value) != 0;
     else if (flag == "--experts-cache")
       options.experts_cache = std::atoi(value) != 0;
     else if (flag == "--malloc-tuning")
