@@ -68,16 +68,46 @@ void disable_device_grouped_mm(const c10::Error& error) {
 // intermediates on the CPU) a block of the experts' HostTensorCache.
 enum class OutputSource { kFresh, kExpertsCache };
 
-at::Tensor grouped_mm_into(const at::Tensor& a, const at::Tensor& b,
-                           const std::vector<int64_t>& rows_per_group, bool use_fused_kernels,
-                           OutputSource output);
-
 // A tensor [sizes] like `like` that the SwiGLU keeps to itself (never returned to autograd as
 // an output or gradient): on the CPU from the experts' cache, on the GPU from LibTorch's
 // caching allocator.
 at::Tensor experts_scratch(const at::Tensor& like, at::IntArrayRef sizes) {
   if (like.is_cpu()) return HostTensorCache::experts().empty(sizes, like.scalar_type());
   return at::empty(sizes, like.options());
+}
+
+at::Tensor grouped_mm_into(const at::Tensor& a, const at::Tensor& b,
+                           const std::vector<int64_t>& rows_per_group, bool use_fused_kernels,
+                           OutputSource output) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1), "grouped_mm: expected a ",
+              "[R, K] and b [G, K, N], got a ", a.sizes(), " and b ", b.sizes());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: a is ", a.scalar_type(),
+              " but b is ", b.scalar_type());
+  check_group_rows(a.size(0), b.size(0), rows_per_group, "grouped_mm");
+  if (grouped_mm_operands_supported(a, b)) {
+    try {
+      return at::_grouped_mm(a.contiguous(), b, cumulative_group_ends(rows_per_group, a.device()));
+    } catch (const c10::Error& error) {
+      disable_device_grouped_mm(error);
+    }
+  }
+  if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) {
+    return kernel_path::grouped_gemm(a, b, rows_per_group);
+  }
+  at::Tensor out = output == OutputSource::kExpertsCache
+                       ? experts_scratch(a, {a.size(0), b.size(2)})
+                       : at::empty({a.size(0), b.size(2)}, a.options());
+  int64_t start = 0;
+  for (size_t g = 0; g < rows_per_group.size(); ++g) {
+    const int64_t count = rows_per_group[g];
+    if (count > 0) {
+      at::Tensor out_rows = out.narrow(0, start, count);
+      cpu_matmul::mm_out_preferring_onednn(out_rows, a.narrow(0, start, count),
+                                           b.select(0, static_cast<int64_t>(g)));
+    }
+    start += count;
+  }
+  return out;
 }
 
 struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFunction> {
@@ -133,8 +163,8 @@ struct GroupedSwiGLUFunction : public torch::autograd::Function<GroupedSwiGLUFun
           grouped_mm_weight_grad(activation, grad_out, rows_per_expert, use_fused_kernels);
     }
     // SwiGLU: d/dgate = grad * up * silu'(gate), d/dup = grad * silu(gate); written straight
-    // into the two halves of one [R, 2F] gradient. grad_activation is ours (a fresh matmul
-    // output), so grad * up overwrites it instead of taking another [R, F] tensor.
+    // into the two halves of one [R, 2F] gradient. grad_activation is ours (a matmul output
+    // nothing else holds), so grad * up overwrites it instead of taking another [R, F] tensor.
     at::Tensor grad_gate_up = experts_scratch(gate_up, gate_up.sizes());
     at::Tensor grad_gate = grad_gate_up.narrow(1, 0, ffn);
     at::Tensor grad_up = grad_gate_up.narrow(1, ffn, ffn);
@@ -176,44 +206,6 @@ at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b,
                       const std::vector<int64_t>& rows_per_group, bool use_fused_kernels) {
   return grouped_mm_into(a, b, rows_per_group, use_fused_kernels, OutputSource::kFresh);
 }
-
-namespace {
-
-at::Tensor grouped_mm_into(const at::Tensor& a, const at::Tensor& b,
-                           const std::vector<int64_t>& rows_per_group, bool use_fused_kernels,
-                           OutputSource output) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1), "grouped_mm: expected a ",
-              "[R, K] and b [G, K, N], got a ", a.sizes(), " and b ", b.sizes());
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "grouped_mm: a is ", a.scalar_type(),
-              " but b is ", b.scalar_type());
-  check_group_rows(a.size(0), b.size(0), rows_per_group, "grouped_mm");
-  if (grouped_mm_operands_supported(a, b)) {
-    try {
-      return at::_grouped_mm(a.contiguous(), b, cumulative_group_ends(rows_per_group, a.device()));
-    } catch (const c10::Error& error) {
-      disable_device_grouped_mm(error);
-    }
-  }
-  if (cublas_grouped_gemm_applies(a, b, use_fused_kernels)) {
-    return kernel_path::grouped_gemm(a, b, rows_per_group);
-  }
-  at::Tensor out = output == OutputSource::kExpertsCache
-                       ? experts_scratch(a, {a.size(0), b.size(2)})
-                       : at::empty({a.size(0), b.size(2)}, a.options());
-  int64_t start = 0;
-  for (size_t g = 0; g < rows_per_group.size(); ++g) {
-    const int64_t count = rows_per_group[g];
-    if (count > 0) {
-      at::Tensor out_rows = out.narrow(0, start, count);
-      cpu_matmul::mm_out_preferring_onednn(out_rows, a.narrow(0, start, count),
-                                           b.select(0, static_cast<int64_t>(g)));
-    }
-    start += count;
-  }
-  return out;
-}
-
-}  // namespace
 
 at::Tensor grouped_mm_weight_grad(const at::Tensor& a, const at::Tensor& d,
                                   const std::vector<int64_t>& rows_per_group,
