@@ -314,6 +314,25 @@ TEST(NcclCompletion, FailedCallsAreNotRecordedAsOps) {
   EXPECT_TRUE(h.ops.empty());
 }
 
+// Waits up to 5 s for the poller thread to emit `count` ops (nothing else polls).
+bool poller_emitted(Harness& h, size_t count) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (h.emitted() < count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return h.emitted() == count;
+}
+
+// Lets the fake GPU finish the one op just issued (start 1.1 ms, end 1.2 ms on the host clock);
+// false if the op did not record its two events.
+bool finish_issued_op(Harness& h) {
+  auto events = h.gpu.recorded_events();
+  if (events.size() != 2u) return false;
+  h.gpu.complete(events[0], 1'100'000);
+  h.gpu.complete(events[1], 1'200'000);
+  return true;
+}
+
 TEST(NcclCompletion, ThePollerThreadEmitsCompletedOps) {
   NcclCompletionTracker::Options options;
   options.poll_interval_ms = 1;
@@ -321,14 +340,8 @@ TEST(NcclCompletion, ThePollerThreadEmitsCompletedOps) {
   h.queries.comms[kComm] = {0, 2, 1};
   h.tracker.start_poller();
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
-  auto events = h.gpu.recorded_events();
-  ASSERT_EQ(events.size(), 2u);
-  h.gpu.complete(events[0], 1'100'000);
-  h.gpu.complete(events[1], 1'200'000);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (h.emitted() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(finish_issued_op(h));
+  poller_emitted(h, 1);
   h.tracker.stop_poller();
   ASSERT_EQ(h.emitted(), 1u);
   EXPECT_EQ(h.gpu.current, 1);  // the poller made the ops' device current first
@@ -360,15 +373,6 @@ TEST(NcclCompletion, AForkedChildForgetsThePollerAndPendingOpsWithoutHanging) {
   EXPECT_EQ(h.tracker.pending(), 1u);  // the parent still owns its op
 }
 
-// Waits up to 5 s for the poller thread to emit `count` ops (nothing else polls).
-bool poller_emitted(Harness& h, size_t count) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (h.emitted() < count && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return h.emitted() == count;
-}
-
 TEST(NcclCompletion, ThePollerGateStartsThePollerAgainForTheNextRecording) {
   NcclCompletionTracker::Options options;
   options.poll_interval_ms = 1;
@@ -387,10 +391,7 @@ TEST(NcclCompletion, ThePollerGateStartsThePollerAgainForTheNextRecording) {
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
   gate.op_issued(2);
   EXPECT_TRUE(h.tracker.poller_running());
-  auto events = h.gpu.recorded_events();
-  ASSERT_EQ(events.size(), 2u);
-  h.gpu.complete(events[0], 1'100'000);
-  h.gpu.complete(events[1], 1'200'000);
+  ASSERT_TRUE(finish_issued_op(h));
   EXPECT_TRUE(poller_emitted(h, 1));
   EXPECT_NEAR(static_cast<double>(h.ops[0].end_ns), 1'200'000.0, 200.0);
   gate.shut_down(2);
@@ -415,10 +416,7 @@ TEST(NcclCompletion, ThePollerGateStartsAPollerInAForkedChildThatRecords) {
     h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
     gate.op_issued(3);
     bool restarted = h.tracker.poller_running();
-    auto events = h.gpu.recorded_events();
-    if (events.size() != 2u) _exit(4);
-    h.gpu.complete(events[0], 1'100'000);
-    h.gpu.complete(events[1], 1'200'000);
+    if (!finish_issued_op(h)) _exit(4);
     bool emitted = poller_emitted(h, 1);
     gate.shut_down(3);
     _exit(!stopped_after_fork ? 3 : !restarted ? 5 : !emitted ? 6 : 0);
