@@ -8,7 +8,7 @@ DEBIAN_PACKAGES=(
   cmake ninja-build ccache pkg-config g++ clang-format
   libimgui-dev libglfw3-dev libgl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libcli11-dev libstb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev
+  libgloo-dev libjemalloc2
   xvfb xauth libgl1-mesa-dri
 )
 TORCH_VERSION="2.11.0"   # pinned to the GPU machine's torch (CUDA 13.0 build, matching nvcc 13.0)

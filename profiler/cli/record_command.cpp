@@ -1,5 +1,5 @@
-// `moescope record [-o PATTERN] [--fork=trace|skip] [--no-cuda] [--no-nccl] [--flush-ms N]
-//                  -- COMMAND ARGS...`
+// `moescope record [-o PATTERN] [--fork=trace|skip] [--no-cuda] [--no-nccl] [--no-nvtx]
+//                  [--flush-ms N] -- COMMAND ARGS...`
 // Runs COMMAND with the capture shim preloaded (docs/capture.md): every process it starts
 // writes its own trace. The command's stdin/stdout/stderr and exit code pass through unchanged
 // (128 + signal when it is killed); what moescope says goes to stderr.
@@ -31,9 +31,21 @@ struct RecordOptions {
   std::string fork_mode = "trace";
   bool no_cuda = false;
   bool no_nccl = false;
+  bool no_nvtx = false;
   int flush_ms = 0;  // 0 = the recorder's default
   std::vector<std::string> command;
 };
+
+// The default shim, and the one without any NCCL symbol: with --no-nccl nothing of ours sits
+// between the program and NCCL.
+constexpr const char* kDefaultShim = "libmoescope_inject.so";
+constexpr const char* kShimWithoutNccl = "libmoescope_inject_no_nccl.so";
+
+// MOESCOPE_NCCL=0 in the environment of `moescope record` means --no-nccl.
+bool nccl_switched_off(const RecordOptions& options) {
+  const char* value = std::getenv("MOESCOPE_NCCL");
+  return options.no_nccl || (value && value[0] == '0');
+}
 
 std::string directory_of(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -44,23 +56,27 @@ bool readable_file(const std::string& path) {
   return ::access(path.c_str(), R_OK) == 0;
 }
 
-// The shim next to this executable (build tree: bin/../lib, install: bin/../lib or the
-// configured libdir), or where MOESCOPE_INJECT_LIBRARY says.
-std::string find_inject_library(std::vector<std::string>& looked_in) {
-  if (const char* forced = std::getenv("MOESCOPE_INJECT_LIBRARY"); forced && *forced) {
-    looked_in.push_back(forced);
-    return readable_file(forced) ? std::string(forced) : std::string();
-  }
+// The shim variant `file_name` next to this executable (build tree: bin/../lib, install:
+// bin/../lib or the configured libdir), or in the folder of MOESCOPE_INJECT_LIBRARY (which names
+// the default variant).
+std::string find_inject_library(const std::string& file_name, std::vector<std::string>& looked_in) {
   std::vector<std::string> candidates;
-  char self[PATH_MAX];
-  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length > 0) {
-    self[length] = '\0';
-    candidates.push_back(directory_of(directory_of(self)) + "/lib/libmoescope_inject.so");
-  }
+  if (const char* forced = std::getenv("MOESCOPE_INJECT_LIBRARY"); forced && *forced) {
+    std::string path = forced;
+    candidates.push_back(path.substr(path.rfind('/') + 1) == kDefaultShim
+                             ? directory_of(path) + "/" + file_name
+                             : path);
+  } else {
+    char self[PATH_MAX];
+    ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (length > 0) {
+      self[length] = '\0';
+      candidates.push_back(directory_of(directory_of(self)) + "/lib/" + file_name);
+    }
 #ifdef MOESCOPE_INSTALL_LIBDIR
-  candidates.push_back(std::string(MOESCOPE_INSTALL_LIBDIR) + "/libmoescope_inject.so");
+    candidates.push_back(std::string(MOESCOPE_INSTALL_LIBDIR) + "/" + file_name);
 #endif
+  }
   for (const auto& candidate : candidates) {
     looked_in.push_back(candidate);
     if (readable_file(candidate)) {
@@ -197,11 +213,14 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
     std::string joined = existing && *existing ? std::string(existing) + ":" + python : python;
     ::setenv("PYTHONPATH", joined.c_str(), 1);
   }
-  ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
+  // --no-nvtx: NVTX finds its tool only through this variable, so leaving it alone keeps the
+  // shim out of every NVTX call (and keeps another tool the user set).
+  if (!options.no_nvtx) ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
   ::setenv("MOESCOPE_OUTPUT", pattern.c_str(), 1);
   ::setenv("MOESCOPE_FORK", options.fork_mode.c_str(), 1);
   ::setenv("MOESCOPE_CUDA", options.no_cuda ? "0" : "1", 1);
-  ::setenv("MOESCOPE_NCCL", options.no_nccl ? "0" : "1", 1);
+  ::setenv("MOESCOPE_NCCL", nccl_switched_off(options) ? "0" : "1", 1);
+  ::setenv("MOESCOPE_NVTX", options.no_nvtx ? "0" : "1", 1);
   ::setenv("MOESCOPE_SESSION", session.c_str(), 1);
   ::setenv("MOESCOPE_ROOT_PID", std::to_string(::getpid()).c_str(), 1);
   if (options.flush_ms > 0)
@@ -223,17 +242,20 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
 
 int run_record(const RecordOptions& options) {
   std::vector<std::string> looked_in;
-  std::string library = find_inject_library(looked_in);
+  const char* shim = nccl_switched_off(options) ? kShimWithoutNccl : kDefaultShim;
+  std::string library = find_inject_library(shim, looked_in);
   if (library.empty()) {
     std::string where;
     for (const auto& path : looked_in) where += "\n  " + path;
     std::fprintf(stderr,
-                 "moescope record: cannot find libmoescope_inject.so; looked in:%s\n"
-                 "(build the target moescope_inject, or set MOESCOPE_INJECT_LIBRARY)\n",
-                 where.c_str());
+                 "moescope record: cannot find %s; looked in:%s\n"
+                 "(build the targets moescope_inject and moescope_inject_no_nccl, or set "
+                 "MOESCOPE_INJECT_LIBRARY)\n",
+                 shim, where.c_str());
     return 2;
   }
-  if (const char* nvtx = std::getenv("NVTX_INJECTION64_PATH"); nvtx && *nvtx && library != nvtx) {
+  if (const char* nvtx = std::getenv("NVTX_INJECTION64_PATH");
+      !options.no_nvtx && nvtx && *nvtx && library != nvtx) {
     std::fprintf(stderr,
                  "moescope record: replacing NVTX_INJECTION64_PATH=%s (only one NVTX tool can "
                  "attach)\n",
@@ -296,7 +318,11 @@ void add_record_command(CLI::App& app) {
                    "Forked children: 'trace' (own trace, pid in its name) or 'skip'")
       ->check(CLI::IsMember({"trace", "skip"}));
   command->add_flag("--no-cuda", options->no_cuda, "Do not capture CUDA activity (CUPTI)");
-  command->add_flag("--no-nccl", options->no_nccl, "Do not record NCCL calls");
+  command->add_flag("--no-nccl", options->no_nccl,
+                    "Leave NCCL alone: no NCCL records, no NCCL symbol of moescope in the "
+                    "process (also MOESCOPE_NCCL=0)");
+  command->add_flag("--no-nvtx", options->no_nvtx,
+                    "Do not attach to NVTX (NVTX_INJECTION64_PATH is left as it is)");
   command
       ->add_option("--flush-ms", options->flush_ms,
                    "Write buffered events at least this often (1..200 ms, default 100)")

@@ -172,7 +172,7 @@ void gpu_capture_stop() {
       process.state = CaptureState::kOff;
     }
   }
-  nccl_capture_shutdown();
+  if (nccl_capture_shutdown) nccl_capture_shutdown();
 }
 
 void gpu_capture_after_fork_in_child() {
@@ -183,7 +183,7 @@ void gpu_capture_after_fork_in_child() {
   process.state = CaptureState::kOff;
   process.detail = "forked child";
   process.prepared = process.enable_at_start = false;
-  nccl_capture_after_fork_in_child();
+  if (nccl_capture_after_fork_in_child) nccl_capture_after_fork_in_child();
 }
 
 std::string gpu_capture_metadata_json() {

@@ -1,6 +1,9 @@
-# The GPU half of the capture (CUPTI activity + NCCL interposition) as an OBJECT library, so
-# every object lands in whatever links it: a static archive would drop the interposed nccl*
-# definitions, which nothing in the shim references.
+# The GPU half of the capture as OBJECT libraries, so every object lands in whatever links it: a
+# static archive would drop the interposed nccl* definitions, which nothing in the shim
+# references.
+#   moescope_gpu_capture      CUPTI activity, NCCL op recording and GPU completion timing
+#   moescope_nccl_interposer  the exported ncclX entry points and the search for the real NCCL;
+#                             left out of libmoescope_inject_no_nccl.so
 #
 # Included from profiler/inject/CMakeLists.txt. Needs only the CUPTI headers (CUDA toolkit);
 # CUPTI, the CUDA runtime and NCCL are all found with dlopen/dlsym at run time.
@@ -8,7 +11,8 @@ find_path(MOESCOPE_CUPTI_INCLUDE_DIR cupti_activity.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} ${MOESCOPE_NVTX_INCLUDE_DIR}
   PATHS /usr/local/cuda/include /usr/local/cuda/extras/CUPTI/include)
 if(NOT MOESCOPE_CUPTI_INCLUDE_DIR)
-  message(STATUS "moescope: CUPTI headers not found: no GPU capture (moescope_gpu_capture)")
+  set(MOESCOPE_GPU_CAPTURE_REASON "CUPTI headers (cupti_activity.h) not found" PARENT_SCOPE)
+  message(STATUS "moescope: CUPTI headers not found: the shim has no GPU capture")
   return()
 endif()
 
@@ -20,13 +24,16 @@ add_library(moescope_gpu_capture OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/cupti_injection.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_gpu_events.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_tracker.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nccl_op_recorder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_op_recorder.cpp)
+add_library(moescope_nccl_interposer OBJECT
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_library.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose.cpp)
-target_include_directories(moescope_gpu_capture PUBLIC
-  ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/include)
-target_include_directories(moescope_gpu_capture SYSTEM PUBLIC ${MOESCOPE_CUPTI_INCLUDE_DIR})
-set_target_properties(moescope_gpu_capture PROPERTIES POSITION_INDEPENDENT_CODE ON)
-# Only the interposed nccl* functions and InitializeInjection are exported (marked default).
-target_compile_options(moescope_gpu_capture PRIVATE -fvisibility=hidden)
-target_link_libraries(moescope_gpu_capture PUBLIC Threads::Threads ${CMAKE_DL_LIBS}
-                      PRIVATE moescope_warnings)
+foreach(part moescope_gpu_capture moescope_nccl_interposer)
+  target_include_directories(${part} PUBLIC
+    ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/include)
+  target_include_directories(${part} SYSTEM PUBLIC ${MOESCOPE_CUPTI_INCLUDE_DIR})
+  set_target_properties(${part} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # Only the interposed nccl* functions and InitializeInjection are exported (marked default).
+  target_compile_options(${part} PRIVATE -fvisibility=hidden)
+  target_link_libraries(${part} PUBLIC Threads::Threads ${CMAKE_DL_LIBS} PRIVATE moescope_warnings)
+endforeach()

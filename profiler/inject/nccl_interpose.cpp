@@ -14,6 +14,7 @@
 
 #include "moescope/recorder.h"
 #include "nccl_abi.h"
+#include "nccl_library.h"
 #include "nccl_op_recorder.h"
 
 namespace moescope::inject {
@@ -32,21 +33,15 @@ using nccl::Result;
 using nccl::Stream;
 using nccl::UniqueId;
 
-// The real entry point `name` ("AllReduce"): pncclAllReduce after us, else ncclAllReduce
-// after us. Cached in `slot`; warns once per missing function.
+// The real entry point `name` ("AllReduce") of the NCCL the process loaded, wherever it sits
+// (nccl_library.h). Cached in `slot` once found; a miss is looked up again at the next call
+// (NCCL may be loaded later).
 template <typename Function>
 Function real_function(std::atomic<void*>& slot, const char* name) {
   void* function = slot.load(std::memory_order_acquire);
   if (function) return reinterpret_cast<Function>(function);
-  std::string profiling = std::string("pnccl") + name;
-  std::string plain = std::string("nccl") + name;
-  function = dlsym(RTLD_NEXT, profiling.c_str());
-  if (!function) function = dlsym(RTLD_NEXT, plain.c_str());
-  if (!function) {
-    std::fprintf(stderr, "moescope: %s called but the real NCCL has no %s: returning an error\n",
-                 plain.c_str(), profiling.c_str());
-    return nullptr;
-  }
+  function = find_real_nccl_function(name);
+  if (!function) return nullptr;
   slot.store(function, std::memory_order_release);
   return reinterpret_cast<Function>(function);
 }
@@ -121,7 +116,9 @@ void note_version(NcclCapture& state, uint64_t recording) {
   auto get_version = real_function<Result (*)(int*)>(slot, "GetVersion");
   int version = 0;
   if (!get_version || get_version(&version) != nccl::kSuccess) return;
-  std::string text = "NCCL " + std::to_string(version) + " interposed";
+  NcclLibrary library = found_nccl_library();
+  std::string text = "NCCL " + std::to_string(version) + " interposed: " + library.path +
+                     (library.global_scope ? " (global scope)" : " (local scope)");
   moescope_instant(moescope_intern("moescope"), moescope_intern(text.c_str()));
 }
 
@@ -144,7 +141,17 @@ Result record_op(const NcclOpCall& call, Forward forward) {
   return result;
 }
 
-Result missing() {
+// Only reachable when the program found our `ncclX` with no NCCL loaded at all (a probe with
+// dlsym(RTLD_DEFAULT, ...)); without the shim it would have found nothing. ncclSystemError is
+// the closest answer NCCL has; `moescope record --no-nccl` keeps our symbols out of the way.
+Result missing(const char* function) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    std::fprintf(stderr,
+                 "moescope: %s called but no NCCL library is loaded in this process: returning "
+                 "ncclSystemError (record with --no-nccl to leave NCCL calls alone)\n",
+                 function);
+  }
   return nccl::kSystemError;
 }
 
@@ -179,7 +186,7 @@ namespace nccl = moescope::inject::nccl;
 MOESCOPE_INTERPOSE nccl::Result ncclGetVersion(int* version) {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)(int*)>(slot, "GetVersion");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclGetVersion");
   moescope::inject::note_version();
   return real(version);
 }
@@ -187,7 +194,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclGetVersion(int* version) {
 MOESCOPE_INTERPOSE nccl::Result ncclGetUniqueId(nccl::UniqueId* id) {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)(nccl::UniqueId*)>(slot, "GetUniqueId");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclGetUniqueId");
   moescope::inject::note_version();
   return real(id);
 }
@@ -197,7 +204,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitRank(nccl::CommHandle* comm, int nra
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int);
   auto real = real_function<Fn>(slot, "CommInitRank");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommInitRank");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm, nranks, comm_id, rank);
   if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
@@ -213,7 +220,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankConfig(nccl::CommHandle* comm, i
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, nccl::Config*);
   auto real = real_function<Fn>(slot, "CommInitRankConfig");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommInitRankConfig");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm, nranks, comm_id, rank, config);
   if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
@@ -230,7 +237,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm,
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(nccl::CommHandle*, int, int, int, nccl::UniqueId*, nccl::Config*);
   auto real = real_function<Fn>(slot, "CommInitRankScalable");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommInitRankScalable");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm, nranks, rank, num_ids, comm_ids, config);
   if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm && comm_ids &&
@@ -247,7 +254,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitAll(nccl::CommHandle* comms, int nde
   static std::atomic<uint64_t> clique{0};
   using Fn = nccl::Result (*)(nccl::CommHandle*, int, const int*);
   auto real = real_function<Fn>(slot, "CommInitAll");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommInitAll");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comms, ndev, devlist);
   if (result == nccl::kSuccess && comms) {
@@ -270,7 +277,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(nccl::CommHandle, int, int, nccl::CommHandle*, nccl::Config*);
   auto real = real_function<Fn>(slot, "CommSplit");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommSplit");
   uint64_t begin = moescope_now_ns();
   uint64_t split_id = capture().recorder.next_split_id(comm, color);
   nccl::Result result = real(comm, color, key, new_comm, config);
@@ -284,7 +291,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
 MOESCOPE_INTERPOSE nccl::Result ncclCommDestroy(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommDestroy");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommDestroy");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm);
   capture().recorder.comm_destroyed(comm, "ncclCommDestroy", begin);
@@ -294,7 +301,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommDestroy(nccl::CommHandle comm) {
 MOESCOPE_INTERPOSE nccl::Result ncclCommAbort(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommAbort");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclCommAbort");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm);
   capture().recorder.comm_destroyed(comm, "ncclCommAbort", begin);
@@ -308,7 +315,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclAllReduce(const void* sendbuff, void* recvbu
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
                               nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "AllReduce");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclAllReduce");
   NcclOpCall call{MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream};
   return record_op(call,
                    [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
@@ -321,7 +328,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclAllGather(const void* sendbuff, void* recvbu
   using Fn =
       nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "AllGather");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclAllGather");
   NcclOpCall call{
       MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream};
   return record_op(call,
@@ -336,7 +343,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* re
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
                               nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "ReduceScatter");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclReduceScatter");
   NcclOpCall call{
       MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount, datatype, -1, -1, comm, stream};
   return record_op(call,
@@ -350,7 +357,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclBroadcast(const void* sendbuff, void* recvbu
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
                               nccl::Stream);
   auto real = real_function<Fn>(slot, "Broadcast");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclBroadcast");
   NcclOpCall call{
       MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream};
   return record_op(call,
@@ -362,7 +369,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclBcast(void* buff, size_t count, nccl::DataTy
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "Bcast");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclBcast");
   NcclOpCall call{MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream};
   return record_op(call, [&] { return real(buff, count, datatype, root, comm, stream); });
 }
@@ -374,7 +381,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclReduce(const void* sendbuff, void* recvbuff,
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, int,
                               nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "Reduce");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclReduce");
   NcclOpCall call{MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream};
   return record_op(
       call, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
@@ -387,7 +394,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclAlltoAll(const void* sendbuff, void* recvbuf
   using Fn =
       nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "AlltoAll");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclAlltoAll");
   NcclOpCall call{MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream};
   return record_op(call, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
 }
@@ -399,7 +406,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclGather(const void* sendbuff, void* recvbuff,
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
                               nccl::Stream);
   auto real = real_function<Fn>(slot, "Gather");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclGather");
   NcclOpCall call{MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream};
   return record_op(call,
                    [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
@@ -412,7 +419,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclScatter(const void* sendbuff, void* recvbuff
   using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
                               nccl::Stream);
   auto real = real_function<Fn>(slot, "Scatter");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclScatter");
   NcclOpCall call{MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream};
   return record_op(call,
                    [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
@@ -425,7 +432,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclSend(const void* sendbuff, size_t count,
   using Fn =
       nccl::Result (*)(const void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "Send");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclSend");
   NcclOpCall call{MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream};
   return record_op(call, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
 }
@@ -435,7 +442,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclRecv(void* recvbuff, size_t count, nccl::Dat
   static std::atomic<void*> slot{nullptr};
   using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
   auto real = real_function<Fn>(slot, "Recv");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclRecv");
   NcclOpCall call{MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream};
   return record_op(call, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
 }
@@ -443,7 +450,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclRecv(void* recvbuff, size_t count, nccl::Dat
 MOESCOPE_INTERPOSE nccl::Result ncclGroupStart() {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)()>(slot, "GroupStart");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclGroupStart");
   nccl::Result result = real();
   if (result == nccl::kSuccess) capture().recorder.group_start();
   return result;
@@ -452,7 +459,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclGroupStart() {
 MOESCOPE_INTERPOSE nccl::Result ncclGroupEnd() {
   static std::atomic<void*> slot{nullptr};
   auto real = real_function<nccl::Result (*)()>(slot, "GroupEnd");
-  if (!real) return moescope::inject::missing();
+  if (!real) return moescope::inject::missing("ncclGroupEnd");
   NcclOpRecorder& recorder = capture().recorder;
   recorder.group_end_before();
   nccl::Result result = real();

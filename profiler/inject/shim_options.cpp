@@ -40,6 +40,7 @@ bool read_shim_options(ShimOptions& options) {
   }
   options.capture_cuda = env_flag("MOESCOPE_CUDA", true);
   options.capture_nccl = env_flag("MOESCOPE_NCCL", true);
+  options.capture_nvtx = env_flag("MOESCOPE_NVTX", true);
   if (const char* root = std::getenv("MOESCOPE_ROOT_PID")) options.root_pid = std::atoi(root);
   if (const char* session = std::getenv("MOESCOPE_SESSION")) options.session = session;
   g_options = options;

@@ -4,7 +4,9 @@
 //   MOESCOPE_OUTPUT     trace path pattern (%r rank, %p pid, %h host); unset = shim stays idle
 //   MOESCOPE_FORK       trace | skip: forked children get their own trace or are not recorded
 //   MOESCOPE_CUDA       0 disables CUDA capture (CUPTI)
-//   MOESCOPE_NCCL       0 disables NCCL capture
+//   MOESCOPE_NCCL       0 disables NCCL capture (moescope record then preloads the shim
+//                       variant without any ncclX symbol)
+//   MOESCOPE_NVTX       0: moescope record did not attach the shim to NVTX (metadata only)
 //   MOESCOPE_ROOT_PID   pid of the command `moescope record` started
 //   MOESCOPE_SESSION    identifies one `moescope record` run (tells its files from older ones)
 //   MOESCOPE_FLUSH_MS, MOESCOPE_BUFFER_MB   read by the recorder itself
@@ -21,6 +23,7 @@ struct ShimOptions {
   ForkMode fork_mode = ForkMode::kTrace;
   bool capture_cuda = true;
   bool capture_nccl = true;
+  bool capture_nvtx = true;
   int root_pid = 0;
   std::string session;
 };

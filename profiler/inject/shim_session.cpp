@@ -15,6 +15,7 @@
 #include <string>
 
 #include "moescope/recorder.h"
+#include "nccl_interpose.h"
 #include "nvtx_handles.h"
 #include "recorder/recorder.h"
 #include "recorder/trace_path.h"
@@ -72,7 +73,9 @@ std::string session_metadata(const ShimOptions& options, bool forked_child, bool
       {"tool", "moescope record"},
       {"fork_mode", options.fork_mode == ForkMode::kTrace ? "trace" : "skip"},
       {"cuda", options.capture_cuda},
-      {"nccl", options.capture_nccl},
+      // The shim variant without the interposer has no NCCL hooks at all.
+      {"nccl", options.capture_nccl && nccl_capture_shutdown != nullptr},
+      {"nvtx", options.capture_nvtx},
       {"forked_child", forked_child},
       {"pattern", options.output_pattern},
       // false: a name the shim chose (no rank, forked child, taken): removed if left empty.

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "moescope/profiler/private_descriptor.h"
 #include "shim_session.h"
 
 namespace moescope::inject {
@@ -33,6 +34,9 @@ std::atomic<bool> g_trampoline_active[2];
 
 std::atomic<int> g_wake_fd{-1};  // write end of the watcher's pipe; -1 without a watcher
 int g_watch_fd = -1;             // its read end
+// The pipe's inode: a program that closes descriptors it did not open may reuse the numbers,
+// and a byte must never go into one of its files.
+trace::DescriptorIdentity g_pipe;
 std::atomic<int> g_flush_state{kIdle};
 std::atomic<bool> g_watcher_running{false};
 
@@ -57,7 +61,7 @@ bool is_function(const struct sigaction& action) {
 // Async-signal-safe: asks the watcher thread for the final flush and waits a bounded time.
 void complete_trace_from_signal_handler() {
   int fd = g_wake_fd.load();
-  if (fd < 0) return;
+  if (fd < 0 || !g_watcher_running.load() || !trace::is_still(fd, g_pipe)) return;
   int expected = kIdle;
   if (g_flush_state.compare_exchange_strong(expected, kRequested)) {
     char byte = 1;
@@ -125,7 +129,10 @@ void* watcher_main(void* read_fd_pointer) {
     char byte;
     ssize_t got = ::read(read_fd, &byte, 1);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return nullptr;
+    if (got <= 0) {  // the program closed our pipe: signals now end without a final flush
+      g_watcher_running = false;
+      return nullptr;
+    }
     try {
       stop_capture_session();
     } catch (...) {
@@ -155,6 +162,9 @@ void start_signal_watcher() {
                  std::strerror(errno));
     return;
   }
+  fds[0] = trace::move_to_high_descriptor(fds[0]);
+  fds[1] = trace::move_to_high_descriptor(fds[1]);
+  trace::identity_of(fds[0], &g_pipe);
   g_flush_state = kIdle;
   sigset_t all, previous;
   sigfillset(&all);
@@ -187,8 +197,8 @@ void start_signal_watcher() {
 
 void forget_signal_watcher_after_fork() {
   int fd = g_wake_fd.exchange(-1);
-  if (fd >= 0) ::close(fd);
-  if (g_watch_fd >= 0) ::close(g_watch_fd);
+  if (trace::is_still(fd, g_pipe)) ::close(fd);
+  if (trace::is_still(g_watch_fd, g_pipe)) ::close(g_watch_fd);
   g_watch_fd = -1;
   g_flush_state = kIdle;
   g_watcher_running = false;

@@ -1,5 +1,7 @@
 #include "moescope/profiler/trace_writer.h"
 
+#include "moescope/profiler/private_descriptor.h"
+
 #include <zlib.h>
 #include <zstd.h>
 
@@ -30,6 +32,9 @@ bool TraceWriter::open(const std::string& path, std::string_view metadata_json,
     error_ = "cannot create '" + path + "': " + std::strerror(errno);
     return false;
   }
+  fd_ = move_to_high_descriptor(fd_);
+  identity_of(fd_, &file_);
+  path_ = path;
   FileHeader header{};
   std::memcpy(header.magic, kFileMagic, sizeof(header.magic));
   header.version = kFormatVersion;
@@ -98,11 +103,19 @@ bool TraceWriter::write_chunk(uint32_t stream, uint8_t* records, size_t bytes, C
   uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(&header), offsetof(ChunkHeader, crc32));
   crc = crc32(crc, payload, static_cast<uInt>(payload_bytes));
   header.crc32 = static_cast<uint32_t>(crc);
-  // A short write (disk full) leaves a truncated chunk that the reader skips; every earlier
-  // chunk stays readable.
+  if (!file_is_ours()) {
+    ++failed_writes_;
+    return false;
+  }
+  // A short write (disk full) is cut off again below; every earlier chunk stays readable.
   if (!write_all(&header, sizeof(header), payload, payload_bytes)) {
     error_ = std::string("write failed: ") + std::strerror(errno);
     ++failed_writes_;
+    // Cut the partial chunk off, so the file stays whole chunks and later chunks (once there is
+    // room again) follow the last good one.
+    if (::ftruncate(fd_, static_cast<off_t>(bytes_written_)) == 0) {
+      ::lseek(fd_, static_cast<off_t>(bytes_written_), SEEK_SET);
+    }
     return false;
   }
   bytes_written_ += sizeof(header) + payload_bytes;
@@ -134,14 +147,35 @@ bool TraceWriter::write_all(const void* first, size_t first_bytes, const void* s
   return true;
 }
 
+bool TraceWriter::file_is_ours() {
+  if (is_still(fd_, file_)) return true;
+  // The program closed our descriptor (and may have reused its number): forget it unclosed.
+  int reopened = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  if (reopened < 0) {
+    error_ = "the program closed the trace's descriptor and '" + path_ +
+             "' cannot be reopened: " + std::strerror(errno);
+    fd_ = -1;
+    return false;
+  }
+  if (!is_still(reopened, file_) ||
+      ::lseek(reopened, static_cast<off_t>(bytes_written_), SEEK_SET) < 0) {
+    error_ =
+        "the program closed the trace's descriptor and '" + path_ + "' is no longer the trace file";
+    ::close(reopened);
+    fd_ = -1;
+    return false;
+  }
+  fd_ = move_to_high_descriptor(reopened);
+  return true;
+}
+
 void TraceWriter::close() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  fd_ = -1;
+  abandon();
 }
 
 void TraceWriter::abandon() {
-  if (fd_ >= 0) ::close(fd_);
+  // Closed only while it is still our file: the number may be the program's by now.
+  if (is_still(fd_, file_)) ::close(fd_);
   fd_ = -1;
 }
 

@@ -72,7 +72,21 @@ if(MOESCOPE_TEST_REAL_NCCL)
   target_link_libraries(nccl_real_host_calls_program PRIVATE ${MOESCOPE_TEST_REAL_NCCL})
   set_target_properties(nccl_real_host_calls_program PROPERTIES
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # The real NCCL in a local scope (as the torch wheel loads it), reached through a library
+  # that the program dlopen()s with RTLD_LOCAL; and a probe with no NCCL loaded at all.
+  add_library(nccl_local_caller SHARED ${CMAKE_CURRENT_LIST_DIR}/nccl_local_caller.cpp)
+  target_include_directories(nccl_local_caller SYSTEM PRIVATE
+    ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(nccl_local_caller PRIVATE ${MOESCOPE_TEST_REAL_NCCL})
+  add_executable(nccl_local_scope_program ${CMAKE_CURRENT_LIST_DIR}/nccl_local_scope_program.cpp)
+  target_link_libraries(nccl_local_scope_program PRIVATE ${CMAKE_DL_LIBS} moescope_warnings)
+  set_target_properties(nccl_local_scope_program PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_definitions(nccl_interpose_test PRIVATE
-    MOESCOPE_REAL_NCCL_PROGRAM="$<TARGET_FILE:nccl_real_host_calls_program>")
-  add_dependencies(nccl_interpose_test nccl_real_host_calls_program)
+    MOESCOPE_REAL_NCCL_PROGRAM="$<TARGET_FILE:nccl_real_host_calls_program>"
+    MOESCOPE_NCCL_LOCAL_SCOPE_PROGRAM="$<TARGET_FILE:nccl_local_scope_program>"
+    MOESCOPE_NCCL_LOCAL_CALLER="$<TARGET_FILE:nccl_local_caller>"
+    MOESCOPE_INJECT_NO_NCCL_LIBRARY="$<TARGET_FILE:moescope_inject_no_nccl>")
+  add_dependencies(nccl_interpose_test nccl_real_host_calls_program nccl_local_scope_program
+                   nccl_local_caller moescope_inject_no_nccl)
 endif()

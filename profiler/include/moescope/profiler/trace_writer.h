@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "moescope/profiler/private_descriptor.h"
 #include "moescope/profiler/trace_format.h"
 
 namespace moescope::trace {
@@ -44,6 +45,12 @@ class TraceWriter {
 
   // Creates `path` and writes the header with `metadata_json` (a JSON object).
   // Returns false and sets error() when the file cannot be created.
+  //
+  // The writer lives inside programs it does not own: some close every descriptor they did not
+  // open, and then reuse the numbers. So the file's descriptor is moved to a high number, and
+  // before each chunk the writer checks that the descriptor is still this file (device and
+  // inode); if not, it never touches that descriptor again (it may be the program's) and
+  // reopens the file by path where it left off.
   bool open(const std::string& path, std::string_view metadata_json, WriterOptions options = {});
   // Appends one chunk holding `records` (whole records, in stream order). The buffer may be
   // modified in place (delta coding of chunks stored as rows). Returns false (and counts a failed
@@ -66,8 +73,12 @@ class TraceWriter {
 
  private:
   bool write_all(const void* first, size_t first_bytes, const void* second, size_t second_bytes);
+  // True when fd_ is still our file, or was reopened by path at bytes_written_.
+  bool file_is_ours();
 
   int fd_ = -1;
+  std::string path_;
+  DescriptorIdentity file_;
   WriterOptions options_;
   std::string error_;
   std::vector<uint8_t> compressed_;

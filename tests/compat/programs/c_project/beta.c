@@ -1,0 +1,2 @@
+#include "parts.h"
+int beta(int x) { return x * 4 + 1; }

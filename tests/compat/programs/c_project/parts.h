@@ -1,0 +1,1 @@
+int alpha(int), beta(int), gamma_part(int), delta(int);
