@@ -28,6 +28,7 @@ endforeach()
 # record` appends that directory to PYTHONPATH; other runs add it themselves (docs/capture.md).
 set(MOESCOPE_INSTALL_PYTHONDIR ${CMAKE_INSTALL_DATADIR}/moescope/python)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope
+                  ${PROJECT_SOURCE_DIR}/profiler/python/moescope_startup
         DESTINATION ${MOESCOPE_INSTALL_PYTHONDIR}
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 file(RELATIVE_PATH _moescope_python_to_libdir

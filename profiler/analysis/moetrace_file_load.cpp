@@ -359,7 +359,8 @@ class MoetraceFileLoader {
         break;
       }
       case RecordKind::kStep:
-        process_.step_markers.push_back({record.as<trace::StepRecord>().step, time});
+        process_.step_markers.push_back(
+            {record.as<trace::StepRecord>().step, time, header.name != 0});
         tracks_.cover(time, time);
         break;
       case RecordKind::kRebalance: {

@@ -43,20 +43,114 @@ std::pair<std::string, int64_t> split_trailing_number(const std::string& name) {
   return {name.substr(0, digits), std::stoll(name.substr(digits))};
 }
 
+// Steps from moescope_step (start) and moescope_step_end markers: a step ends at its own end
+// marker, else where the next one starts, else at the process's last activity.
 bool steps_from_markers(TraceModel& model) {
   bool any = false;
-  for (const auto& process : model.processes) any |= !process.step_markers.empty();
+  for (const auto& process : model.processes) {
+    for (const auto& marker : process.step_markers) any |= !marker.is_end;
+  }
   if (!any) return false;
   for (auto& process : model.processes) {
     process.steps.clear();
-    const auto& markers = process.step_markers;
+    const auto& markers = process.step_markers;  // sorted by time
     for (size_t i = 0; i < markers.size(); ++i) {
+      if (markers[i].is_end) continue;
       StepInterval step;
       step.step = markers[i].step;
       step.start = markers[i].time;
-      step.end = i + 1 < markers.size() ? markers[i + 1].time
-                                        : last_activity_end(process, markers[i].time, INT64_MAX);
+      step.end = -1;
+      for (size_t j = i + 1; j < markers.size() && step.end < 0; ++j) {
+        if (!markers[j].is_end) {
+          step.end = markers[j].time;
+        } else if (markers[j].step == step.step) {
+          step.end = markers[j].time;
+        }
+      }
+      if (step.end < 0) step.end = last_activity_end(process, step.start, INT64_MAX);
       process.steps.push_back(step);
+    }
+  }
+  return true;
+}
+
+// Samples recorded without a step number (step < 0, e.g. `moescope.expert_load(layer, counts)`
+// in a program that numbers no steps itself) belong to the step in progress when recorded.
+template <typename Sample>
+void number_by_time(const TraceModel& model, std::vector<Sample>& samples) {
+  for (Sample& sample : samples) {
+    if (sample.step >= 0 || sample.process >= model.processes.size()) continue;
+    const ProcessTrack& process = model.processes[sample.process];
+    int index = step_at(process, sample.time);
+    if (index >= 0) sample.step = process.steps[static_cast<size_t>(index)].step;
+  }
+}
+
+// Every span, at any depth, of `process` whose name `wanted` accepts, sorted by start.
+template <typename Wanted>
+std::vector<const Span*> spans_named(const TraceModel& model, const ProcessTrack& process,
+                                     Wanted wanted) {
+  std::vector<const Span*> found;
+  for (const auto& thread : process.threads) {
+    for (const Span& span : thread.spans) {
+      if (wanted(model.name(span.name))) found.push_back(&span);
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Span* a, const Span* b) { return a->start < b->start; });
+  return found;
+}
+
+// torch.profiler's own steps ("ProfilerStep#12"), numbered as torch numbered them.
+bool steps_from_profiler_steps(TraceModel& model) {
+  auto is_profiler_step = [](const std::string& name) {
+    auto [base, number] = split_trailing_number(name);
+    return base == "ProfilerStep#" && number >= 0;
+  };
+  std::vector<std::vector<const Span*>> per_process;
+  bool any = false;
+  for (const auto& process : model.processes) {
+    per_process.push_back(spans_named(model, process, is_profiler_step));
+    any |= !per_process.back().empty();
+  }
+  if (!any) return false;
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    auto& steps = model.processes[p].steps;
+    steps.clear();
+    for (const Span* span : per_process[p]) {
+      steps.push_back(
+          {split_trailing_number(model.name(span->name)).second, span->start, span->end});
+    }
+  }
+  return true;
+}
+
+// PyTorch names every optimizer step "Optimizer.step#AdamW.step" (also without prof.step()):
+// a step ends with each one of the most frequent optimizer, and the next starts there.
+bool steps_from_optimizer_steps(TraceModel& model) {
+  auto is_optimizer_step = [](const std::string& name) {
+    return name.rfind("Optimizer.step#", 0) == 0 && name.size() > 5 &&
+           name.compare(name.size() - 5, 5, ".step") == 0;
+  };
+  std::map<std::string, size_t> occurrences;
+  std::vector<std::vector<const Span*>> per_process;
+  for (const auto& process : model.processes) {
+    per_process.push_back(spans_named(model, process, is_optimizer_step));
+    for (const Span* span : per_process.back()) ++occurrences[model.name(span->name)];
+  }
+  if (occurrences.empty()) return false;
+  std::string leader = occurrences.begin()->first;
+  for (const auto& [name, count] : occurrences) {
+    if (count > occurrences[leader]) leader = name;
+  }
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    ProcessTrack& process = model.processes[p];
+    process.steps.clear();
+    TimeNs start = process.begin;
+    for (const Span* span : per_process[p]) {
+      if (model.name(span->name) != leader) continue;
+      process.steps.push_back({static_cast<int64_t>(process.steps.size()), start, span->end});
+      start = span->end;
     }
   }
   return true;
@@ -118,11 +212,18 @@ bool steps_from_repeating_range(TraceModel& model) {
 void detect_steps(TraceModel& model) {
   if (steps_from_markers(model)) {
     model.step_source = StepSource::kMarkers;
+  } else if (steps_from_profiler_steps(model)) {
+    model.step_source = StepSource::kProfilerSteps;
+  } else if (steps_from_optimizer_steps(model)) {
+    model.step_source = StepSource::kOptimizerSteps;
   } else if (steps_from_repeating_range(model)) {
     model.step_source = StepSource::kRepeatingRange;
   } else {
     model.step_source = StepSource::kNone;
   }
+  number_by_time(model, model.expert_loads);
+  number_by_time(model, model.expert_values);
+  number_by_time(model, model.layer_stats);
 }
 
 int step_at(const ProcessTrack& process, TimeNs time) {

@@ -48,6 +48,10 @@ const char* step_source_name(StepSource source) {
       return "step markers";
     case StepSource::kRepeatingRange:
       return "repeating range";
+    case StepSource::kProfilerSteps:
+      return "ProfilerStep ranges";
+    case StepSource::kOptimizerSteps:
+      return "optimizer steps";
   }
   return "?";
 }

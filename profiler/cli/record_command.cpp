@@ -32,6 +32,10 @@ struct RecordOptions {
   bool no_cuda = false;
   bool no_nccl = false;
   bool no_nvtx = false;
+  bool no_python = false;   // no zero-code capture of Python programs
+  std::string step_marker;  // module:NAME | function:MODULE:QUALNAME
+  int module_depth = 2;
+  bool torch_ops = false;
   int flush_ms = 0;  // 0 = the recorder's default
   std::vector<std::string> command;
 };
@@ -87,8 +91,9 @@ std::string find_inject_library(const std::string& file_name, std::vector<std::s
   return {};
 }
 
-// The installed Python annotation module (`import moescope`), next to this executable's
-// installation: <prefix>/share/moescope/python. Empty in a build tree.
+// moescope's Python folder (the `moescope` module and `moescope_startup/sitecustomize.py`) next
+// to this executable: <prefix>/share/moescope/python, in an installation and (a link to
+// profiler/python) in the build tree.
 std::string installed_python_module_dir() {
   char self[PATH_MAX];
   ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -96,6 +101,26 @@ std::string installed_python_module_dir() {
   self[length] = '\0';
   std::string directory = directory_of(directory_of(self)) + "/share/moescope/python";
   return readable_file(directory + "/moescope/__init__.py") ? directory : std::string();
+}
+
+// Python programs: the `moescope` module appended to PYTHONPATH (a copy the program already
+// finds keeps precedence), and, unless --no-python, moescope_startup/ first, whose
+// sitecustomize turns on the zero-code capture (docs/autocapture.md) and then runs the
+// program's own sitecustomize.
+void set_python_environment(const RecordOptions& options, const std::string& library) {
+  std::string python = installed_python_module_dir();
+  if (python.empty()) return;
+  const char* existing_value = std::getenv("PYTHONPATH");
+  std::string existing = existing_value ? existing_value : "";
+  std::string joined = existing.empty() ? python : existing + ":" + python;
+  if (!options.no_python) joined = python + "/moescope_startup:" + joined;
+  ::setenv("PYTHONPATH", joined.c_str(), 1);
+  ::setenv("MOESCOPE_AUTOCAPTURE", options.no_python ? "0" : "1", 1);
+  ::setenv("MOESCOPE_STEP_MARKER", options.step_marker.c_str(), 1);
+  ::setenv("MOESCOPE_MODULE_DEPTH", std::to_string(options.module_depth).c_str(), 1);
+  ::setenv("MOESCOPE_TORCH_OPS", options.torch_ops ? "1" : "0", 1);
+  std::string torch_capture = directory_of(library) + "/libmoescope_torch_capture.so";
+  ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), 1);
 }
 
 std::string absolute_pattern(const std::string& pattern) {
@@ -207,12 +232,7 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
 [[noreturn]] void exec_command(const RecordOptions& options, const std::string& library,
                                const std::string& pattern, const std::string& session) {
   ::setenv("LD_PRELOAD", preload_with(library).c_str(), 1);
-  // Appended, so a `moescope` module the program already finds keeps precedence.
-  if (std::string python = installed_python_module_dir(); !python.empty()) {
-    const char* existing = std::getenv("PYTHONPATH");
-    std::string joined = existing && *existing ? std::string(existing) + ":" + python : python;
-    ::setenv("PYTHONPATH", joined.c_str(), 1);
-  }
+  set_python_environment(options, library);
   // --no-nvtx: NVTX finds its tool only through this variable, so leaving it alone keeps the
   // shim out of every NVTX call (and keeps another tool the user set).
   if (!options.no_nvtx) ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
@@ -323,6 +343,20 @@ void add_record_command(CLI::App& app) {
                     "process (also MOESCOPE_NCCL=0)");
   command->add_flag("--no-nvtx", options->no_nvtx,
                     "Do not attach to NVTX (NVTX_INJECTION64_PATH is left as it is)");
+  command->add_flag("--no-python", options->no_python,
+                    "No zero-code capture of Python programs (steps, phases, modules, "
+                    "collectives, expert load)");
+  command->add_option("--step-marker", options->step_marker,
+                      "What a training step is in a Python program: module:NAME (each forward "
+                      "of that module path or class) or function:MODULE:QUALNAME (each call); "
+                      "default: optimizer steps, or torch.profiler steps when the program "
+                      "makes them");
+  command
+      ->add_option("--module-depth", options->module_depth,
+                   "Module spans down to this depth below a repeated block (-1: none)")
+      ->check(CLI::Range(-1, 16));
+  command->add_flag("--torch-ops", options->torch_ops,
+                    "Every ATen operator as a span with its input shapes (slower)");
   command
       ->add_option("--flush-ms", options->flush_ms,
                    "Write buffered events at least this often (1..200 ms, default 100)")

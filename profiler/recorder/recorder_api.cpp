@@ -195,6 +195,12 @@ void moescope_step(int64_t step) {
                                 [step](trace::StepRecord& r) { r.step = step; });
 }
 
+void moescope_step_end(int64_t step) {
+  if (!moescope_recording) return;
+  record_now<trace::StepRecord>(trace::RecordKind::kStep, moescope_intern("end"),
+                                [step](trace::StepRecord& r) { r.step = step; });
+}
+
 void moescope_clock_sync(uint64_t sync_id) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer) return;

@@ -48,7 +48,7 @@ TEST(KinetoImport, TorchProfilerTraceImportsAndReports) {
   EXPECT_EQ(layers, 4u);  // the 4 active steps
   EXPECT_TRUE(nested);
   // ProfilerStep#N ranges become the steps, numbered as torch numbered them.
-  EXPECT_EQ(model.step_source, StepSource::kRepeatingRange);
+  EXPECT_EQ(model.step_source, StepSource::kProfilerSteps);
   ASSERT_EQ(process.steps.size(), 4u);
   EXPECT_EQ(process.steps[0].step + 3, process.steps[3].step);
   EXPECT_FALSE(process.memory_events.empty());

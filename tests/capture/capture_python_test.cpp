@@ -51,8 +51,14 @@ LoadedTrace only_trace(const TempDir& dir) {
 
 void expect_training_recorded(const LoadedTrace& trace, int steps) {
   std::map<std::string, int> spans;
+  std::map<std::string, int> phases;  // the zero-code capture's own, in their own domain
   for (const auto& span : rebuild_spans(trace)) {
     if (!span.closed) continue;
+    if (span.domain == "moescope.phase") {
+      ++phases[span.name];
+      continue;
+    }
+    if (span.domain == "moescope.module") continue;
     ++spans[span.name];
     if (span.name == "train_step" || span.name == "router") {
       EXPECT_EQ(span.domain, "train");
@@ -87,6 +93,11 @@ void expect_training_recorded(const LoadedTrace& trace, int steps) {
     }
     EXPECT_EQ(tokens, 64u);  // every token routed to one expert
   }
+  // The zero-code capture saw the model's forward, the backward and the optimizer, and left
+  // the step numbers to the program, which calls moescope.step().
+  EXPECT_EQ(phases["forward"], steps);
+  EXPECT_EQ(phases["backward"], steps);
+  EXPECT_EQ(phases["optimizer"], steps);
   auto step_records = trace.of_kind(RecordKind::kStep);
   ASSERT_EQ(step_records.size(), static_cast<size_t>(steps));
   EXPECT_EQ(trace.of_kind(RecordKind::kCounter).size(), static_cast<size_t>(steps));

@@ -85,6 +85,9 @@ static inline void moescope_span_end(void) {
 
 /* Marks the start of training step `step` on this rank (step detection in the analysis). */
 MOESCOPE_API void moescope_step(int64_t step);
+/* Marks the end of training step `step` (optional: without it a step lasts until the next one
+ * starts, and the last one until the process's last event). */
+MOESCOPE_API void moescope_step_end(int64_t step);
 /* A point all ranks pass together (e.g. after a barrier), used to align clocks across hosts. */
 MOESCOPE_API void moescope_clock_sync(uint64_t sync_id);
 

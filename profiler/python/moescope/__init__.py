@@ -12,80 +12,32 @@ The calls go through ctypes to the recorder C API (moescope/recorder.h) of the c
 ``moescope record`` preloads. Without an active recorder (the program runs on its own, or the
 library cannot be found) every function is a silent no-op, so annotated code runs anywhere.
 
-The library is looked up in this order: the shim or libmoescope_recorder already loaded in
-this process, ``MOESCOPE_LIBRARY``, then the shim of the installation this module belongs to
-(``cmake --install`` puts the module in ``share/moescope/python``; ``moescope record`` adds that
-to ``PYTHONPATH``) or ``build/lib/libmoescope_inject.so`` of the source tree it lives in.
-Loading a library does not start a recording; ``moescope record`` does.
+The library is found as ``moescope._recorder`` says: the shim ``moescope record`` preloads
+first. Under ``moescope record`` a Python program is also captured without any of these calls
+(steps, phases, module spans, collectives, expert load: ``moescope.autocapture``); the calls add
+what only the program knows.
 """
 
 import contextlib
 import ctypes
 import os
 
+from . import _recorder
+from ._recorder import recording
+
 __all__ = ["expert_load", "range", "step", "counter", "mark", "thread_name", "recording"]
 
-# Scopes of an expert-load sample (enum moescope_expert_scope).
-_SCOPES = {"local": 0, "global": 1, "received": 2}
-
-
-def _bind(library):
-    library.moescope_intern.argtypes = [ctypes.c_char_p]
-    library.moescope_intern.restype = ctypes.c_uint32
-    library.moescope_span_begin_impl.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
-    library.moescope_span_begin_impl.restype = None
-    library.moescope_span_end_impl.argtypes = []
-    library.moescope_span_end_impl.restype = None
-    library.moescope_instant.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
-    library.moescope_instant.restype = None
-    library.moescope_counter.argtypes = [ctypes.c_uint32, ctypes.c_double]
-    library.moescope_counter.restype = None
-    library.moescope_step.argtypes = [ctypes.c_int64]
-    library.moescope_step.restype = None
-    library.moescope_thread_name.argtypes = [ctypes.c_char_p]
-    library.moescope_thread_name.restype = None
-    library.moescope_expert_load.argtypes = [
-        ctypes.c_int64, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32,
-        ctypes.POINTER(ctypes.c_int64), ctypes.c_uint32, ctypes.c_uint64]
-    library.moescope_expert_load.restype = None
-    return library
-
-
-def _load():
-    candidates = [None]  # the process's global namespace: a preloaded shim is there
-    if os.environ.get("MOESCOPE_LIBRARY"):
-        candidates.append(os.environ["MOESCOPE_LIBRARY"])
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:  # an installed copy: cmake --install wrote where the libraries are
-        from . import _install_layout
-        candidates.append(os.path.normpath(os.path.join(
-            here, _install_layout.LIBRARY_DIR, "libmoescope_inject.so")))
-    except ImportError:  # the source tree: profiler/python/moescope
-        source_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-        candidates.append(os.path.join(source_root, "build", "lib", "libmoescope_inject.so"))
-    for candidate in candidates:
-        if candidate is not None and not os.path.exists(candidate):
-            continue
-        try:
-            library = ctypes.CDLL(candidate)
-            flag = ctypes.c_int.in_dll(library, "moescope_recording")
-            return _bind(library), flag
-        except (OSError, ValueError, AttributeError):
-            continue
-    return None, None
-
-
-_library, _recording_flag = _load()
+_library = _recorder.library
+_SCOPES = _recorder.SCOPES
+# The step in progress: set by moescope.step() or by the zero-code capture
+# (moescope.autocapture); -1 when unknown, and the analysis then takes the step in progress at
+# the sample's time.
 _current_step = -1
-
-
-def recording():
-    """True while a recorder writes a trace in this process."""
-    return _recording_flag is not None and _recording_flag.value != 0
+_user_numbers_steps = [False]
 
 
 def _name(text):
-    return _library.moescope_intern(str(text).encode("utf-8"))
+    return _recorder.name(text)
 
 
 def _counts_list(counts):
@@ -103,8 +55,9 @@ def expert_load(layer, counts, step=None, rank=None, dropped=0, scope="local"):
     """Records tokens per expert of one MoE layer.
 
     layer: layer index. counts: tokens routed to each expert, ``[num_experts]`` (list, numpy
-    array or torch tensor). step: training step (default: the last ``moescope.step``). rank:
-    this process's rank (default: ``RANK`` from the environment). dropped: tokens dropped by
+    array or torch tensor). step: training step (default: the step in progress, from
+    ``moescope.step`` or the zero-code capture; when neither knows, the analysis takes the step
+    in progress at this call's time). rank: this process's rank (default: ``RANK`` from the environment). dropped: tokens dropped by
     the capacity limit. scope: "local" (this rank's router), "global" (summed over the
     expert-parallel group) or "received" (tokens this rank's experts received).
     """
@@ -146,9 +99,11 @@ class range(contextlib.ContextDecorator):  # noqa: A001 - mirrors nvtx.range / t
 
 
 def step(number):
-    """Marks the start of training step ``number`` (used for step detection)."""
+    """Marks the start of training step ``number`` (used for step detection). A program that
+    numbers its steps itself turns off the zero-code capture's own step markers."""
     global _current_step
     _current_step = int(number)
+    _user_numbers_steps[0] = True
     if recording():
         _library.moescope_step(_current_step)
 

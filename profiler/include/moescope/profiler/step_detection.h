@@ -1,8 +1,13 @@
-// Training steps per rank. From the runtime's step markers (moescope_step) when present: a step
-// runs from its marker to the next one; the last ends with the last activity that started in
-// it. Otherwise from a repeating top-level CPU range (NVTX "train_step", Kineto
-// "ProfilerStep#N"): trailing digits are ignored when names are compared, and the name whose
-// occurrences cover the most time (at least 2 per rank) is taken.
+// Training steps per rank, from the first source present (StepSource):
+//  1. step markers (moescope_step, moescope_step_end: the runtime, the annotation module, the
+//     zero-code capture): a step runs from its marker to its end marker, else to the next start,
+//     else to the last activity that started in it;
+//  2. torch.profiler's "ProfilerStep#N" ranges, numbered as torch numbered them;
+//  3. PyTorch's "Optimizer.step#<Class>.step" ranges (a program that never calls prof.step()):
+//     each step ends with one optimizer step of the most frequent class;
+//  4. a guess: the repeating top-level CPU range (NVTX "train_step") whose occurrences cover the
+//     most time, at least 2 per rank; trailing digits are ignored when names are compared.
+// Then samples recorded without a step number (step < 0) get the step in progress at their time.
 #pragma once
 
 #include "moescope/profiler/trace_model.h"

@@ -274,6 +274,8 @@ struct LayerStatsRecord {
 };
 static_assert(sizeof(LayerStatsRecord) == 56);
 
+// name: 0 = this rank starts training step `step`; non-zero (the interned "end") = it ends it.
+// Without an end, a step lasts until the next one starts.
 struct StepRecord {
   RecordHeader header;
   int64_t step;

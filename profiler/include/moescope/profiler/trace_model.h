@@ -236,12 +236,20 @@ struct StepInterval {
   TimeNs duration() const { return end - start; }
 };
 
-enum class StepSource : uint8_t { kNone = 0, kMarkers = 1, kRepeatingRange = 2 };
+// Where the steps came from, in the order step detection tries them (step_detection.h).
+enum class StepSource : uint8_t {
+  kNone = 0,
+  kMarkers = 1,         // moescope_step / moescope_step_end (runtime, annotations, autocapture)
+  kRepeatingRange = 2,  // the top-level range that repeats and covers the most time (a guess)
+  kProfilerSteps = 3,   // torch.profiler's ProfilerStep#N ranges
+  kOptimizerSteps = 4,  // PyTorch's Optimizer.step#<Class>.step ranges: a step ends with each
+};
 const char* step_source_name(StepSource source);
 
-struct StepMarker {  // moescope_step(step) was called at `time`
+struct StepMarker {  // moescope_step(step) (or moescope_step_end) was called at `time`
   int64_t step = 0;
   TimeNs time = 0;
+  bool is_end = false;
 };
 
 struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
