@@ -346,11 +346,20 @@ void add_record_command(CLI::App& app) {
   command->add_flag("--no-python", options->no_python,
                     "No zero-code capture of Python programs (steps, phases, modules, "
                     "collectives, expert load)");
-  command->add_option("--step-marker", options->step_marker,
-                      "What a training step is in a Python program: module:NAME (each forward "
-                      "of that module path or class) or function:MODULE:QUALNAME (each call); "
-                      "default: optimizer steps, or torch.profiler steps when the program "
-                      "makes them");
+  command
+      ->add_option("--step-marker", options->step_marker,
+                   "What a training step is in a Python program: module:NAME (each forward "
+                   "of that module path or class) or function:MODULE:QUALNAME (each call); "
+                   "default: optimizer steps, or torch.profiler steps when the program "
+                   "makes them")
+      ->check(CLI::Validator(
+          [](const std::string& marker) -> std::string {
+            bool module = marker.rfind("module:", 0) == 0 && marker.size() > 7;
+            bool function =
+                marker.rfind("function:", 0) == 0 && marker.find(':', 9) != std::string::npos;
+            return module || function ? "" : "expected module:NAME or function:MODULE:QUALNAME";
+          },
+          "MARKER"));
   command
       ->add_option("--module-depth", options->module_depth,
                    "Module spans down to this depth below a repeated block (-1: none)")

@@ -434,6 +434,17 @@ TEST(NcclInterpositionRestart, TheSecondRecordingHasItsOpsAndTheVersionNote) {
 }
 
 #ifdef MOESCOPE_REAL_NCCL_PROGRAM
+// The trace at `trace_path` notes the real libnccl of `version`, found in `scope`; then removed.
+void expect_real_nccl_noted(const std::string& trace_path, int version, const std::string& scope) {
+  LoadedTrace loaded = load_trace(trace_path);
+  ASSERT_TRUE(loaded.opened);
+  std::string note =
+      instant_starting_with(loaded, "NCCL " + std::to_string(version) + " interposed: ");
+  EXPECT_NE(note.find("libnccl.so"), std::string::npos) << note;
+  EXPECT_TRUE(ends_with(note, scope)) << note;
+  std::remove(trace_path.c_str());
+}
+
 TEST(NcclRealLibrary, HostOnlyCallsGoThroughTheShimToTheRealNccl) {
   std::string trace_path = temp_path("nccl_real.moetrace");
   std::remove(trace_path.c_str());
@@ -454,14 +465,8 @@ TEST(NcclRealLibrary, HostOnlyCallsGoThroughTheShimToTheRealNccl) {
   EXPECT_GE(version, 22800);
   EXPECT_EQ(id_result, 0);
   EXPECT_EQ(id_filled, 1);
-  LoadedTrace loaded = load_trace(trace_path);
-  ASSERT_TRUE(loaded.opened);
   // The call went through the shim, not straight to NCCL, and the trace says which NCCL.
-  std::string note =
-      instant_starting_with(loaded, "NCCL " + std::to_string(direct) + " interposed: ");
-  EXPECT_NE(note.find("libnccl.so"), std::string::npos) << note;
-  EXPECT_TRUE(ends_with(note, "(global scope)")) << note;
-  std::remove(trace_path.c_str());
+  expect_real_nccl_noted(trace_path, direct, "(global scope)");
 }
 
 // The torch wheel's situation without Python: NCCL is a dependency of a library opened with
@@ -489,13 +494,7 @@ TEST(NcclRealLibrary, NcclInALocalScopeIsFoundAndAnswersAsWithoutTheShim) {
   EXPECT_EQ(result, 0);
   EXPECT_EQ(version, direct);
   EXPECT_EQ(id_filled, 1);
-  LoadedTrace loaded = load_trace(trace_path);
-  ASSERT_TRUE(loaded.opened);
-  std::string note =
-      instant_starting_with(loaded, "NCCL " + std::to_string(direct) + " interposed: ");
-  EXPECT_NE(note.find("libnccl.so"), std::string::npos) << note;
-  EXPECT_TRUE(ends_with(note, "(local scope)")) << note;
-  std::remove(trace_path.c_str());
+  expect_real_nccl_noted(trace_path, direct, "(local scope)");
 }
 
 // A program that probes for NCCL with dlsym(RTLD_DEFAULT) while none is loaded finds nothing on
