@@ -49,10 +49,16 @@ def build(family, seed=0):
     model = transformers.AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "norm" not in name:
-                # Routers of some layouts start at zero (every expert tied); std 0.5 gives
-                # varied routing. Expert weights get the same so outputs stay nonzero.
-                parameter.normal_(0.0, 0.5 if ("gate" in name or "router" in name) else 0.05)
+            if "norm" in name:
+                continue
+            if name.endswith((".gate.weight", ".router.weight", ".router.bias")):
+                # Routers of some layouts start at zero (every expert tied): std 0.5 gives
+                # varied routing.
+                parameter.normal_(0.0, 0.5)
+            else:
+                # Small layers keep each router's input close to the token embedding, which
+                # bias_router_toward relies on.
+                parameter.normal_(0.0, 0.05 if "embed" in name else 0.01)
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 buffer.normal_(0.0, 0.1)  # DeepSeek-V3 selects on scores + this bias
@@ -123,10 +129,16 @@ def bias_router_toward(model, routers, chosen, expert, strength=20.0):
     Hidden dimension 0 of every token embedding becomes a large constant, so after the norm
     each router input has a big, same-signed feature 0. Every router stops reading that
     feature (weight column 0 zeroed: each router weight is ``[num_experts, hidden]``); the
-    chosen router's row ``expert`` reads it with a large positive weight.
+    chosen router's row ``expert`` reads it with a large positive weight. Works when every
+    layer's output is small next to the embedding (``build`` initialises them so).
     """
     with torch.no_grad():
         model.get_input_embeddings().weight[:, 0] = 1.0
         for router in routers:
             router.weight[:, 0] = 0.0
         chosen.weight[expert, 0] = strength
+        correction_bias = getattr(chosen, "e_score_correction_bias", None)
+        if correction_bias is not None:
+            # DeepSeek-V3 first picks groups by their best scores: a sigmoid score of 1 may
+            # lose to two good ones elsewhere; its selection bias lifts the expert's group too.
+            correction_bias[expert] += strength

@@ -73,6 +73,17 @@ class _TransferSlot:
         self.step = 0
         self.layer = 0
 
+    def start(self, counts):
+        """Queues the copy of ``counts`` (int64 [num_experts], CUDA) on the current stream."""
+        self.host.copy_(counts, non_blocking=True)
+        self.event.record(torch.cuda.current_stream(counts.device))
+
+    def landed(self):
+        return self.event.query()
+
+    def wait(self):
+        self.event.synchronize()
+
 
 class ExpertLoadCapture:
     """The hooks of one model's routers and the counts they have in flight."""
@@ -83,10 +94,11 @@ class ExpertLoadCapture:
         self.in_flight = collections.deque()   # _TransferSlot, oldest first
         self.free_slots = {}                    # num_experts -> [_TransferSlot]
         self.lock = threading.Lock()            # routers may run on several threads
-        self.handles = {}
+        self.slot_type = _TransferSlot          # tests drive the queue with a stand-in
+        self.hooks = {}                          # path -> (router, hook handle)
         for moe_layer in layers:
-            self.handles[moe_layer.path] = moe_layer.router.register_forward_hook(
-                self._make_hook(moe_layer))
+            handle = moe_layer.router.register_forward_hook(self._make_hook(moe_layer))
+            self.hooks[moe_layer.path] = (moe_layer.router, handle)
             _hooked_routers.add(moe_layer.router)
 
     def _make_hook(self, moe_layer):
@@ -123,9 +135,8 @@ class ExpertLoadCapture:
     def _start_transfer(self, step, moe_layer, counts):
         with self.lock:
             free = self.free_slots.setdefault(moe_layer.num_experts, [])
-            slot = free.pop() if free else _TransferSlot(moe_layer.num_experts)
-        slot.host.copy_(counts, non_blocking=True)
-        slot.event.record(torch.cuda.current_stream(counts.device))
+            slot = free.pop() if free else self.slot_type(moe_layer.num_experts)
+        slot.start(counts)
         slot.step, slot.layer = step, moe_layer.layer
         with self.lock:
             self.in_flight.append(slot)
@@ -137,11 +148,11 @@ class ExpertLoadCapture:
                 if not self.in_flight:
                     return
                 slot = self.in_flight[0]
-                if not wait and not slot.event.query():
+                if not wait and not slot.landed():
                     return
                 self.in_flight.popleft()
             if wait:
-                slot.event.synchronize()  # end of run only, never from a hook
+                slot.wait()  # end of run only, never from a hook
             counts = slot.host.clone()    # the pinned buffer goes back to the pool
             with self.lock:
                 self.free_slots.setdefault(counts.numel(), []).append(slot)
@@ -156,14 +167,17 @@ class ExpertLoadCapture:
                       f"expert load: the last counts were lost ({type(error).__name__}: {error})")
 
     def detach(self):
-        for handle in self.handles.values():
-            handle.remove()
-        self.handles.clear()
+        for path in list(self.hooks):
+            self._remove_hook(path)
 
-    def _give_up(self, moe_layer, error):
-        handle = self.handles.pop(moe_layer.path, None)
+    def _remove_hook(self, path):
+        router, handle = self.hooks.pop(path, (None, None))
         if handle is not None:
             handle.remove()
+            _hooked_routers.discard(router)
+
+    def _give_up(self, moe_layer, error):
+        self._remove_hook(moe_layer.path)
         warn_once(("expert-load-hook", moe_layer.family),
                   f"expert load of {moe_layer.family} layer {moe_layer.path} not captured "
                   f"({type(error).__name__}: {error}); its hook is removed, as is that of any "

@@ -28,7 +28,8 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 
 __all__ = [
-    "MoeLayer", "MoeAdapter", "find_moe_layers", "register_adapter", "registered_adapters",
+    "MoeLayer", "MoeAdapter", "find_moe_layers", "register_adapter", "unregister_adapter",
+    "registered_adapters",
     "tokens_per_expert_from_indices", "tokens_per_expert_from_routing_map",
     "tokens_per_expert_from_softmax_topk", "selected_expert_indices", "decoder_layer_index",
     "warn_once",
@@ -312,6 +313,11 @@ def register_adapter(adapter, first=False):
         _adapters.insert(0, adapter)
     else:
         _adapters.append(adapter)
+
+
+def unregister_adapter(adapter):
+    """Removes an adapter added by :func:`register_adapter` (or a built-in one)."""
+    _adapters.remove(adapter)
 
 
 def registered_adapters():
