@@ -28,7 +28,8 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 
 __all__ = [
-    "MoeLayer", "MoeAdapter", "find_moe_layers", "register_adapter", "unregister_adapter",
+    "MoeLayer", "MoeAdapter", "TransformersAdapter", "TorchtitanAdapter", "MegatronAdapter",
+    "find_moe_layers", "register_adapter", "unregister_adapter",
     "registered_adapters",
     "tokens_per_expert_from_indices", "tokens_per_expert_from_routing_map",
     "tokens_per_expert_from_softmax_topk", "selected_expert_indices", "decoder_layer_index",
@@ -104,7 +105,7 @@ def tokens_per_expert_from_indices(indices, num_experts):
     """
     flat = _local(indices).detach().reshape(-1).to(torch.int64)
     in_range = (flat >= 0) & (flat < num_experts)
-    slots = torch.where(in_range, flat, torch.full_like(flat, num_experts))
+    slots = torch.where(in_range, flat, num_experts)
     counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device)
     counts.scatter_add_(0, slots, torch.ones_like(slots))
     return counts[:num_experts]
