@@ -191,8 +191,21 @@ def _first_int_attribute(modules, names):
     return None
 
 
-def _defined_in(module, package):
-    return type(module).__module__.split(".")[0] == package
+def _router_of(module, class_names, package, router_attribute):
+    """The router submodule of ``module`` when its class is one of ``class_names`` defined in
+    ``package`` (recognised without importing the package), else None."""
+    if type(module).__name__ not in class_names:
+        return None
+    if type(module).__module__.split(".")[0] != package:
+        return None
+    router = getattr(module, router_attribute, None)
+    return router if isinstance(router, torch.nn.Module) else None
+
+
+def _counting_selected_indices(num_experts):
+    def count_tokens(output):
+        return tokens_per_expert_from_indices(selected_expert_indices(output), num_experts)
+    return count_tokens
 
 
 # ---- built-in adapters --------------------------------------------------------------------------
@@ -212,12 +225,8 @@ class TransformersAdapter:
         self.router_attribute = router_attribute
 
     def match(self, name, module):
-        if type(module).__name__ not in self.block_class_names:
-            return None
-        if not _defined_in(module, "transformers"):
-            return None
-        router = getattr(module, self.router_attribute, None)
-        if not isinstance(router, torch.nn.Module):
+        router = _router_of(module, self.block_class_names, "transformers", self.router_attribute)
+        if router is None:
             return None
         num_experts = _first_int_attribute(
             (router, module), ("num_experts", "n_routed_experts", "num_local_experts"))
@@ -230,8 +239,7 @@ class TransformersAdapter:
             def count_tokens(logits):
                 return tokens_per_expert_from_softmax_topk(logits, num_experts, top_k)
         else:
-            def count_tokens(output):
-                return tokens_per_expert_from_indices(selected_expert_indices(output), num_experts)
+            count_tokens = _counting_selected_indices(num_experts)
         return MoeLayer(path=name, layer=decoder_layer_index(name), block=module, router=router,
                         num_experts=num_experts, top_k=top_k, family=self.family,
                         count_tokens=count_tokens)
@@ -246,21 +254,16 @@ class TorchtitanAdapter:
     family = "torchtitan"
 
     def match(self, name, module):
-        if type(module).__name__ != "MoE" or not _defined_in(module, "torchtitan"):
-            return None
-        router = getattr(module, "router", None)
-        if not isinstance(router, torch.nn.Module):
+        router = _router_of(module, ("MoE",), "torchtitan", "router")
+        if router is None:
             return None
         num_experts = _first_int_attribute((router, module), ("num_experts",))
         top_k = _first_int_attribute((router,), ("top_k",))
         if num_experts is None or top_k is None:
             return None
-
-        def count_tokens(output):
-            return tokens_per_expert_from_indices(selected_expert_indices(output), num_experts)
         return MoeLayer(path=name, layer=decoder_layer_index(name), block=module, router=router,
                         num_experts=num_experts, top_k=top_k, family=self.family,
-                        count_tokens=count_tokens)
+                        count_tokens=_counting_selected_indices(num_experts))
 
 
 class MegatronAdapter:
@@ -274,10 +277,8 @@ class MegatronAdapter:
     family = "megatron"
 
     def match(self, name, module):
-        if type(module).__name__ != "MoELayer" or not _defined_in(module, "megatron"):
-            return None
-        router = getattr(module, "router", None)
-        if not isinstance(router, torch.nn.Module):
+        router = _router_of(module, ("MoELayer",), "megatron", "router")
+        if router is None:
             return None
         num_experts = _first_int_attribute((router, module), ("num_experts",))
         top_k = _first_int_attribute((router,), ("topk",))
