@@ -1,0 +1,201 @@
+"""Expert load of every MoE layer of an unmodified model, from forward hooks on its routers.
+
+:func:`attach` finds the MoE layers (``moe_layers.find_moe_layers``) and registers a local
+forward hook on each router. At each router forward the hook counts tokens per expert on the
+router's device and hands ``record(step, layer, counts)`` a host int64 tensor
+``[num_experts]``, where ``step`` is ``current_step()`` at that forward.
+
+On CUDA nothing waits for the device: the counts are copied into a pinned host buffer with
+``non_blocking=True`` on the current stream, a ``torch.cuda.Event`` is recorded after the copy,
+and the sample is handed over once the event has completed: checked (``Event.query``, which does
+not block) at every later router forward, and at :func:`flush`, which the end of the run calls.
+So a step's counts are usually recorded during the next step. On the CPU they are handed over
+at once. Pinned buffers and events are reused, so after the first steps nothing is allocated on
+the host but the tensor handed over.
+
+A hook never changes the router's output, keeps no reference to activations, and allocates on
+the device only the counts (and, for a 4.x logits gate, the recomputed top-k). Any exception
+in a hook (adapter, ``current_step``, ``record``) is caught: one warning on stderr prefixed
+``moescope: `` per adapter family, and that layer's hook is removed; the program runs on.
+
+Not counted (said once on stderr): forwards traced by ``torch.compile`` and forwards captured
+into CUDA graphs (their replays run no Python); forwards that activation checkpointing
+recomputes during backward (they would count the same tokens twice).
+"""
+
+import collections
+import threading
+import weakref
+
+import torch
+
+from .moe_layers import find_moe_layers, warn_once
+
+__all__ = ["attach", "flush", "detach_all", "ExpertLoadCapture"]
+
+_captures = weakref.WeakSet()        # every live capture, for flush() at the end of the run
+_hooked_routers = weakref.WeakSet()  # routers that already have a hook (a model seen twice)
+
+
+def attach(model, record, current_step):
+    """Hooks the routers of ``model``'s MoE layers; returns the layers hooked.
+
+    record(step: int, layer: int, counts: torch.Tensor int64 [num_experts] on the host) is
+    called for every router forward; current_step() -> int is read at that forward. A router
+    that already has a hook from an earlier call is skipped.
+    """
+    layers = [layer for layer in find_moe_layers(model) if layer.router not in _hooked_routers]
+    if layers:
+        capture = ExpertLoadCapture(layers, record, current_step)
+        _captures.add(capture)
+    return layers
+
+
+def flush():
+    """Waits for the counts still in flight (CUDA) and hands them to ``record``."""
+    for capture in list(_captures):
+        capture.flush()
+
+
+def detach_all():
+    """Removes every hook :func:`attach` registered, after handing over what is in flight."""
+    for capture in list(_captures):
+        capture.flush()
+        capture.detach()
+
+
+class _TransferSlot:
+    """A pinned host buffer and the event that says when the copy into it has landed."""
+
+    def __init__(self, num_experts):
+        self.host = torch.empty(num_experts, dtype=torch.int64, pin_memory=True)
+        self.event = torch.cuda.Event()
+        self.step = 0
+        self.layer = 0
+
+    def start(self, counts):
+        """Queues the copy of ``counts`` (int64 [num_experts], CUDA) on the current stream."""
+        self.host.copy_(counts, non_blocking=True)
+        self.event.record(torch.cuda.current_stream(counts.device))
+
+    def landed(self):
+        return self.event.query()
+
+    def wait(self):
+        self.event.synchronize()
+
+
+class ExpertLoadCapture:
+    """The hooks of one model's routers and the counts they have in flight."""
+
+    def __init__(self, layers, record, current_step):
+        self.record = record
+        self.current_step = current_step
+        self.in_flight = collections.deque()   # _TransferSlot, oldest first
+        self.free_slots = {}                    # num_experts -> [_TransferSlot]
+        self.lock = threading.Lock()            # routers may run on several threads
+        self.slot_type = _TransferSlot          # tests drive the queue with a stand-in
+        self.hooks = {}                          # path -> (router, hook handle)
+        for moe_layer in layers:
+            handle = moe_layer.router.register_forward_hook(self._make_hook(moe_layer))
+            self.hooks[moe_layer.path] = (moe_layer.router, handle)
+            _hooked_routers.add(moe_layer.router)
+
+    def _make_hook(self, moe_layer):
+        def hook(module, args, output):
+            try:
+                self._on_router_output(moe_layer, output)
+            except Exception as error:  # noqa: BLE001 - the program must never see it
+                self._give_up(moe_layer, error)
+            return None  # the output is left as it is
+        return hook
+
+    def _on_router_output(self, moe_layer, output):
+        if _in_backward_recompute():
+            return
+        if _is_compiling():
+            warn_once("expert-load-compile", "expert load is not captured inside torch.compile "
+                      "regions (compiled routers run no Python hook)")
+            return
+        if _on_cuda(output) and torch.cuda.is_current_stream_capturing():
+            warn_once("expert-load-graph", "expert load is not captured in CUDA graphs "
+                      "(a replay runs no Python hook)")
+            return
+        step = int(self.current_step())
+        with torch.no_grad():
+            counts = moe_layer.counts(output)
+        if counts.device.type == "cuda":
+            self._start_transfer(step, moe_layer, counts)
+            self._hand_over_landed()
+        else:
+            # CPU (or another device, copied plainly: only CUDA is known to need care here).
+            self._hand_over_landed()
+            self.record(step, moe_layer.layer, counts.to("cpu"))
+
+    def _start_transfer(self, step, moe_layer, counts):
+        with self.lock:
+            free = self.free_slots.setdefault(moe_layer.num_experts, [])
+            slot = free.pop() if free else self.slot_type(moe_layer.num_experts)
+        slot.start(counts)
+        slot.step, slot.layer = step, moe_layer.layer
+        with self.lock:
+            self.in_flight.append(slot)
+
+    def _hand_over_landed(self, wait=False):
+        """Hands over, oldest first, the samples whose copy has completed (all if wait)."""
+        while True:
+            with self.lock:
+                if not self.in_flight:
+                    return
+                slot = self.in_flight[0]
+                if not wait and not slot.landed():
+                    return
+                self.in_flight.popleft()
+            if wait:
+                slot.wait()  # end of run only, never from a hook
+            counts = slot.host.clone()    # the pinned buffer goes back to the pool
+            with self.lock:
+                self.free_slots.setdefault(counts.numel(), []).append(slot)
+            self.record(slot.step, slot.layer, counts)
+
+    def flush(self):
+        """Hands over everything in flight, waiting for the copies (call at the end of a run)."""
+        try:
+            self._hand_over_landed(wait=True)
+        except Exception as error:  # noqa: BLE001
+            warn_once("expert-load-flush",
+                      f"expert load: the last counts were lost ({type(error).__name__}: {error})")
+
+    def detach(self):
+        for path in list(self.hooks):
+            self._remove_hook(path)
+
+    def _remove_hook(self, path):
+        router, handle = self.hooks.pop(path, (None, None))
+        if handle is not None:
+            handle.remove()
+            _hooked_routers.discard(router)
+
+    def _give_up(self, moe_layer, error):
+        self._remove_hook(moe_layer.path)
+        warn_once(("expert-load-hook", moe_layer.family),
+                  f"expert load of {moe_layer.family} layer {moe_layer.path} not captured "
+                  f"({type(error).__name__}: {error}); its hook is removed, as is that of any "
+                  "other layer that fails the same way")
+
+
+def _in_backward_recompute():
+    """True while autograd runs backward on this thread: a forward seen then is activation
+    checkpointing recomputing a layer, whose tokens were already counted."""
+    current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
+    return current_graph_task_id is not None and current_graph_task_id() != -1
+
+
+def _is_compiling():
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling and is_compiling())
+
+
+def _on_cuda(output):
+    tensors = output if isinstance(output, (tuple, list)) else (output,)
+    return any(isinstance(tensor, torch.Tensor) and tensor.is_cuda for tensor in tensors)
