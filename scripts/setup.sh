@@ -31,6 +31,21 @@ if [ "${MOESCOPE_SKIP_TORCH:-0}" != 1 ]; then
     echo "setup: installing torch==$TORCH_VERSION from PyPI (found: ${have:-none})"
     "$PYTHON" -m pip install -q "torch==$TORCH_VERSION" numpy
   fi
-  "$PYTHON" -c 'import numpy, psutil, hta.trace_analysis, nvtx' >/dev/null 2>&1 || "$PYTHON" -m pip install -q numpy psutil HolisticTraceAnalysis nvtx
+  "$PYTHON" -c 'import numpy, psutil, hta.trace_analysis, nvtx, pytest' >/dev/null 2>&1 ||
+    "$PYTHON" -m pip install -q numpy psutil HolisticTraceAnalysis nvtx pytest
+  # Real models for the zero-code capture's tests (docs/autocapture-adapters.md): transformers
+  # 5.x in the environment, 4.57 in .cache/py-transformers4 (put first on PYTHONPATH by the
+  # 4.x tests), torchtitan and Megatron-Core. torchtitan's `datasets` dependency downgrades
+  # huggingface-hub below what transformers 5 needs: restored after.
+  if ! "$PYTHON" -c 'import transformers, torchtitan, megatron.core' >/dev/null 2>&1; then
+    echo "setup: installing transformers, torchtitan and megatron-core from PyPI"
+    "$PYTHON" -m pip install -q 'transformers==5.25.0' 'torchtitan==0.3.0' 'megatron-core==0.16.1'
+    "$PYTHON" -m pip install -q 'huggingface-hub==2.4.0'
+  fi
+  transformers4="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.cache/py-transformers4"
+  if [ ! -d "$transformers4/transformers" ]; then
+    "$PYTHON" -m pip install -q --target "$transformers4" --no-deps 'transformers==4.57.*' \
+      'tokenizers==0.22.*' 'huggingface-hub==0.36.*'
+  fi
 fi
 echo "setup: ok"

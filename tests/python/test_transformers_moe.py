@@ -1,7 +1,7 @@
 """Expert load of real Hugging Face ``transformers`` MoE models, unmodified (tiny, CPU).
 
 Runs under whichever transformers is first on the path: CTest runs it once with 5.x (the
-system python) and once with 4.57 (``build/py-transformers4`` first on PYTHONPATH), and
+system python) and once with 4.57 (``.cache/py-transformers4`` first on PYTHONPATH), and
 :func:`test_module_layout_is_that_of_the_installed_version` proves which layout was seen.
 """
 

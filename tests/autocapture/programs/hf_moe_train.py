@@ -1,6 +1,6 @@
 """An ordinary PyTorch training loop over a Hugging Face `transformers` MoE model with a tiny
 config (CPU): nothing in it knows about moescope. The router of layer HOT_LAYER is biased toward
-expert HOT_EXPERT, so that layer is imbalanced.
+expert HOT_EXPERT, so that layer is imbalanced; the other layer is not.
 
 usage: hf_moe_train.py FAMILY STEPS   (FAMILY: mixtral | qwen2_moe | qwen3_moe | deepseek_v3)
 With torchrun and WORLD_SIZE > 1, gradients are averaged with Gloo all_reduce by hand.
@@ -49,15 +49,15 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = transformers.AutoModelForCausalLM.from_config(tiny_config(family))
-    with torch.no_grad():
-        # Every token's embedding gets a large constant in feature 0; only HOT_LAYER's router
-        # reads it, and only for HOT_EXPERT: that layer sends nearly every token there.
-        model.model.embed_tokens.weight[:, 0] = 8.0
-        for index, layer in enumerate(model.model.layers):
-            router = router_of(layer)
-            router.weight[:, 0] = 0.0
-            if index == HOT_LAYER:
-                router.weight[HOT_EXPERT, 0] = 3.0
+    # HOT_LAYER's router sees every token shifted along its HOT_EXPERT row: that expert's logit
+    # rises by 20 for every token, the others' barely move, so nearly every token goes there.
+    router = router_of(model.model.layers[HOT_LAYER])
+
+    def biased(module, args):
+        row = module.weight[HOT_EXPERT].detach()
+        return (args[0] + 20.0 * row / row.square().sum(),) + args[1:]
+
+    router.register_forward_pre_hook(biased)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(1 + (dist.get_rank() if distributed else 0))
     for step in range(steps):

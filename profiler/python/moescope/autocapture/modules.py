@@ -16,6 +16,7 @@ its children 1, and so on; outside any block, a model's children have depth 0. M
 (router) and ``experts``.
 """
 
+import atexit
 import ctypes
 import functools
 import os
@@ -160,6 +161,9 @@ class ModuleCapture:
             note(f"expert load not captured: {error}")
             return
         self.expert_load = expert_load_capture
+        # Counts of the last steps may still be on their way from a GPU: hand them over before
+        # the recorder's own exit handler (registered earlier, so it runs after this) closes.
+        atexit.register(expert_load_capture.flush)
 
     def _record_expert_load(self, step, layer, counts):
         """Tokens per expert of one layer: `counts` is a host tensor [num_experts]."""
