@@ -195,7 +195,8 @@ void write_group_description(const c10d::ProcessGroup& group, const std::string&
 
 // What the collective on `stack` sends, and for whom; nullptr for a traced (fake) call.
 std::shared_ptr<PendingCollective> describe_collective(const c10::OperatorHandle& op,
-                                                       const torch::jit::Stack& stack) {
+                                                       const torch::jit::Stack& stack,
+                                                       uint64_t enqueue_ns) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_arguments = schema.arguments().size();
   if (stack.size() < num_arguments) return nullptr;
@@ -220,6 +221,7 @@ std::shared_ptr<PendingCollective> describe_collective(const c10::OperatorHandle
 
   const std::string& operator_name = schema.name();
   moescope_comm_op_info info{};
+  info.enqueue_ns = enqueue_ns;
   info.kind = collective_kind(operator_name);
   const int sent_index = sent_argument_index(info.kind, names);
   const int received_index = received_argument_index(names);
@@ -290,9 +292,10 @@ std::shared_ptr<PendingCollective> describe_collective(const c10::OperatorHandle
 void capture_collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         torch::jit::Stack* stack) {
   std::shared_ptr<PendingCollective> pending;
+  const uint64_t enqueue_begin = moescope_recording ? moescope_now_ns() : 0;
   if (moescope_recording) {
     try {
-      pending = describe_collective(op, *stack);
+      pending = describe_collective(op, *stack, enqueue_begin);
     } catch (const std::exception& error) {
       // Never in the program's way: run the collective unrecorded, say so once.
       if (!state().warned_unreadable.exchange(true)) {
@@ -306,7 +309,6 @@ void capture_collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
     return;
   }
-  const uint64_t enqueue_begin = moescope_now_ns();
   {
     c10::DebugInfoGuard guard(c10::DebugInfoKind::PARAM_COMMS_INFO, pending);
     op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);

@@ -83,6 +83,9 @@ def start(collectives=True, ops=False):
         torch = sys.modules.get("torch")
         if torch is None:
             return False, "torch is not imported in this process"
+        import moescope  # the annotation module: it reads the shim's recording flag
+        if not moescope.recording():
+            return False, "no moescope recording in this process (run it under `moescope record`)"
         if _library is None:
             path, reason = find_library()
             if path is None:
