@@ -32,6 +32,7 @@
 
 #include "capture_parts.h"
 #include "collective_classification.h"
+#include "record_function_callback.h"
 #include "recorder_binding.h"
 
 namespace moescope::torch_capture {
@@ -395,12 +396,7 @@ bool start_collective_capture(bool nccl_left_to_shim, std::string* reason) {
 
 void stop_collective_capture() {
   CaptureState& capture = state();
-  try {
-    if (capture.execution_callback) at::removeCallback(capture.execution_callback);
-  } catch (const std::exception&) {
-    // Already removed by torch: nothing left to undo.
-  }
-  capture.execution_callback = 0;
+  remove_record_function_callback(capture.execution_callback);
   capture.kernels.reset();  // deregisters the kernels
 }
 

@@ -10,6 +10,7 @@
 
 #include "capture_parts.h"
 #include "operator_span_names.h"
+#include "record_function_callback.h"
 #include "recorder_binding.h"
 
 namespace moescope::torch_capture {
@@ -106,13 +107,7 @@ bool start_operator_capture(std::string* reason) {
 }
 
 void stop_operator_capture() {
-  OperatorCaptureState& capture = state();
-  try {
-    if (capture.callback) at::removeCallback(capture.callback);
-  } catch (const std::exception&) {
-    // Already removed by torch: nothing left to undo.
-  }
-  capture.callback = 0;
+  remove_record_function_callback(state().callback);
 }
 
 }  // namespace moescope::torch_capture
