@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
-#include "moescope/runtime/expert_migration.h"
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_migration.h"
+#include "moescope/balancer/expert_placement.h"
 
 namespace {
 
-using moescope::runtime::ExpertLoads;
-using moescope::runtime::ExpertPlacement;
-using moescope::runtime::PlacementConfig;
-using moescope::runtime::PlacementPolicy;
+using moescope::balancer::ExpertLoads;
+using moescope::balancer::ExpertPlacement;
+using moescope::balancer::PlacementConfig;
+using moescope::balancer::PlacementPolicy;
 
 struct BenchSettings {
   int num_layers = 16;
@@ -70,7 +70,7 @@ Balance balance_over_layers(const ExpertLoads& loads, GpuLoadsOfLayer&& gpu_load
   Balance balance;
   for (int layer = 0; layer < loads.num_layers; ++layer) {
     const double ratio =
-        moescope::runtime::summarize_gpu_loads(gpu_loads_of_layer(layer)).max_over_mean();
+        moescope::balancer::summarize_gpu_loads(gpu_loads_of_layer(layer)).max_over_mean();
     balance.mean += ratio / loads.num_layers;
     balance.worst = std::max(balance.worst, ratio);
   }
@@ -79,7 +79,7 @@ Balance balance_over_layers(const ExpertLoads& loads, GpuLoadsOfLayer&& gpu_load
 
 Balance planned_balance(const ExpertLoads& loads, const ExpertPlacement& placement) {
   return balance_over_layers(loads, [&](int layer) {
-    return moescope::runtime::gpu_loads_of_placement(loads.layer(layer), placement, layer);
+    return moescope::balancer::gpu_loads_of_placement(loads.layer(layer), placement, layer);
   });
 }
 
@@ -94,7 +94,7 @@ double microseconds_per_layer(const ExpertLoads& loads, const PlacementConfig& c
     const auto start = clock::now();
     double elapsed = 0.0;
     do {
-      const ExpertPlacement placement = moescope::runtime::plan_expert_placement(loads, config);
+      const ExpertPlacement placement = moescope::balancer::plan_expert_placement(loads, config);
       // Keep the result observable so the call is not optimised away.
       if (placement.physical_to_logical.empty()) std::abort();
       ++plans;
@@ -161,7 +161,7 @@ void print_migration_table(const BenchSettings& settings) {
                                 ranking_seed, sampling_seed);
     };
     const ExpertPlacement current =
-        moescope::runtime::plan_expert_placement(loads_of(7, 100), config);
+        moescope::balancer::plan_expert_placement(loads_of(7, 100), config);
     struct Scenario {
       const char* name;
       ExpertLoads loads;
@@ -169,12 +169,12 @@ void print_migration_table(const BenchSettings& settings) {
     for (const Scenario& scenario : {Scenario{"same hot experts", loads_of(7, 101)},
                                      Scenario{"new hot experts", loads_of(8, 102)}}) {
       const ExpertPlacement fresh =
-          moescope::runtime::plan_expert_placement(scenario.loads, config);
+          moescope::balancer::plan_expert_placement(scenario.loads, config);
       const ExpertPlacement incremental =
-          moescope::runtime::plan_expert_placement_incremental(scenario.loads, config, current);
-      const auto fresh_migration = moescope::runtime::plan_expert_migration(current, fresh);
+          moescope::balancer::plan_expert_placement_incremental(scenario.loads, config, current);
+      const auto fresh_migration = moescope::balancer::plan_expert_migration(current, fresh);
       const auto incremental_migration =
-          moescope::runtime::plan_expert_migration(current, incremental);
+          moescope::balancer::plan_expert_migration(current, incremental);
 
       using clock = std::chrono::steady_clock;
       double best_us = 1e300;
@@ -183,7 +183,7 @@ void print_migration_table(const BenchSettings& settings) {
         const auto start = clock::now();
         double elapsed = 0.0;
         do {
-          if (moescope::runtime::plan_expert_migration(current, fresh).placement.num_layers == 0)
+          if (moescope::balancer::plan_expert_migration(current, fresh).placement.num_layers == 0)
             std::abort();
           ++runs;
           elapsed = std::chrono::duration<double>(clock::now() - start).count();
@@ -248,14 +248,14 @@ int main(int argc, char** argv) {
                                static_cast<uint32_t>(experts * 1000 + gpus * 10 + exponent * 10),
                                static_cast<uint32_t>(experts * 1000 + gpus * 10 + exponent * 10));
         const Balance identity = balance_over_layers(loads, [&](int layer) {
-          return moescope::runtime::gpu_loads_without_replicas(loads.layer(layer), gpus);
+          return moescope::balancer::gpu_loads_without_replicas(loads.layer(layer), gpus);
         });
         const PlacementConfig greedy_config = config_for(slots, gpus, 1, 1, false);
         const PlacementConfig refined_config = config_for(slots, gpus, 1, 1, true);
         const Balance greedy =
-            planned_balance(loads, moescope::runtime::plan_expert_placement(loads, greedy_config));
-        const Balance refined =
-            planned_balance(loads, moescope::runtime::plan_expert_placement(loads, refined_config));
+            planned_balance(loads, moescope::balancer::plan_expert_placement(loads, greedy_config));
+        const Balance refined = planned_balance(
+            loads, moescope::balancer::plan_expert_placement(loads, refined_config));
         const double greedy_us = microseconds_per_layer(loads, greedy_config, settings.min_seconds);
         const double refined_us =
             microseconds_per_layer(loads, refined_config, settings.min_seconds);
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
         if (gpus >= 16) {
           const PlacementConfig hierarchical_config = config_for(slots, gpus, gpus / 8, 8, true);
           const Balance hierarchical = planned_balance(
-              loads, moescope::runtime::plan_expert_placement(loads, hierarchical_config));
+              loads, moescope::balancer::plan_expert_placement(loads, hierarchical_config));
           char text[64];
           std::snprintf(text, sizeof(text), "%.3f (%.3f)", hierarchical.mean, hierarchical.worst);
           hierarchical_text = text;

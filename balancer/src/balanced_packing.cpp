@@ -4,7 +4,7 @@
 #include <numeric>
 #include <queue>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 namespace {
 
@@ -201,4 +201,4 @@ PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_
   return to_assignment(items_of_pack, weights.size());
 }
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 struct PackAssignment {
   std::vector<int32_t> pack_of_item;  // [num_items]
@@ -30,4 +30,4 @@ PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_
                                        std::span<const int32_t> preferred_pack,
                                        double stop_max_over_mean);
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer

@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "moescope/runtime/expert_loads.h"
+#include "moescope/balancer/expert_loads.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 enum class PlacementPolicy {
   kAuto,          // hierarchical when num_nodes > 1 and num_groups % num_nodes == 0, else global
@@ -111,4 +111,4 @@ struct GpuLoadBalance {
 
 GpuLoadBalance summarize_gpu_loads(std::span<const double> gpu_loads);
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -1,4 +1,4 @@
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,15 +8,9 @@
 #include "balanced_packing.h"
 #include "replication.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 namespace {
-
-using balancer::balanced_packing;
-using balancer::PackAssignment;
-using balancer::replicate_experts;
-using balancer::Replication;
-using balancer::sticky_balanced_packing;
 
 [[noreturn]] void fail(const std::string& message) {
   throw std::invalid_argument("expert placement: " + message);
@@ -455,4 +449,4 @@ GpuLoadBalance summarize_gpu_loads(std::span<const double> gpu_loads) {
   return balance;
 }
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer
