@@ -78,6 +78,8 @@ struct PlanOptions {
   int num_groups = 1;
   std::string policy = "auto";
   bool greedy_only = false;
+  std::string search = "auto";
+  uint64_t search_seed = 0;
   std::string loads_file;
   std::vector<std::string> traces;
   std::string json_output;
@@ -94,6 +96,9 @@ struct LayerBalance {
   double fresh_plan_max_over_mean = 0.0;
   balancer::GpuLoadBalance before;
   balancer::GpuLoadBalance after;
+  // Fresh plans: no plan has a lower maximum (the search proved it), and a lower bound on it.
+  bool proven_optimal = false;
+  double lower_bound = 0.0;
 };
 
 balancer::PlacementPolicy parse_policy(const std::string& name) {
@@ -101,6 +106,19 @@ balancer::PlacementPolicy parse_policy(const std::string& name) {
   if (name == "hierarchical") return balancer::PlacementPolicy::kHierarchical;
   if (name == "global") return balancer::PlacementPolicy::kGlobal;
   throw std::invalid_argument("--policy must be auto, hierarchical or global, got '" + name + "'");
+}
+
+balancer::PlacementSearch parse_search(const std::string& name) {
+  if (name == "none") return balancer::PlacementSearch::kNone;
+  if (name == "auto") return balancer::PlacementSearch::kAuto;
+  if (name == "exhaustive") return balancer::PlacementSearch::kExhaustive;
+  throw std::invalid_argument("--search must be none, auto or exhaustive, got '" + name + "'");
+}
+
+// What the plan line says about the method.
+std::string method_description(const PlanOptions& options) {
+  if (options.greedy_only) return "greedy packing";
+  return "refined packing, search " + options.search;
 }
 
 std::string format_number(double value, const char* format) {
@@ -144,6 +162,8 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
       {"max_replicas", plan.max_replicas},
       {"policy", std::string(balancer::placement_policy_name(plan.policy))},
       {"refine_packing", !options.greedy_only},
+      {"search", options.greedy_only ? "none" : options.search},
+      {"search_seed", options.search_seed},
       {"before", options.current_placement.empty() ? "identity" : "current"},
       {"summary",
        {{"mean_max_over_mean_before", summary.mean_before},
@@ -181,7 +201,12 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
         {"logcnt", std::vector<int32_t>(logcnt.begin(), logcnt.end())},
         {"log2phy", log2phy},
     };
-    if (!options.current_placement.empty()) {
+    if (options.current_placement.empty()) {
+      entry["proven_optimal"] = balance.proven_optimal;
+      entry["lower_bound_max_over_mean"] = balance.after.mean_gpu_load > 0.0
+                                               ? balance.lower_bound / balance.after.mean_gpu_load
+                                               : 1.0;
+    } else {
       ordered_json moves = ordered_json::array();
       for (const balancer::ExpertMove& move : balance.moves) {
         moves.push_back({move.logical_expert, move.from_gpu, move.to_gpu});
@@ -205,8 +230,8 @@ void print_placement(std::ostream& out, const PlanOptions& options,
       << plan.num_gpus << " GPUs (" << plan.slots_per_gpu() << " per GPU), " << options.num_nodes
       << (options.num_nodes == 1 ? " node, " : " nodes, ") << options.num_groups
       << (options.num_groups == 1 ? " group" : " groups") << ", policy "
-      << balancer::placement_policy_name(plan.policy)
-      << (options.greedy_only ? ", greedy packing" : ", refined packing") << "\n";
+      << balancer::placement_policy_name(plan.policy) << ", " << method_description(options)
+      << "\n";
   if (options.current_placement.empty()) {
     out << "before: experts split contiguously over the GPUs, no replicas\n";
   } else {
@@ -221,7 +246,8 @@ void print_placement(std::ostream& out, const PlanOptions& options,
         << format_number(balance.after.max_over_mean(), "%.4f") << " (max "
         << format_number(balance.before.max_gpu_load, "%.6g") << " -> "
         << format_number(balance.after.max_gpu_load, "%.6g") << ", mean "
-        << format_number(balance.after.mean_gpu_load, "%.6g") << ")\n";
+        << format_number(balance.after.mean_gpu_load, "%.6g") << ")"
+        << (balance.proven_optimal ? ", optimal" : "") << "\n";
     if (!options.current_placement.empty()) {
       out << "  expert copies: " << balance.moves.size()
           << " (a fresh plan: " << balance.fresh_plan_copies << " copies, max/mean "
@@ -322,14 +348,17 @@ void run_plan(const PlanOptions& options) {
   config.num_groups = options.num_groups;
   config.policy = parse_policy(options.policy);
   config.refine_packing = !options.greedy_only;
+  config.search = parse_search(options.search);
+  config.search_seed = options.search_seed;
   config.incremental_max_over_mean = options.incremental_bound;
   std::optional<balancer::ExpertPlacement> current;
   if (!options.current_placement.empty()) {
     current = read_current_placement(options.current_placement, loads, options.num_gpus);
   }
+  balancer::PlacementSearchReport report;
   balancer::ExpertPlacement plan =
       current ? balancer::plan_expert_placement_incremental(loads, config, *current)
-              : balancer::plan_expert_placement(loads, config);
+              : balancer::plan_expert_placement(loads, config, &report);
 
   std::vector<LayerBalance> balances(static_cast<size_t>(plan.num_layers));
   if (current) {
@@ -361,6 +390,10 @@ void run_plan(const PlanOptions& options) {
     balance.gpu_loads_after = balancer::gpu_loads_of_placement(loads.layer(layer), plan, layer);
     balance.before = balancer::summarize_gpu_loads(balance.gpu_loads_before);
     balance.after = balancer::summarize_gpu_loads(balance.gpu_loads_after);
+    if (!current) {
+      balance.proven_optimal = report.proven_optimal[static_cast<size_t>(layer)] != 0;
+      balance.lower_bound = report.lower_bound[static_cast<size_t>(layer)];
+    }
   }
 
   if (options.json_output.empty()) {
@@ -404,7 +437,15 @@ void add_plan_command(CLI::App& app) {
                    "or global")
       ->check(CLI::IsMember({"auto", "hierarchical", "global"}));
   plan->add_flag("--greedy", options->greedy_only,
-                 "greedy balanced packing only, exactly as published (no swap refinement)");
+                 "greedy balanced packing only, exactly as published (no swap refinement, no "
+                 "search)");
+  plan->add_option("--search", options->search,
+                   "after the greedy plan: none, auto (default: exact search on small layers, a "
+                   "bounded local search on large ones) or exhaustive (exact search with a large "
+                   "budget; slow on large layers)")
+      ->check(CLI::IsMember({"none", "auto", "exhaustive"}));
+  plan->add_option("--search-seed", options->search_seed,
+                   "seed of the search's random moves (default 0; same seed, same plan)");
   plan->add_option("--current", options->current_placement,
                    "plan incrementally from this placement (a JSON written by --json): experts "
                    "stay on their GPU where balance allows; prints the expert copies needed");
