@@ -246,5 +246,66 @@ TEST(PlacementSearch, TheLocalSearchAloneIsNeverWorseThanItsStart) {
   EXPECT_GE(within_one_percent * 10, static_cast<int>(cases.size()) * 9);
 }
 
+TEST(PlacementSearch, HierarchicalSearchKeepsGroupsOnTheirNodeAndNeverLosesBalance) {
+  const int experts = 32, groups = 8, nodes = 2, gpus = 8, slots = 40;
+  const ExpertLoads loads = testing::zipf_loads(6, experts, 1.2, 314);
+  PlacementConfig config = global_config(slots, gpus, PlacementSearch::kAuto);
+  config.num_nodes = nodes;
+  config.num_groups = groups;
+  config.policy = PlacementPolicy::kHierarchical;
+  PlacementConfig unsearched = config;
+  unsearched.search = PlacementSearch::kNone;
+  const ExpertPlacement searched = plan_expert_placement(loads, config);
+  const ExpertPlacement greedy = plan_expert_placement(loads, unsearched);
+  expect_consistent_placement(searched, config, 6, experts);
+  int better = 0;
+  for (int layer = 0; layer < 6; ++layer) {
+    const double found = max_gpu_load(loads, searched, layer);
+    const double start = max_gpu_load(loads, greedy, layer);
+    EXPECT_LE(found, start * (1 + 1e-12)) << "layer " << layer;
+    better += found < start * (1 - 1e-9) ? 1 : 0;
+    std::vector<int> node_of_group(groups, -1);
+    const auto phy2log = searched.phy2log(layer);
+    for (int slot = 0; slot < slots; ++slot) {
+      const int group = phy2log[static_cast<size_t>(slot)] / (experts / groups);
+      int& node = node_of_group[static_cast<size_t>(group)];
+      if (node < 0) node = slot / (slots / nodes);
+      EXPECT_EQ(node, slot / (slots / nodes)) << "layer " << layer << " group " << group;
+    }
+  }
+  EXPECT_GT(better, 0) << "the search should improve some layer of Zipf 1.2 loads";
+}
+
+TEST(PlacementSearch, IncrementalPlansReachTheBoundGreedyCountsCannot) {
+  // The loads from the identity layout (4 experts per GPU) to 10 slots: with the greedy
+  // replica counts no packing gets below 1.128, so the bound 1.02 needs the search.
+  const ExpertLoads loads{1, 8, {619, 1768, 1691, 17, 0, 0, 0, 0}};
+  const ExpertPlacement current = make_identity_placement(1, 8, 2);
+  PlacementConfig config = global_config(10, 2, PlacementSearch::kAuto);
+  const ExpertPlacement searched = plan_expert_placement_incremental(loads, config, current);
+  expect_consistent_placement(searched, config, 1, 8);
+  EXPECT_LE(max_gpu_load(loads, searched) / (4095.0 / 2), config.incremental_max_over_mean);
+  config.search = PlacementSearch::kNone;
+  const ExpertPlacement greedy = plan_expert_placement_incremental(loads, config, current);
+  EXPECT_GT(max_gpu_load(loads, greedy) / (4095.0 / 2), 1.1);
+
+  // Planned again from the searched placement with the same loads: nothing moves, although the
+  // greedy would pick other replica counts.
+  const ExpertPlacement again = plan_expert_placement_incremental(loads, config, searched);
+  EXPECT_TRUE(plan_expert_migration(searched, again).moves.empty());
+}
+
+TEST(PlacementSearch, TheSameSeedGivesTheSamePlan) {
+  const ExpertLoads loads = testing::zipf_loads(3, 64, 1.2, 99);
+  PlacementConfig config = global_config(128, 64, PlacementSearch::kAuto);
+  config.search_seed = 5;
+  PlacementSearchReport first_report, second_report;
+  const ExpertPlacement first = plan_expert_placement(loads, config, &first_report);
+  const ExpertPlacement second = plan_expert_placement(loads, config, &second_report);
+  EXPECT_EQ(first.physical_to_logical, second.physical_to_logical);
+  EXPECT_EQ(first_report.search_steps, second_report.search_steps);
+  EXPECT_GT(first_report.search_steps, 0);
+}
+
 }  // namespace
 }  // namespace moescope::balancer
