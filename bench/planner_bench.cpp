@@ -333,15 +333,22 @@ void print_small_layers_table() {
   }
 }
 
-// Expert popularity that drifts: per layer and expert a log-weight -s log(rank) plus an
-// Ornstein-Uhlenbeck term (mean reversion 0.05 per step, step noise 0.08), tokens per step
-// sampled from the resulting distribution. Returns [windows] loads, each the mean over
-// window_steps steps: [layers, experts].
+// How fast expert popularity wanders: each step every expert's log-weight offset d becomes
+// keep x d + N(0, step_noise) (an Ornstein-Uhlenbeck walk around its Zipf base).
+struct Drift {
+  const char* name;
+  double keep;
+  double step_noise;
+};
+
+// Expert popularity that drifts: per layer and expert a log-weight -s log(rank) plus the drift
+// offset, tokens per step sampled from the resulting distribution. Returns [windows] loads, each
+// the mean over window_steps steps: [layers, experts].
 std::vector<ExpertLoads> drifting_windows(int layers, int experts, double exponent,
                                           int tokens_per_step, int window_steps, int windows,
-                                          uint64_t seed) {
+                                          const Drift& drift_model, uint64_t seed) {
   std::mt19937_64 random(seed);
-  std::normal_distribution<double> noise(0.0, 0.08);
+  std::normal_distribution<double> noise(0.0, drift_model.step_noise);
   std::vector<std::vector<double>> base(static_cast<size_t>(layers)),
       drift(static_cast<size_t>(layers), std::vector<double>(static_cast<size_t>(experts), 0.0));
   for (auto& row : base) {
@@ -359,7 +366,7 @@ std::vector<ExpertLoads> drifting_windows(int layers, int experts, double expone
         std::vector<double> weight(static_cast<size_t>(experts));
         for (int e = 0; e < experts; ++e) {
           double& d = drift[static_cast<size_t>(layer)][static_cast<size_t>(e)];
-          d = 0.95 * d + noise(random);
+          d = drift_model.keep * d + noise(random);
           weight[static_cast<size_t>(e)] =
               std::exp(base[static_cast<size_t>(layer)][static_cast<size_t>(e)] + d);
         }
@@ -381,43 +388,47 @@ void print_next_window_table() {
       "max/mean on window w (same) and w+1 (next), mean (worst) over layers and windows\n\n",
       kLayers, kWindows, kWindowSteps);
   std::printf(
-      "| experts | GPUs | slots | zipf | tokens/step | greedy same | greedy next | search same | "
-      "search next |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "| drift | experts | GPUs | slots | zipf | tokens/step | greedy same | greedy next | search "
+      "same | search next |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     int experts, gpus, slots;
     double exponent;
     int tokens;
   };
-  for (const Shape& shape : {Shape{8, 2, 10, 1.2, 4096}, Shape{16, 4, 20, 1.0, 4096},
-                             Shape{64, 8, 80, 1.0, 16384}, Shape{256, 64, 320, 1.0, 16384}}) {
-    const std::vector<ExpertLoads> windows =
-        drifting_windows(kLayers, shape.experts, shape.exponent, shape.tokens, kWindowSteps,
-                         kWindows, static_cast<uint64_t>(shape.experts * 7919 + shape.gpus));
-    std::vector<double> ratios[4];  // greedy same, greedy next, search same, search next
-    for (int w = 0; w + 1 < kWindows; ++w) {
-      for (int variant = 0; variant < 2; ++variant) {
-        const PlacementConfig config = variant == 0
-                                           ? config_for(shape.slots, shape.gpus, 1, 1, false)
-                                           : config_for(shape.slots, shape.gpus, 1, 1, true);
-        const ExpertPlacement plan =
-            moescope::balancer::plan_expert_placement(windows[static_cast<size_t>(w)], config);
-        for (int next = 0; next < 2; ++next) {
-          const ExpertLoads& scored = windows[static_cast<size_t>(w + next)];
-          for (int layer = 0; layer < kLayers; ++layer) {
-            ratios[variant * 2 + next].push_back(
-                moescope::balancer::summarize_gpu_loads(
-                    moescope::balancer::gpu_loads_of_placement(scored.layer(layer), plan, layer))
-                    .max_over_mean());
+  for (const Drift& drift :
+       {Drift{"slow (0.99, 0.02)", 0.99, 0.02}, Drift{"fast (0.95, 0.08)", 0.95, 0.08}}) {
+    for (const Shape& shape : {Shape{8, 2, 10, 1.2, 4096}, Shape{16, 4, 20, 1.0, 4096},
+                               Shape{64, 8, 80, 1.0, 16384}, Shape{256, 64, 320, 1.0, 16384}}) {
+      const std::vector<ExpertLoads> windows = drifting_windows(
+          kLayers, shape.experts, shape.exponent, shape.tokens, kWindowSteps, kWindows, drift,
+          static_cast<uint64_t>(shape.experts * 7919 + shape.gpus));
+      std::vector<double> ratios[4];  // greedy same, greedy next, search same, search next
+      for (int w = 0; w + 1 < kWindows; ++w) {
+        for (int variant = 0; variant < 2; ++variant) {
+          const PlacementConfig config = variant == 0
+                                             ? config_for(shape.slots, shape.gpus, 1, 1, false)
+                                             : config_for(shape.slots, shape.gpus, 1, 1, true);
+          const ExpertPlacement plan =
+              moescope::balancer::plan_expert_placement(windows[static_cast<size_t>(w)], config);
+          for (int next = 0; next < 2; ++next) {
+            const ExpertLoads& scored = windows[static_cast<size_t>(w + next)];
+            for (int layer = 0; layer < kLayers; ++layer) {
+              ratios[variant * 2 + next].push_back(
+                  moescope::balancer::summarize_gpu_loads(
+                      moescope::balancer::gpu_loads_of_placement(scored.layer(layer), plan, layer))
+                      .max_over_mean());
+            }
           }
         }
       }
+      std::printf(
+          "| %s | %d | %d | %d | %.1f | %d | %.4f (%.4f) | %.4f (%.4f) | %.4f (%.4f) | %.4f (%.4f) "
+          "|\n",
+          drift.name, shape.experts, shape.gpus, shape.slots, shape.exponent, shape.tokens,
+          mean_of(ratios[0]), worst_of(ratios[0]), mean_of(ratios[1]), worst_of(ratios[1]),
+          mean_of(ratios[2]), worst_of(ratios[2]), mean_of(ratios[3]), worst_of(ratios[3]));
     }
-    std::printf(
-        "| %d | %d | %d | %.1f | %d | %.4f (%.4f) | %.4f (%.4f) | %.4f (%.4f) | %.4f (%.4f) |\n",
-        shape.experts, shape.gpus, shape.slots, shape.exponent, shape.tokens, mean_of(ratios[0]),
-        worst_of(ratios[0]), mean_of(ratios[1]), worst_of(ratios[1]), mean_of(ratios[2]),
-        worst_of(ratios[2]), mean_of(ratios[3]), worst_of(ratios[3]));
   }
 }
 
