@@ -14,6 +14,9 @@ struct PackAssignment {
   std::vector<int32_t> rank_in_pack;  // [num_items], 0 .. items_per_pack - 1
 };
 
+/// Indices of `weights`, heaviest first (ties to the lower index): [weights.size()].
+std::vector<int32_t> heaviest_first(std::span<const double> weights);
+
 /// Greedy longest-first packing as EPLB describes it: items sorted by weight (heaviest first,
 /// ties by index) each go into the lightest pack that still has room (ties by pack index).
 /// With `refine`, pairs of items are then swapped between the heaviest pack and another pack

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "balanced_packing.h"
 #include "layout_search.h"
 
 namespace moescope::balancer {
@@ -36,14 +37,7 @@ class ExactSearch {
     tolerance_ = 1e-9 * total / num_gpus_;
     best_ = layout_max_gpu_load(loads, incumbent);
     lower_bound_ = layout_lower_bound(loads, num_slots, num_gpus_);
-    order_.resize(static_cast<size_t>(num_experts_));
-    std::iota(order_.begin(), order_.end(), 0);
-    std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
-      if (loads[static_cast<size_t>(a)] != loads[static_cast<size_t>(b)]) {
-        return loads[static_cast<size_t>(a)] > loads[static_cast<size_t>(b)];
-      }
-      return a < b;
-    });
+    order_ = heaviest_first(loads);
     counts_.assign(static_cast<size_t>(num_experts_), 1);
     replicas_.reserve(static_cast<size_t>(num_slots));
     smallest_sum_.resize(static_cast<size_t>(num_slots) + 1);

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 
+#include "balanced_packing.h"
 #include "layout_search.h"
 
 namespace moescope::balancer {
@@ -112,14 +113,7 @@ class LocalSearch {
 
   // GPUs heaviest first, and the sum of squares, after a change.
   void reorder() {
-    by_load_.resize(static_cast<size_t>(num_gpus_));
-    std::iota(by_load_.begin(), by_load_.end(), 0);
-    std::sort(by_load_.begin(), by_load_.end(), [&](int32_t a, int32_t b) {
-      if (gpu_load_[static_cast<size_t>(a)] != gpu_load_[static_cast<size_t>(b)]) {
-        return gpu_load_[static_cast<size_t>(a)] > gpu_load_[static_cast<size_t>(b)];
-      }
-      return a < b;
-    });
+    by_load_ = heaviest_first(gpu_load_);
     sum_of_squares_ = 0.0;
     for (double load : gpu_load_) sum_of_squares_ += load * load;
   }
