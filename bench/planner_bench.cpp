@@ -169,7 +169,7 @@ double naive_moves_per_layer(const ExpertPlacement& current, const ExpertPlaceme
 // an incremental plan from the running placement, with the max/mean each reaches.
 void print_migration_table(const BenchSettings& settings) {
   std::printf(
-      "\nRe-planning and migration (Zipf 1.0, refined planner, incremental bound 1.02): "
+      "\nRe-planning and migration (Zipf 1.0, default planner, incremental bound 1.02): "
       "expert copies per layer and worst max/mean over layers\n\n");
   std::printf(
       "| experts | GPUs | slots | new loads | fresh: copies (naive numbering) | fresh: "
