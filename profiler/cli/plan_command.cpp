@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "commands.h"
+#include "moescope/balancer/expert_loads.h"
+#include "moescope/balancer/expert_migration.h"
+#include "moescope/balancer/expert_placement.h"
 #include "moescope/profiler/expert_load_analysis.h"
 #include "moescope/profiler/trace_loader.h"
-#include "moescope/runtime/expert_loads.h"
-#include "moescope/runtime/expert_migration.h"
-#include "moescope/runtime/expert_placement.h"
 
 namespace moescope::cli {
 
@@ -27,9 +27,9 @@ namespace moescope::cli {
 /// GLOBAL-scope sample of a layer, else the sum of every rank's LOCAL samples, averaged over
 /// the layer's steps. Layers are planned in the order of their ids. Throws std::runtime_error
 /// when no trace holds expert loads or layers disagree on the number of experts.
-runtime::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths);
+balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths);
 
-runtime::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths) {
+balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths) {
   const analysis::TraceModel model = analysis::load_traces(trace_paths);
   for (const analysis::LoadError& error : model.errors) {
     std::cerr << "moescope plan: " << error.to_string() << "\n";
@@ -42,7 +42,7 @@ runtime::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string
   }
   const std::vector<std::vector<double>> tokens_over_steps =
       analysis::expert_load_matrix(model, INT64_MIN, INT64_MAX);
-  runtime::ExpertLoads loads;
+  balancer::ExpertLoads loads;
   loads.num_experts = static_cast<int>(per_layer.layers.front().num_experts);
   std::string layer_ids;
   bool ids_are_dense = true;  // trace layer ids 0..n-1
@@ -78,6 +78,8 @@ struct PlanOptions {
   int num_groups = 1;
   std::string policy = "auto";
   bool greedy_only = false;
+  std::string search = "auto";
+  uint64_t search_seed = 0;
   std::string loads_file;
   std::vector<std::string> traces;
   std::string json_output;
@@ -89,18 +91,34 @@ struct LayerBalance {
   std::vector<double> gpu_loads_before;  // identity placement, or the current one with --current
   std::vector<double> gpu_loads_after;
   // With --current: the copies the plan needs, and what a fresh plan would need and reach.
-  std::vector<runtime::ExpertMove> moves;
+  std::vector<balancer::ExpertMove> moves;
   size_t fresh_plan_copies = 0;
   double fresh_plan_max_over_mean = 0.0;
-  runtime::GpuLoadBalance before;
-  runtime::GpuLoadBalance after;
+  balancer::GpuLoadBalance before;
+  balancer::GpuLoadBalance after;
+  // Fresh plans: no plan has a lower maximum (the search proved it), and a lower bound on it.
+  bool proven_optimal = false;
+  double lower_bound = 0.0;
 };
 
-runtime::PlacementPolicy parse_policy(const std::string& name) {
-  if (name == "auto") return runtime::PlacementPolicy::kAuto;
-  if (name == "hierarchical") return runtime::PlacementPolicy::kHierarchical;
-  if (name == "global") return runtime::PlacementPolicy::kGlobal;
+balancer::PlacementPolicy parse_policy(const std::string& name) {
+  if (name == "auto") return balancer::PlacementPolicy::kAuto;
+  if (name == "hierarchical") return balancer::PlacementPolicy::kHierarchical;
+  if (name == "global") return balancer::PlacementPolicy::kGlobal;
   throw std::invalid_argument("--policy must be auto, hierarchical or global, got '" + name + "'");
+}
+
+balancer::PlacementSearch parse_search(const std::string& name) {
+  if (name == "none") return balancer::PlacementSearch::kNone;
+  if (name == "auto") return balancer::PlacementSearch::kAuto;
+  if (name == "exhaustive") return balancer::PlacementSearch::kExhaustive;
+  throw std::invalid_argument("--search must be none, auto or exhaustive, got '" + name + "'");
+}
+
+// What the plan line says about the method.
+std::string method_description(const PlanOptions& options) {
+  if (options.greedy_only) return "greedy packing";
+  return "refined packing, search " + options.search;
 }
 
 std::string format_number(double value, const char* format) {
@@ -130,7 +148,7 @@ PlanSummary summarize(const std::vector<LayerBalance>& balances) {
 
 // The placement as JSON text: the header fields, then one line per layer, so that large plans
 // stay readable and diffable.
-std::string placement_json(const PlanOptions& options, const runtime::ExpertPlacement& plan,
+std::string placement_json(const PlanOptions& options, const balancer::ExpertPlacement& plan,
                            const std::vector<LayerBalance>& balances) {
   using ordered_json = nlohmann::ordered_json;
   const PlanSummary summary = summarize(balances);
@@ -142,8 +160,10 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
       {"num_nodes", options.num_nodes},
       {"num_groups", options.num_groups},
       {"max_replicas", plan.max_replicas},
-      {"policy", std::string(runtime::placement_policy_name(plan.policy))},
+      {"policy", std::string(balancer::placement_policy_name(plan.policy))},
       {"refine_packing", !options.greedy_only},
+      {"search", options.greedy_only ? "none" : options.search},
+      {"search_seed", options.search_seed},
       {"before", options.current_placement.empty() ? "identity" : "current"},
       {"summary",
        {{"mean_max_over_mean_before", summary.mean_before},
@@ -181,9 +201,14 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
         {"logcnt", std::vector<int32_t>(logcnt.begin(), logcnt.end())},
         {"log2phy", log2phy},
     };
-    if (!options.current_placement.empty()) {
+    if (options.current_placement.empty()) {
+      entry["proven_optimal"] = balance.proven_optimal;
+      entry["lower_bound_max_over_mean"] = balance.after.mean_gpu_load > 0.0
+                                               ? balance.lower_bound / balance.after.mean_gpu_load
+                                               : 1.0;
+    } else {
       ordered_json moves = ordered_json::array();
-      for (const runtime::ExpertMove& move : balance.moves) {
+      for (const balancer::ExpertMove& move : balance.moves) {
         moves.push_back({move.logical_expert, move.from_gpu, move.to_gpu});
       }
       entry["expert_copies"] = balance.moves.size();
@@ -198,15 +223,15 @@ std::string placement_json(const PlanOptions& options, const runtime::ExpertPlac
 }
 
 void print_placement(std::ostream& out, const PlanOptions& options,
-                     const runtime::ExpertPlacement& plan,
+                     const balancer::ExpertPlacement& plan,
                      const std::vector<LayerBalance>& balances, bool with_slots) {
   out << "plan: " << plan.num_layers << (plan.num_layers == 1 ? " layer" : " layers") << " x "
       << plan.num_logical_experts << " experts -> " << plan.num_physical_experts << " slots on "
       << plan.num_gpus << " GPUs (" << plan.slots_per_gpu() << " per GPU), " << options.num_nodes
       << (options.num_nodes == 1 ? " node, " : " nodes, ") << options.num_groups
       << (options.num_groups == 1 ? " group" : " groups") << ", policy "
-      << runtime::placement_policy_name(plan.policy)
-      << (options.greedy_only ? ", greedy packing" : ", refined packing") << "\n";
+      << balancer::placement_policy_name(plan.policy) << ", " << method_description(options)
+      << "\n";
   if (options.current_placement.empty()) {
     out << "before: experts split contiguously over the GPUs, no replicas\n";
   } else {
@@ -221,13 +246,14 @@ void print_placement(std::ostream& out, const PlanOptions& options,
         << format_number(balance.after.max_over_mean(), "%.4f") << " (max "
         << format_number(balance.before.max_gpu_load, "%.6g") << " -> "
         << format_number(balance.after.max_gpu_load, "%.6g") << ", mean "
-        << format_number(balance.after.mean_gpu_load, "%.6g") << ")\n";
+        << format_number(balance.after.mean_gpu_load, "%.6g") << ")"
+        << (balance.proven_optimal ? ", optimal" : "") << "\n";
     if (!options.current_placement.empty()) {
       out << "  expert copies: " << balance.moves.size()
           << " (a fresh plan: " << balance.fresh_plan_copies << " copies, max/mean "
           << format_number(balance.fresh_plan_max_over_mean, "%.4f") << ")";
       if (with_slots) {
-        for (const runtime::ExpertMove& move : balance.moves) {
+        for (const balancer::ExpertMove& move : balance.moves) {
           out << (&move == balance.moves.data() ? ": " : ", ") << move.logical_expert << " gpu "
               << move.from_gpu << " -> " << move.to_gpu;
         }
@@ -266,8 +292,8 @@ void print_placement(std::ostream& out, const PlanOptions& options,
 }
 
 // The placement in a JSON file written by `moescope plan --json`, checked against the loads.
-runtime::ExpertPlacement read_current_placement(const std::string& path,
-                                                const runtime::ExpertLoads& loads, int num_gpus) {
+balancer::ExpertPlacement read_current_placement(const std::string& path,
+                                                 const balancer::ExpertLoads& loads, int num_gpus) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw std::runtime_error(path + ": cannot open the current placement");
   nlohmann::json document;
@@ -300,8 +326,8 @@ runtime::ExpertPlacement read_current_placement(const std::string& path,
         std::to_string(loads.num_experts) + " and --gpus is " + std::to_string(num_gpus));
   }
   try {
-    return runtime::placement_from_physical_to_logical(loads.num_layers, loads.num_experts,
-                                                       num_gpus, physical_to_logical);
+    return balancer::placement_from_physical_to_logical(loads.num_layers, loads.num_experts,
+                                                        num_gpus, physical_to_logical);
   } catch (const std::invalid_argument& error) {
     throw std::runtime_error(path + ": " + error.what());
   }
@@ -311,56 +337,63 @@ void run_plan(const PlanOptions& options) {
   if (options.loads_file.empty() == options.traces.empty()) {
     throw std::invalid_argument("give the loads either with --loads FILE or as TRACE files");
   }
-  const runtime::ExpertLoads loads = options.loads_file.empty()
-                                         ? load_expert_loads_from_traces(options.traces)
-                                         : runtime::read_expert_loads_file(options.loads_file);
+  const balancer::ExpertLoads loads = options.loads_file.empty()
+                                          ? load_expert_loads_from_traces(options.traces)
+                                          : balancer::read_expert_loads_file(options.loads_file);
 
-  runtime::PlacementConfig config;
+  balancer::PlacementConfig config;
   config.num_physical_experts = options.num_slots;
   config.num_gpus = options.num_gpus;
   config.num_nodes = options.num_nodes;
   config.num_groups = options.num_groups;
   config.policy = parse_policy(options.policy);
   config.refine_packing = !options.greedy_only;
+  config.search = parse_search(options.search);
+  config.search_seed = options.search_seed;
   config.incremental_max_over_mean = options.incremental_bound;
-  std::optional<runtime::ExpertPlacement> current;
+  std::optional<balancer::ExpertPlacement> current;
   if (!options.current_placement.empty()) {
     current = read_current_placement(options.current_placement, loads, options.num_gpus);
   }
-  runtime::ExpertPlacement plan =
-      current ? runtime::plan_expert_placement_incremental(loads, config, *current)
-              : runtime::plan_expert_placement(loads, config);
+  balancer::PlacementSearchReport report;
+  balancer::ExpertPlacement plan =
+      current ? balancer::plan_expert_placement_incremental(loads, config, *current)
+              : balancer::plan_expert_placement(loads, config, &report);
 
   std::vector<LayerBalance> balances(static_cast<size_t>(plan.num_layers));
   if (current) {
     // Renumbered to keep experts on their GPU, so the output is a drop-in next placement.
     const int nodes =
-        plan.policy == runtime::PlacementPolicy::kHierarchical ? options.num_nodes : 1;
-    runtime::ExpertMigration migration = runtime::plan_expert_migration(*current, plan, nodes);
+        plan.policy == balancer::PlacementPolicy::kHierarchical ? options.num_nodes : 1;
+    balancer::ExpertMigration migration = balancer::plan_expert_migration(*current, plan, nodes);
     plan = std::move(migration.placement);
-    for (const runtime::ExpertMove& move : migration.moves) {
+    for (const balancer::ExpertMove& move : migration.moves) {
       balances[static_cast<size_t>(move.layer)].moves.push_back(move);
     }
-    const runtime::ExpertMigration fresh = runtime::plan_expert_migration(
-        *current, runtime::plan_expert_placement(loads, config), nodes);
-    for (const runtime::ExpertMove& move : fresh.moves) {
+    const balancer::ExpertMigration fresh = balancer::plan_expert_migration(
+        *current, balancer::plan_expert_placement(loads, config), nodes);
+    for (const balancer::ExpertMove& move : fresh.moves) {
       ++balances[static_cast<size_t>(move.layer)].fresh_plan_copies;
     }
     for (int layer = 0; layer < plan.num_layers; ++layer) {
       balances[static_cast<size_t>(layer)].fresh_plan_max_over_mean =
-          runtime::summarize_gpu_loads(
-              runtime::gpu_loads_of_placement(loads.layer(layer), fresh.placement, layer))
+          balancer::summarize_gpu_loads(
+              balancer::gpu_loads_of_placement(loads.layer(layer), fresh.placement, layer))
               .max_over_mean();
     }
   }
   for (int layer = 0; layer < plan.num_layers; ++layer) {
     LayerBalance& balance = balances[static_cast<size_t>(layer)];
     balance.gpu_loads_before =
-        current ? runtime::gpu_loads_of_placement(loads.layer(layer), *current, layer)
-                : runtime::gpu_loads_without_replicas(loads.layer(layer), plan.num_gpus);
-    balance.gpu_loads_after = runtime::gpu_loads_of_placement(loads.layer(layer), plan, layer);
-    balance.before = runtime::summarize_gpu_loads(balance.gpu_loads_before);
-    balance.after = runtime::summarize_gpu_loads(balance.gpu_loads_after);
+        current ? balancer::gpu_loads_of_placement(loads.layer(layer), *current, layer)
+                : balancer::gpu_loads_without_replicas(loads.layer(layer), plan.num_gpus);
+    balance.gpu_loads_after = balancer::gpu_loads_of_placement(loads.layer(layer), plan, layer);
+    balance.before = balancer::summarize_gpu_loads(balance.gpu_loads_before);
+    balance.after = balancer::summarize_gpu_loads(balance.gpu_loads_after);
+    if (!current) {
+      balance.proven_optimal = report.proven_optimal[static_cast<size_t>(layer)] != 0;
+      balance.lower_bound = report.lower_bound[static_cast<size_t>(layer)];
+    }
   }
 
   if (options.json_output.empty()) {
@@ -404,7 +437,15 @@ void add_plan_command(CLI::App& app) {
                    "or global")
       ->check(CLI::IsMember({"auto", "hierarchical", "global"}));
   plan->add_flag("--greedy", options->greedy_only,
-                 "greedy balanced packing only, exactly as published (no swap refinement)");
+                 "greedy balanced packing only, exactly as published (no swap refinement, no "
+                 "search)");
+  plan->add_option("--search", options->search,
+                   "after the greedy plan: none, auto (default: exact search on small layers, a "
+                   "bounded local search on large ones) or exhaustive (exact search with a large "
+                   "budget; slow on large layers)")
+      ->check(CLI::IsMember({"none", "auto", "exhaustive"}));
+  plan->add_option("--search-seed", options->search_seed,
+                   "seed of the search's random moves (default 0; same seed, same plan)");
   plan->add_option("--current", options->current_placement,
                    "plan incrementally from this placement (a JSON written by --json): experts "
                    "stay on their GPU where balance allows; prints the expert copies needed");

@@ -17,8 +17,9 @@ int64_t num_experts_of(const std::vector<MoELayer>& layers) {
   return layers.front()->config().num_experts;
 }
 
-double imbalance(std::span<const double> loads, const ExpertPlacement& placement) {
-  return summarize_gpu_loads(gpu_loads_of_placement(loads, placement, 0)).max_over_mean();
+double imbalance(std::span<const double> loads, const balancer::ExpertPlacement& placement) {
+  return balancer::summarize_gpu_loads(balancer::gpu_loads_of_placement(loads, placement, 0))
+      .max_over_mean();
 }
 
 void record_values(int64_t step, const MoELayerImpl& layer, uint32_t quantity,
@@ -102,7 +103,7 @@ std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double
 RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
                                            double step_seconds) {
   MoELayerImpl& layer = *layers_[layer_position];
-  const ExpertPlacement& current = layer.expert_slots().placement();
+  const balancer::ExpertPlacement& current = layer.expert_slots().placement();
   const std::vector<double> forecast = forecaster_.predict(static_cast<int>(layer_position));
 
   RebalanceDecision decision;
@@ -111,16 +112,16 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
   decision.imbalance_before = imbalance(forecast, current);
   decision.imbalance_after = decision.imbalance_before;
 
-  ExpertPlacement candidate = current;
+  balancer::ExpertPlacement candidate = current;
   if (decision.imbalance_before > options_.imbalance_threshold) {
-    ExpertLoads loads{1, static_cast<int>(forecast.size()), forecast};
-    PlacementConfig config;
+    balancer::ExpertLoads loads{1, static_cast<int>(forecast.size()), forecast};
+    balancer::PlacementConfig config;
     config.num_physical_experts = current.num_physical_experts;
     config.num_gpus = current.num_gpus;
-    config.policy = PlacementPolicy::kGlobal;
+    config.policy = balancer::PlacementPolicy::kGlobal;
     config.incremental_max_over_mean = options_.incremental_max_over_mean;
     try {
-      candidate = plan_expert_placement_incremental(loads, config, current);
+      candidate = balancer::plan_expert_placement_incremental(loads, config, current);
     } catch (const std::invalid_argument& error) {
       TORCH_CHECK(false, "ExpertRebalancer: planning layer ", decision.layer,
                   " failed: ", error.what());
@@ -135,7 +136,7 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
       }
       expert_bytes += copies * weight[0].numel() * static_cast<int64_t>(weight.element_size());
     }
-    const auto moves = plan_expert_migration(current, candidate).moves.size();
+    const auto moves = balancer::plan_expert_migration(current, candidate).moves.size();
     decision.bytes_to_move = static_cast<int64_t>(moves) * expert_bytes;
     decision.gain_seconds = step_seconds *
                             (1.0 - decision.imbalance_after / decision.imbalance_before) *
@@ -147,7 +148,8 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
   if (decision.applied) decision.change = layer.apply_placement(candidate, optimizers_);
   // The dispatch buffers follow the forecast: the busiest rank's predicted rows, with headroom.
   layer.reserve_dispatch_buffers(
-      summarize_gpu_loads(gpu_loads_of_placement(forecast, layer.expert_slots().placement(), 0))
+      balancer::summarize_gpu_loads(
+          balancer::gpu_loads_of_placement(forecast, layer.expert_slots().placement(), 0))
           .max_gpu_load);
 
   if (is_trace_recording()) {
@@ -189,7 +191,7 @@ void ExpertRebalancer::save(torch::serialize::OutputArchive& archive) const {
   archive.write("step_seconds_sum", c10::IValue(step_seconds_sum_));
   archive.write("num_layers", c10::IValue(static_cast<int64_t>(layers_.size())));
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const ExpertPlacement& placement = layers_[l]->expert_slots().placement();
+    const balancer::ExpertPlacement& placement = layers_[l]->expert_slots().placement();
     torch::serialize::OutputArchive layer;
     layer.write("layer_index", c10::IValue(layers_[l]->config().layer_index));
     layer.write("num_experts", c10::IValue(static_cast<int64_t>(placement.num_logical_experts)));
@@ -210,7 +212,7 @@ void ExpertRebalancer::load(torch::serialize::InputArchive& archive, const std::
   TORCH_CHECK(num_layers == static_cast<int64_t>(layers_.size()), what, ": saved for ", num_layers,
               " MoE layers, this rebalancer has ", layers_.size());
   // Everything is read and checked before any layer changes.
-  std::vector<ExpertPlacement> placements;
+  std::vector<balancer::ExpertPlacement> placements;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const std::string key = "layer" + std::to_string(l);
     torch::serialize::InputArchive layer = read_archive_nested(archive, key, what);
@@ -229,7 +231,7 @@ void ExpertRebalancer::load(torch::serialize::InputArchive& archive, const std::
                                  .contiguous();
     TORCH_CHECK(saved.dim() == 1, where, ": physical_to_logical must be 1-d, got ", saved.sizes());
     try {
-      placements.push_back(placement_from_physical_to_logical(
+      placements.push_back(balancer::placement_from_physical_to_logical(
           1, static_cast<int>(num_experts), static_cast<int>(num_gpus),
           std::span<const int32_t>(saved.data_ptr<int32_t>(), static_cast<size_t>(saved.numel()))));
     } catch (const std::invalid_argument& error) {
@@ -240,8 +242,8 @@ void ExpertRebalancer::load(torch::serialize::InputArchive& archive, const std::
                 " slots, the layer ", num_expert_slots(config));
   }
   torch::serialize::InputArchive forecast = read_archive_nested(archive, "forecast", what);
-  ExpertLoadForecaster restored(forecaster_.num_layers(), forecaster_.num_experts(),
-                                options_.predictor, options_.accuracy_horizon_steps);
+  balancer::ExpertLoadForecaster restored(forecaster_.num_layers(), forecaster_.num_experts(),
+                                          options_.predictor, options_.accuracy_horizon_steps);
   load_forecaster(restored, forecast, what + "/forecast");
   const int64_t observed_steps = read_archive_value(archive, "observed_steps", what).toInt();
   const int64_t steps_since_decision =

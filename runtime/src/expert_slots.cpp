@@ -6,31 +6,33 @@
 
 namespace moescope::runtime {
 
-ExpertPlacement placement_layer(const ExpertPlacement& placement, int layer) {
+balancer::ExpertPlacement placement_layer(const balancer::ExpertPlacement& placement, int layer) {
   TORCH_CHECK(layer >= 0 && layer < placement.num_layers, "placement_layer: layer ", layer,
               " is outside the placement's ", placement.num_layers, " layers");
   const auto row = placement.phy2log(layer);
-  return placement_from_physical_to_logical(1, placement.num_logical_experts, placement.num_gpus,
-                                            row);
+  return balancer::placement_from_physical_to_logical(1, placement.num_logical_experts,
+                                                      placement.num_gpus, row);
 }
 
-ExpertPlacement ExpertSlots::initial_placement(int64_t num_experts, int64_t num_slots,
-                                               int64_t ep_size) {
+balancer::ExpertPlacement ExpertSlots::initial_placement(int64_t num_experts, int64_t num_slots,
+                                                         int64_t ep_size) {
   if (num_slots == num_experts) {
-    return make_identity_placement(1, static_cast<int>(num_experts), static_cast<int>(ep_size));
+    return balancer::make_identity_placement(1, static_cast<int>(num_experts),
+                                             static_cast<int>(ep_size));
   }
-  ExpertLoads uniform;
+  balancer::ExpertLoads uniform;
   uniform.num_layers = 1;
   uniform.num_experts = static_cast<int>(num_experts);
   uniform.values.assign(static_cast<size_t>(num_experts), 1.0);
-  PlacementConfig config;
+  balancer::PlacementConfig config;
   config.num_physical_experts = static_cast<int>(num_slots);
   config.num_gpus = static_cast<int>(ep_size);
-  config.policy = PlacementPolicy::kGlobal;
-  return plan_expert_placement(uniform, config);
+  config.policy = balancer::PlacementPolicy::kGlobal;
+  return balancer::plan_expert_placement(uniform, config);
 }
 
-ExpertSlots::ExpertSlots(const ExpertPlacement& placement, int layer, const at::Device& device) {
+ExpertSlots::ExpertSlots(const balancer::ExpertPlacement& placement, int layer,
+                         const at::Device& device) {
   try {
     placement_ = placement_layer(placement, layer);
   } catch (const std::invalid_argument& error) {

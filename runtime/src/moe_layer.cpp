@@ -363,7 +363,8 @@ void MoELayerImpl::sync_replica_gradients() {
   reduce_over_replicas(grads, /*first_replica_only=*/false);
 }
 
-void MoELayerImpl::check_placement_shape(const ExpertPlacement& placement, const char* what) const {
+void MoELayerImpl::check_placement_shape(const balancer::ExpertPlacement& placement,
+                                         const char* what) const {
   TORCH_CHECK(placement.num_layers == 1 && placement.num_logical_experts == config_.num_experts &&
                   placement.num_physical_experts == num_expert_slots(config_) &&
                   placement.num_gpus == group_.size(),
@@ -374,18 +375,19 @@ void MoELayerImpl::check_placement_shape(const ExpertPlacement& placement, const
               " slots, ", placement.num_gpus, " GPUs");
 }
 
-void MoELayerImpl::restore_placement(const ExpertPlacement& placement) {
+void MoELayerImpl::restore_placement(const balancer::ExpertPlacement& placement) {
   check_placement_shape(placement, "restore_placement");
   slots_ = ExpertSlots(placement, 0, experts->w_gate_up.device());
 }
 
 PlacementChange MoELayerImpl::apply_placement(
-    const ExpertPlacement& target, const std::vector<torch::optim::Optimizer*>& optimizers) {
+    const balancer::ExpertPlacement& target,
+    const std::vector<torch::optim::Optimizer*>& optimizers) {
   const auto start = std::chrono::steady_clock::now();
   check_placement_shape(target, "apply_placement");
-  ExpertMigration migration;
+  balancer::ExpertMigration migration;
   try {
-    migration = plan_expert_migration(slots_.placement(), target);
+    migration = balancer::plan_expert_migration(slots_.placement(), target);
   } catch (const std::invalid_argument& error) {
     TORCH_CHECK(false, "MoELayer::apply_placement: ", error.what());
   }

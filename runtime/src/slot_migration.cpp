@@ -16,9 +16,9 @@ struct RowExchange {
   int64_t slots_changed = 0;
 };
 
-RowExchange plan_rows(const ExpertPlacement& current, const ExpertMigration& migration,
-                      int64_t rank, int64_t ep_size) {
-  const ExpertPlacement& target = migration.placement;
+RowExchange plan_rows(const balancer::ExpertPlacement& current,
+                      const balancer::ExpertMigration& migration, int64_t rank, int64_t ep_size) {
+  const balancer::ExpertPlacement& target = migration.placement;
   const int64_t per_rank = current.slots_per_gpu();
   TORCH_CHECK(target.num_layers == 1 && current.num_layers == 1,
               "migrate_slot_tensors: placements must have one layer, got ", current.num_layers,
@@ -41,7 +41,7 @@ RowExchange plan_rows(const ExpertPlacement& current, const ExpertMigration& mig
   // Moves are ordered by destination, so the send rows come out destination-major. Received
   // rows arrive source-major; within one source in move order, which is the sender's order too.
   std::vector<std::vector<int32_t>> received_from(static_cast<size_t>(ep_size));
-  for (const ExpertMove& move : migration.moves) {
+  for (const balancer::ExpertMove& move : migration.moves) {
     if (move.layer != 0) continue;
     if (move.from_gpu == rank) {
       const auto found = old_row_of_expert.find(move.logical_expert);
@@ -79,8 +79,8 @@ RowExchange plan_rows(const ExpertPlacement& current, const ExpertMigration& mig
 }  // namespace
 
 SlotMigrationResult migrate_slot_tensors(const std::vector<at::Tensor>& per_slot_tensors,
-                                         const ExpertPlacement& current,
-                                         const ExpertMigration& migration,
+                                         const balancer::ExpertPlacement& current,
+                                         const balancer::ExpertMigration& migration,
                                          const ExpertParallelGroup& group) {
   const RowExchange exchange = plan_rows(current, migration, group.rank(), group.size());
   const int64_t per_rank = current.slots_per_gpu();

@@ -8,13 +8,13 @@
 namespace moescope::runtime {
 namespace {
 
-std::vector<double> accuracy_fields(const PredictionAccuracy& accuracy) {
+std::vector<double> accuracy_fields(const balancer::PredictionAccuracy& accuracy) {
   return {accuracy.mean_absolute_percentage_error, accuracy.weighted_absolute_percentage_error,
           accuracy.max_error_over_mean_load, accuracy.predicted_imbalance,
           accuracy.actual_imbalance};
 }
 
-PredictionAccuracy accuracy_from(const std::vector<double>& fields) {
+balancer::PredictionAccuracy accuracy_from(const std::vector<double>& fields) {
   return {fields.at(0), fields.at(1), fields.at(2), fields.at(3), fields.at(4)};
 }
 
@@ -60,13 +60,13 @@ torch::serialize::InputArchive read_archive_nested(torch::serialize::InputArchiv
   return nested;
 }
 
-void save_forecaster(const ExpertLoadForecaster& forecaster,
+void save_forecaster(const balancer::ExpertLoadForecaster& forecaster,
                      torch::serialize::OutputArchive& archive) {
-  const std::vector<LayerForecastState> layers = forecaster.state();
+  const std::vector<balancer::LayerForecastState> layers = forecaster.state();
   archive.write("num_layers", c10::IValue(static_cast<int64_t>(layers.size())));
   for (size_t l = 0; l < layers.size(); ++l) {
-    const LoadPredictorState& predictor = layers[l].predictor;
-    const PredictionAccuracyTrackerState& accuracy = layers[l].accuracy;
+    const balancer::LoadPredictorState& predictor = layers[l].predictor;
+    const balancer::PredictionAccuracyTrackerState& accuracy = layers[l].accuracy;
     torch::serialize::OutputArchive layer;
     layer.write("predictor_name", c10::IValue(predictor.name));
     layer.write("num_experts", c10::IValue(static_cast<int64_t>(predictor.num_experts)));
@@ -85,18 +85,18 @@ void save_forecaster(const ExpertLoadForecaster& forecaster,
   }
 }
 
-void load_forecaster(ExpertLoadForecaster& forecaster, torch::serialize::InputArchive& archive,
-                     const std::string& what) {
+void load_forecaster(balancer::ExpertLoadForecaster& forecaster,
+                     torch::serialize::InputArchive& archive, const std::string& what) {
   const int64_t num_layers = read_archive_value(archive, "num_layers", what).toInt();
   TORCH_CHECK(num_layers == forecaster.num_layers(), what, ": the saved forecast has ", num_layers,
               " layers, this run's ", forecaster.num_layers());
-  std::vector<LayerForecastState> layers(static_cast<size_t>(num_layers));
+  std::vector<balancer::LayerForecastState> layers(static_cast<size_t>(num_layers));
   for (int64_t l = 0; l < num_layers; ++l) {
     const std::string key = "layer" + std::to_string(l);
     torch::serialize::InputArchive layer = read_archive_nested(archive, key, what);
     const std::string where = what + "/" + key;
-    LoadPredictorState& predictor = layers[static_cast<size_t>(l)].predictor;
-    PredictionAccuracyTrackerState& accuracy = layers[static_cast<size_t>(l)].accuracy;
+    balancer::LoadPredictorState& predictor = layers[static_cast<size_t>(l)].predictor;
+    balancer::PredictionAccuracyTrackerState& accuracy = layers[static_cast<size_t>(l)].accuracy;
     predictor.name = read_archive_value(layer, "predictor_name", where).toStringRef();
     predictor.num_experts =
         static_cast<int>(read_archive_value(layer, "num_experts", where).toInt());

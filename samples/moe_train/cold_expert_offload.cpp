@@ -28,7 +28,7 @@ ColdExpertOffload::ColdExpertOffload(std::vector<moescope::runtime::MoELayer> la
     : layers_(std::move(layers)),
       interval_(interval),
       forecaster_(static_cast<int>(layers_.size()), num_experts_of(layers_),
-                  moescope::runtime::LoadPredictorConfig{}, kAccuracyHorizonSteps) {
+                  moescope::balancer::LoadPredictorConfig{}, kAccuracyHorizonSteps) {
   TORCH_CHECK(interval_ > 0, "ColdExpertOffload: interval must be > 0, got ", interval_);
   for (auto& layer : layers_) {
     TORCH_CHECK(layer->config().num_redundant_experts == 0,

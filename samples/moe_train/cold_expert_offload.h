@@ -23,8 +23,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "moescope/balancer/load_predictor.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
-#include "moescope/runtime/load_predictor.h"
 #include "moescope/runtime/moe_layer.h"
 
 namespace moe_train {
@@ -75,7 +75,7 @@ class ColdExpertOffload {
   std::vector<moescope::runtime::MoELayer> layers_;
   int64_t interval_;
   std::vector<std::unique_ptr<moescope::runtime::ExpertOptimizerOffload>> offloads_;  // [L]
-  moescope::runtime::ExpertLoadForecaster forecaster_;  // EMA per layer over [E] logical experts
+  moescope::balancer::ExpertLoadForecaster forecaster_;  // EMA per layer over [E] logical experts
   std::unordered_set<const c10::TensorImpl*> expert_parameters_;
 };
 

@@ -1,5 +1,5 @@
 // Reading expert loads from JSON and CSV, and the errors for malformed files.
-#include "moescope/runtime/expert_loads.h"
+#include "moescope/balancer/expert_loads.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 namespace {
 
 void expect_parse_error(const std::function<void()>& parse, const std::string& expected_text) {
@@ -98,4 +98,4 @@ TEST(ExpertLoadsFile, PicksTheFormatByContentAndNamesUnreadableFiles) {
 }
 
 }  // namespace
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -1,6 +1,6 @@
 // Migration from the running placement to a new plan: renumbering keeps experts in place, moves
 // bring exactly what is missing, and the renumbered plan balances like the planned one.
-#include "moescope/runtime/expert_migration.h"
+#include "moescope/balancer/expert_migration.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "placement_checks.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 namespace {
 
 using testing::expect_consistent_placement;
@@ -193,4 +193,4 @@ TEST(ExpertMigration, RejectsMismatchedPlacements) {
 }
 
 }  // namespace
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

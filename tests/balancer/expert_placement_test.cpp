@@ -1,6 +1,6 @@
 // The placement planner: EPLB's contract (phy2log / log2phy / logcnt), both policies, balance
 // against a straightforward greedy written here, and errors on bad input.
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "placement_checks.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 namespace {
 
 using testing::expect_consistent_placement;
@@ -329,4 +329,4 @@ TEST(ExpertPlacement, RejectsBadInputWithMessagesNamingTheParameter) {
 }
 
 }  // namespace
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

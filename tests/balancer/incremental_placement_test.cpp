@@ -6,11 +6,11 @@
 #include <set>
 #include <stdexcept>
 
-#include "moescope/runtime/expert_migration.h"
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_migration.h"
+#include "moescope/balancer/expert_placement.h"
 #include "placement_checks.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 namespace {
 
 using testing::expect_consistent_placement;
@@ -151,4 +151,4 @@ TEST(IncrementalPlacement, RejectsAMismatchedCurrentPlacement) {
 }
 
 }  // namespace
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -1,5 +1,5 @@
 // Load predictors (EMA, sliding window), their accuracy scoring and the per-model forecaster.
-#include "moescope/runtime/load_predictor.h"
+#include "moescope/balancer/load_predictor.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 namespace {
 
 TEST(EmaLoadPredictor, FirstStepIsTakenAsIsThenBlendsWithAlpha) {
@@ -274,4 +274,4 @@ TEST(LoadPredictorState, RestoredForecasterScoresTheOpenWindow) {
 }
 
 }  // namespace
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

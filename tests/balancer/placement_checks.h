@@ -11,9 +11,9 @@
 #include <set>
 #include <vector>
 
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
-namespace moescope::runtime::testing {
+namespace moescope::balancer::testing {
 
 /// Loads proportional to 1 / rank^exponent, ranks shuffled over the experts, one row per layer.
 inline ExpertLoads zipf_loads(int num_layers, int num_experts, double exponent, uint32_t seed) {
@@ -84,4 +84,4 @@ inline void expect_consistent_placement(const ExpertPlacement& placement,
   }
 }
 
-}  // namespace moescope::runtime::testing
+}  // namespace moescope::balancer::testing

@@ -100,6 +100,41 @@ TEST_F(PlanCommand, PrintsPlacementAndBalanceFromJson) {
       << greedy.out;
 }
 
+TEST_F(PlanCommand, SearchFindsTheBalanceTheGreedyMisses) {
+  // The demo's skewed layer (issue 23): replicating the two hottest experts packs to 1.128; the
+  // optimum 1.0147 splits expert 0 (619) in two and keeps 1 and 2 whole on separate GPUs.
+  const std::string loads = write("skewed.json", "[619, 1768, 1691, 17, 0, 0, 0, 0]");
+  const CommandResult greedy = run("--gpus 2 --slots 10 --search none --loads " + loads);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_NE(greedy.out.find("refined packing, search none"), std::string::npos) << greedy.out;
+  EXPECT_NE(greedy.out.find("layer 0: max/mean per-GPU load 2.0000 -> 1.1282"), std::string::npos)
+      << greedy.out;
+
+  const std::string json_path = (dir_ / "searched.json").string();
+  const CommandResult searched = run("--gpus 2 --slots 10 --loads " + loads);
+  ASSERT_EQ(searched.exit_code, 0) << searched.err;
+  EXPECT_NE(searched.out.find("refined packing, search auto"), std::string::npos) << searched.out;
+  EXPECT_NE(searched.out.find("layer 0: max/mean per-GPU load 2.0000 -> 1.0147 (max 4095 -> "
+                              "2077.5, mean 2047.5), optimal"),
+            std::string::npos)
+      << searched.out;
+  EXPECT_NE(searched.out.find("replicated: 0x2"), std::string::npos) << searched.out;
+
+  ASSERT_EQ(run("--gpus 2 --slots 10 --search exhaustive --json " + json_path + " --loads " + loads)
+                .exit_code,
+            0);
+  const nlohmann::json plan = nlohmann::json::parse(read_text(json_path));
+  EXPECT_EQ(plan["search"], "exhaustive");
+  EXPECT_EQ(plan["layers"][0]["proven_optimal"], true);
+  EXPECT_NEAR(plan["layers"][0]["max_over_mean_after"].get<double>(), 2077.5 / 2047.5, 1e-12);
+  EXPECT_LE(plan["layers"][0]["lower_bound_max_over_mean"].get<double>(),
+            plan["layers"][0]["max_over_mean_after"].get<double>());
+
+  const CommandResult bad = run("--gpus 2 --slots 10 --search best --loads " + loads);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--search"), std::string::npos) << bad.err;
+}
+
 TEST_F(PlanCommand, HierarchicalPolicyKeepsGroupsOnTheirNode) {
   // 8 experts in 4 groups of 2 on 2 nodes of 2 GPUs, 12 slots (6 per node, 3 per GPU).
   // Group loads 20, 10, 6, 4: balanced packing puts groups 0 + 3 (24) on one node and

@@ -28,7 +28,8 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 /// Each slot's tensor row gathered into logical expert order (first replica): [E, ...].
-at::Tensor by_expert(const at::Tensor& per_slot, const ExpertPlacement& placement) {
+at::Tensor by_expert(const at::Tensor& per_slot,
+                     const moescope::balancer::ExpertPlacement& placement) {
   std::vector<int64_t> first;
   for (int e = 0; e < placement.num_logical_experts; ++e)
     first.push_back(placement.log2phy(0, e)[0]);
@@ -36,12 +37,12 @@ at::Tensor by_expert(const at::Tensor& per_slot, const ExpertPlacement& placemen
 }
 
 /// A placement of `config`'s slots planned for loads skewed toward the last experts.
-ExpertPlacement skewed_placement(const MoEConfig& config) {
-  ExpertLoads loads{1, 8, {1, 1, 2, 3, 5, 8, 13, 40}};
-  PlacementConfig planner;
+moescope::balancer::ExpertPlacement skewed_placement(const MoEConfig& config) {
+  moescope::balancer::ExpertLoads loads{1, 8, {1, 1, 2, 3, 5, 8, 13, 40}};
+  moescope::balancer::PlacementConfig planner;
   planner.num_physical_experts = static_cast<int>(num_expert_slots(config));
   planner.num_gpus = 1;
-  return plan_expert_placement(loads, planner);
+  return moescope::balancer::plan_expert_placement(loads, planner);
 }
 
 TEST(ExpertReplicas, ReplicatedLayerComputesWhatThePlainLayerComputes) {
@@ -71,7 +72,7 @@ TEST(ExpertReplicas, ReplicatedLayerComputesWhatThePlainLayerComputes) {
   EXPECT_LE(max_diff(x_replicated.grad(), x_plain.grad()), 1e-12);
 
   // Before the sync a replica holds the gradient of its own share of the tokens only.
-  const ExpertPlacement& placement = replicated->expert_slots().placement();
+  const moescope::balancer::ExpertPlacement& placement = replicated->expert_slots().placement();
   const at::Tensor expected = plain->experts->w_down.grad();
   std::vector<int64_t> slot_expert;
   for (int32_t e : placement.phy2log(0)) slot_expert.push_back(e);
@@ -125,7 +126,7 @@ TEST(ExpertReplicas, ApplyPlacementMovesWeightsGradientsAndAdamStateUnchanged) {
   layer->forward(input).output.square().sum().backward();
   layer->sync_replica_gradients();
 
-  const ExpertPlacement before = layer->expert_slots().placement();
+  const moescope::balancer::ExpertPlacement before = layer->expert_slots().placement();
   const at::Tensor output_before = layer->forward(input).output.detach();
   const at::Tensor weights_before = by_expert(layer->experts->w_gate_up.detach(), before);
   const at::Tensor grad_before = by_expert(layer->experts->w_down.grad(), before);
@@ -136,7 +137,7 @@ TEST(ExpertReplicas, ApplyPlacementMovesWeightsGradientsAndAdamStateUnchanged) {
   const void* weight_storage = layer->experts->w_gate_up.data_ptr();
 
   const PlacementChange change = layer->apply_placement(skewed_placement(config), {&adam});
-  const ExpertPlacement& after = layer->expert_slots().placement();
+  const moescope::balancer::ExpertPlacement& after = layer->expert_slots().placement();
   EXPECT_NE(std::vector<int32_t>(after.phy2log(0).begin(), after.phy2log(0).end()),
             std::vector<int32_t>(before.phy2log(0).begin(), before.phy2log(0).end()));
   EXPECT_GT(change.migration.slots_changed, 0);
@@ -162,7 +163,8 @@ TEST(ExpertReplicas, ApplyPlacementMovesWeightsGradientsAndAdamStateUnchanged) {
 TEST(ExpertReplicas, BadPlacementsAndConfigsFailNamingTheProblem) {
   MoEConfig config = small_config(4);
   MoELayer layer(config);
-  const ExpertPlacement wrong = make_identity_placement(1, 8, 1);  // 8 slots, the layer has 12
+  const moescope::balancer::ExpertPlacement wrong =
+      moescope::balancer::make_identity_placement(1, 8, 1);  // 8 slots, the layer has 12
   try {
     layer->apply_placement(wrong);
     FAIL() << "a placement with the wrong slot count was accepted";

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "moescope/balancer/expert_placement.h"
+#include "moescope/balancer/load_predictor.h"
 #include "moescope/profiler/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
-#include "moescope/runtime/expert_placement.h"
 #include "moescope/runtime/host_tensor_cache.h"
-#include "moescope/runtime/load_predictor.h"
 #include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_layer.h"
 #include "moescope/runtime/receive_cap.h"
@@ -131,7 +131,7 @@ TEST(DispatchBufferPool, SteadyStateMakesNoAllocationsAfterWarmUp) {
   constexpr int kExperts = 8, kRanks = 4, kWarmUpSteps = 10, kSteadySteps = 200;
   const std::vector<double> mean_load = {400, 220, 180, 150, 120, 100, 90, 60};
   std::mt19937 rng(7);
-  EmaLoadPredictor predictor(kExperts, 0.2);
+  balancer::EmaLoadPredictor predictor(kExperts, 0.2);
   DispatchBufferPool pool(pool_options(32, 1.25));
 
   int64_t allocations_after_warm_up = -1;
@@ -142,11 +142,11 @@ TEST(DispatchBufferPool, SteadyStateMakesNoAllocationsAfterWarmUp) {
       load[e] = std::max(0.0, std::round(noise(rng)));
     }
     if (predictor.num_observed_steps() > 0) {
-      const GpuLoadBalance forecast =
-          summarize_gpu_loads(gpu_loads_without_replicas(predictor.predict(), kRanks));
+      const balancer::GpuLoadBalance forecast = balancer::summarize_gpu_loads(
+          balancer::gpu_loads_without_replicas(predictor.predict(), kRanks));
       pool.reserve_for_predicted_load(forecast.max_gpu_load);
     }
-    const std::vector<double> rank_rows = gpu_loads_without_replicas(load, kRanks);
+    const std::vector<double> rank_rows = balancer::gpu_loads_without_replicas(load, kRanks);
     const double local_rows = std::accumulate(load.begin(), load.end(), 0.0) / kRanks;
     const auto received =
         static_cast<int64_t>(*std::max_element(rank_rows.begin(), rank_rows.end()));

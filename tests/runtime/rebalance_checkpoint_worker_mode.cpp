@@ -125,7 +125,7 @@ int run_rebalance_checkpoint(const ExpertParallelGroup& group) {
 
   Trainer restored(config, group);
   restored.load(bytes);
-  const ExpertPlacement& placement = saved.layer->expert_slots().placement();
+  const moescope::balancer::ExpertPlacement& placement = saved.layer->expert_slots().placement();
   // Forward is collective: the same order on every rank.
   const at::Tensor saved_output = saved.output_on_probe(rank);
   const at::Tensor restored_output = restored.output_on_probe(rank);

@@ -26,7 +26,7 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 /// This rank's per-slot rows, gathered over the group and put in logical expert order (first
 /// replica of each expert): [E, ...].
 at::Tensor by_logical_expert(const at::Tensor& per_slot, const MoELayerImpl& layer) {
-  const ExpertPlacement& placement = layer.expert_slots().placement();
+  const moescope::balancer::ExpertPlacement& placement = layer.expert_slots().placement();
   std::vector<int64_t> shape = per_slot.sizes().vec();
   shape[0] = placement.num_physical_experts;
   at::Tensor all = at::zeros(shape, per_slot.options());

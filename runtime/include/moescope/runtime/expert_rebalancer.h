@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "moescope/runtime/load_predictor.h"
+#include "moescope/balancer/load_predictor.h"
 #include "moescope/runtime/moe_layer.h"
 
 namespace moescope::runtime {
@@ -38,7 +38,7 @@ struct RebalancerOptions {
   double imbalance_threshold = 1.10;        // predicted max/mean per-rank load worth acting on
   double transfer_bytes_per_second = 10e9;  // expected migration bandwidth, for the cost
   double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
-  LoadPredictorConfig predictor;            // EMA by default
+  balancer::LoadPredictorConfig predictor;  // EMA by default
   int accuracy_horizon_steps = 10;          // window of the forecast's accuracy score
 };
 
@@ -68,7 +68,7 @@ class ExpertRebalancer {
   /// decisions taken at this step (empty on other steps).
   std::vector<RebalanceDecision> after_step(int64_t step, double step_seconds);
 
-  const ExpertLoadForecaster& forecaster() const { return forecaster_; }
+  const balancer::ExpertLoadForecaster& forecaster() const { return forecaster_; }
   const RebalancerOptions& options() const { return options_; }
 
   /// Writes every layer's placement (phy2log, in the layer's slot order), the forecaster's state
@@ -87,7 +87,7 @@ class ExpertRebalancer {
   std::vector<MoELayer> layers_;
   RebalancerOptions options_;
   std::vector<torch::optim::Optimizer*> optimizers_;
-  ExpertLoadForecaster forecaster_;
+  balancer::ExpertLoadForecaster forecaster_;
   int64_t observed_steps_ = 0;
   double step_seconds_sum_ = 0.0;  // group-mean step time summed since the last decision
   int64_t steps_since_decision_ = 0;

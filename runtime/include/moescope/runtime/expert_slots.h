@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
 namespace moescope::runtime {
 
@@ -25,11 +25,12 @@ class ExpertSlots {
   ExpertSlots() = default;
   /// Layer `layer` of `placement`, whose GPUs are the ranks of the expert-parallel group.
   /// Tensors are built on `device`.
-  ExpertSlots(const ExpertPlacement& placement, int layer, const at::Device& device);
+  ExpertSlots(const balancer::ExpertPlacement& placement, int layer, const at::Device& device);
 
   /// The placement a layer starts with: one slot per expert split contiguously over the ranks
   /// when there are no redundant slots; otherwise the planner's placement for uniform loads.
-  static ExpertPlacement initial_placement(int64_t num_experts, int64_t num_slots, int64_t ep_size);
+  static balancer::ExpertPlacement initial_placement(int64_t num_experts, int64_t num_slots,
+                                                     int64_t ep_size);
 
   /// top_k_indices [T, K] logical experts -> [T, K] slots. Identity placements return the input.
   at::Tensor route_to_slots(const at::Tensor& top_k_indices, int64_t rank) const;
@@ -43,14 +44,14 @@ class ExpertSlots {
   int64_t num_replicated_experts() const { return num_replicated_experts_; }
 
   /// The one-layer placement (GPUs = ranks).
-  const ExpertPlacement& placement() const { return placement_; }
+  const balancer::ExpertPlacement& placement() const { return placement_; }
   bool is_identity() const { return is_identity_; }
   int64_t num_slots() const { return placement_.num_physical_experts; }
   int64_t slots_per_rank() const { return placement_.slots_per_gpu(); }
   const at::Tensor& replica_count() const { return replica_count_; }  // [E] int64
 
  private:
-  ExpertPlacement placement_;
+  balancer::ExpertPlacement placement_;
   at::Tensor replicas_of_expert_;  // [E, max_replicas] int64
   at::Tensor replica_count_;       // [E] int64
   bool is_identity_ = true;
@@ -58,6 +59,6 @@ class ExpertSlots {
 };
 
 /// Layer `layer` of a multi-layer placement as a one-layer placement.
-ExpertPlacement placement_layer(const ExpertPlacement& placement, int layer);
+balancer::ExpertPlacement placement_layer(const balancer::ExpertPlacement& placement, int layer);
 
 }  // namespace moescope::runtime

@@ -36,10 +36,10 @@ namespace moescope::runtime {
 
 /// What MoELayer::apply_placement() did on this rank.
 struct PlacementChange {
-  ExpertPlacement placement;      // the placement now in effect (one layer, GPUs = ranks)
-  SlotMigrationResult migration;  // bytes and experts moved by this rank
-  int64_t moves = 0;              // cross-rank expert copies of the whole group
-  double seconds = 0.0;           // wall time of the migration on this rank
+  balancer::ExpertPlacement placement;  // the placement now in effect (one layer, GPUs = ranks)
+  SlotMigrationResult migration;        // bytes and experts moved by this rank
+  int64_t moves = 0;                    // cross-rank expert copies of the whole group
+  double seconds = 0.0;                 // wall time of the migration on this rank
 };
 
 struct MoEOutput {
@@ -89,7 +89,7 @@ class MoELayerImpl : public torch::nn::Module {
   /// renumbered to keep experts where they are (plan_expert_migration); then expert weights,
   /// their gradients (when defined) and their state in `optimizers` move over the group. The
   /// layer computes the same function afterwards. Every rank calls it together.
-  PlacementChange apply_placement(const ExpertPlacement& target,
+  PlacementChange apply_placement(const balancer::ExpertPlacement& target,
                                   const std::vector<torch::optim::Optimizer*>& optimizers = {});
 
   /// Takes `placement` (a one-layer placement over the group's ranks with the layer's slot
@@ -97,7 +97,7 @@ class MoELayerImpl : public torch::nn::Module {
   /// slots hold now, without moving anything: for resuming from a checkpoint whose per-slot
   /// expert weights (and optimizer state) were saved under it. Throws c10::Error naming the
   /// mismatch.
-  void restore_placement(const ExpertPlacement& placement);
+  void restore_placement(const balancer::ExpertPlacement& placement);
 
   /// Sizes the dispatch buffer pool (MoEConfig.use_dispatch_buffer_pool) for the largest number
   /// of rows one rank is predicted to send or receive per forward; the rebalancer calls it with
@@ -130,7 +130,7 @@ class MoELayerImpl : public torch::nn::Module {
  private:
   void check_input(const at::Tensor& hidden) const;
   /// Throws unless `placement` is one layer of this layer's experts, slots and ranks.
-  void check_placement_shape(const ExpertPlacement& placement, const char* what) const;
+  void check_placement_shape(const balancer::ExpertPlacement& placement, const char* what) const;
   /// The slots' routing tensors on `device` (rebuilt after the module moved devices).
   const ExpertSlots& slots_on(const at::Device& device);
   /// For every replicated expert: each replica's rows of the per-slot tensors ([S_local, ...])

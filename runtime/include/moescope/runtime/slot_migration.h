@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "moescope/runtime/expert_migration.h"
+#include "moescope/balancer/expert_migration.h"
+#include "moescope/balancer/expert_placement.h"
 #include "moescope/runtime/expert_parallel.h"
-#include "moescope/runtime/expert_placement.h"
 
 namespace moescope::runtime {
 
@@ -32,8 +32,8 @@ struct SlotMigrationResult {
 /// it together with the same placements and the same number of tensors (same shapes, dtypes).
 /// Throws c10::Error naming the mismatch (slot counts, tensor shapes, an expert no move brings).
 SlotMigrationResult migrate_slot_tensors(const std::vector<at::Tensor>& per_slot_tensors,
-                                         const ExpertPlacement& current,
-                                         const ExpertMigration& migration,
+                                         const balancer::ExpertPlacement& current,
+                                         const balancer::ExpertMigration& migration,
                                          const ExpertParallelGroup& group);
 
 }  // namespace moescope::runtime

@@ -24,19 +24,19 @@
 
 #include <string>
 
-#include "moescope/runtime/load_predictor.h"
+#include "moescope/balancer/load_predictor.h"
 
 namespace moescope::runtime {
 
-void save_forecaster(const ExpertLoadForecaster& forecaster,
+void save_forecaster(const balancer::ExpertLoadForecaster& forecaster,
                      torch::serialize::OutputArchive& archive);
 
 /// Restores what save_forecaster() wrote into a forecaster with the same layers, experts,
 /// predictor and accuracy horizon. `what` names the archive in errors (e.g. "checkpoint
 /// run.pt: expert_rebalancer/forecast"). Throws c10::Error naming a missing entry or the
 /// mismatch.
-void load_forecaster(ExpertLoadForecaster& forecaster, torch::serialize::InputArchive& archive,
-                     const std::string& what);
+void load_forecaster(balancer::ExpertLoadForecaster& forecaster,
+                     torch::serialize::InputArchive& archive, const std::string& what);
 
 /// Reads entry `key` of `archive`; throws c10::Error "<what>: no entry <key>" when it is missing.
 c10::IValue read_archive_value(torch::serialize::InputArchive& archive, const std::string& key,

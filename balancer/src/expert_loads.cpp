@@ -1,4 +1,4 @@
-#include "moescope/runtime/expert_loads.h"
+#include "moescope/balancer/expert_loads.h"
 
 #include <charconv>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 namespace {
 
@@ -164,4 +164,4 @@ ExpertLoads read_expert_loads_file(const std::string& path) {
   return parse_expert_loads_csv(text, path);
 }
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -2,9 +2,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "moescope/runtime/load_predictor.h"
+#include "moescope/balancer/load_predictor.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 namespace {
 
@@ -161,4 +161,4 @@ void PredictionAccuracyTracker::load_state(const PredictionAccuracyTrackerState&
   latest_ = state.latest;
 }
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 /// One copy of an expert's weights to make before the new placement takes effect.
 struct ExpertMove {
@@ -41,4 +41,4 @@ struct ExpertMigration {
 ExpertMigration plan_expert_migration(const ExpertPlacement& current, const ExpertPlacement& target,
                                       int num_nodes = 1);
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 /// Loads of a model's MoE layers: [num_layers, num_experts], row-major. A load is any
 /// non-negative measure of work (tokens per step, a predicted mean, ...).
@@ -38,4 +38,4 @@ ExpertLoads parse_expert_loads_csv(std::string_view text, std::string_view sourc
 /// Throws std::runtime_error naming the path when it cannot be read or parsed.
 ExpertLoads read_expert_loads_file(const std::string& path);
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

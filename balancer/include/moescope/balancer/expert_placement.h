@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "moescope/runtime/expert_loads.h"
+#include "moescope/balancer/expert_loads.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 enum class PlacementPolicy {
   kAuto,          // hierarchical when num_nodes > 1 and num_groups % num_nodes == 0, else global
@@ -26,6 +26,23 @@ enum class PlacementPolicy {
 
 std::string_view placement_policy_name(PlacementPolicy policy);
 
+/// How hard the planner looks beyond the greedy plan (EPLB's heuristic plus swap refinement).
+/// Every search starts from the greedy plan and keeps it unless it finds a strictly lower
+/// maximum GPU load, so it is never worse. Its effort is a fixed count of search steps (the
+/// same plan on every machine), and random choices come from PlacementConfig::search_seed.
+enum class PlacementSearch {
+  kNone,  // the greedy plan as it is
+  /// Branch and bound over replica counts and packing where the problem is small (a layer, or
+  /// one node's share of it, of at most 24 slots), then a bounded local search (swaps of
+  /// replicas between GPUs, moving a replica slot from one expert to another, seeded kicks).
+  kAuto,
+  /// Branch and bound on every problem with a large node budget (1e9 nodes: exact on small and
+  /// medium problems, slow on large ones), then a local search ten times as long as kAuto's.
+  kExhaustive,
+};
+
+std::string_view placement_search_name(PlacementSearch search);
+
 struct PlacementConfig {
   int num_physical_experts = 0;  // slots over all GPUs ("num_replicas" in EPLB)
   int num_groups = 1;            // expert groups of group-limited routing
@@ -33,8 +50,13 @@ struct PlacementConfig {
   int num_gpus = 1;
   PlacementPolicy policy = PlacementPolicy::kAuto;
   /// After the greedy balanced packing, swap items between the heaviest pack and the others
-  /// while that lowers the heaviest pack. Off reproduces the published greedy exactly.
+  /// while that lowers the heaviest pack. Off reproduces the published greedy exactly (no
+  /// search either, whatever `search` says).
   bool refine_packing = true;
+  /// The search after the greedy plan (see PlacementSearch).
+  PlacementSearch search = PlacementSearch::kAuto;
+  /// Seed of the search's random choices; each layer (and node) derives its own from it.
+  uint64_t search_seed = 0;
   /// Incremental planning only: experts stay where they are as long as no GPU (and no node) is
   /// pushed above this max/mean of the predicted load; swaps then bring the heaviest GPU down to
   /// it. Lower balances better and moves more weights. At least 1.
@@ -63,16 +85,31 @@ struct ExpertPlacement {
   std::span<const int32_t> logcnt(int layer) const;
 };
 
+/// What the search found, per layer.
+struct PlacementSearchReport {
+  /// 1 where the layer's plan is proven to have the lowest possible maximum GPU load under the
+  /// policy's constraints (the exact search finished, or the plan meets the lower bound).
+  std::vector<uint8_t> proven_optimal;  // [num_layers]
+  /// A lower bound on the maximum GPU load of any plan of the layer (global policy): the mean
+  /// GPU load, and the smallest possible largest replica.
+  std::vector<double> lower_bound;  // [num_layers]
+  int64_t search_steps = 0;         // branch-and-bound nodes plus local moves evaluated
+};
+
 /// Plans the placement for every layer. Throws std::invalid_argument naming the bad parameter
 /// when the configuration is impossible (slots not a multiple of GPUs, GPUs not a multiple of
 /// nodes, experts not a multiple of groups, fewer slots than experts, hierarchical requested with
 /// groups not a multiple of nodes) or a load is negative or not finite, or the loads are empty.
-ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config);
+/// `report`, when given, receives what the search found.
+ExpertPlacement plan_expert_placement(const ExpertLoads& loads, const PlacementConfig& config,
+                                      PlacementSearchReport* report = nullptr);
 
 /// Plans like plan_expert_placement, but starting from the placement the model runs with:
 /// replica counts are recomputed from the loads, then each replica stays on a GPU that holds its
 /// expert now (and each group on its node) unless that GPU would exceed
-/// config.incremental_max_over_mean x the mean load; only the rest is placed anew. Far fewer
+/// config.incremental_max_over_mean x the mean load; only the rest is placed anew. If the
+/// result is still above that bound, the local search (no branch and bound, which would
+/// reshuffle everything) improves it until it meets the bound or its budget ends. Far fewer
 /// expert weights move than with a fresh plan, at a small cost in balance. `current` must have
 /// the same layers, logical experts and GPUs (its slot count may differ). Throws
 /// std::invalid_argument like plan_expert_placement, or naming the mismatch with `current`.
@@ -111,4 +148,4 @@ struct GpuLoadBalance {
 
 GpuLoadBalance summarize_gpu_loads(std::span<const double> gpu_loads);
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

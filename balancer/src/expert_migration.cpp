@@ -1,10 +1,10 @@
-#include "moescope/runtime/expert_migration.h"
+#include "moescope/balancer/expert_migration.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 namespace {
 
@@ -251,4 +251,4 @@ ExpertMigration plan_expert_migration(const ExpertPlacement& current, const Expe
   return migration;
 }
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

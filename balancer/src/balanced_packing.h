@@ -7,12 +7,15 @@
 #include <span>
 #include <vector>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 struct PackAssignment {
   std::vector<int32_t> pack_of_item;  // [num_items]
   std::vector<int32_t> rank_in_pack;  // [num_items], 0 .. items_per_pack - 1
 };
+
+/// Indices of `weights`, heaviest first (ties to the lower index): [weights.size()].
+std::vector<int32_t> heaviest_first(std::span<const double> weights);
 
 /// Greedy longest-first packing as EPLB describes it: items sorted by weight (heaviest first,
 /// ties by index) each go into the lightest pack that still has room (ties by pack index).
@@ -30,4 +33,4 @@ PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_
                                        std::span<const int32_t> preferred_pack,
                                        double stop_max_over_mean);
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "moescope/runtime/expert_placement.h"
+#include "moescope/balancer/expert_placement.h"
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 /// What a load predictor has learned, as plain numbers, for checkpoints. Only a predictor with
 /// the same name() and expert count takes it back (LoadPredictor::load_state).
@@ -224,4 +224,4 @@ class ExpertLoadForecaster {
   std::vector<PredictionAccuracyTracker> trackers_;
 };
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -1,10 +1,10 @@
-#include "moescope/runtime/load_predictor.h"
+#include "moescope/balancer/load_predictor.h"
 
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-namespace moescope::runtime {
+namespace moescope::balancer {
 
 LoadPredictor::LoadPredictor(int num_experts) : num_experts_(num_experts) {
   if (num_experts <= 0) {
@@ -277,4 +277,4 @@ void ExpertLoadForecaster::load_state(const std::vector<LayerForecastState>& sta
   }
 }
 
-}  // namespace moescope::runtime
+}  // namespace moescope::balancer

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 struct Replication {
   std::vector<int32_t> physical_to_logical;  // [num_physical]; slot i < num_logical holds i
@@ -19,4 +19,4 @@ struct Replication {
 /// replica. Requires num_physical >= loads.size() (checked by the caller).
 Replication replicate_experts(std::span<const double> loads, int num_physical);
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer

@@ -3,7 +3,7 @@
 #include <queue>
 #include <utility>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 namespace {
 
@@ -52,4 +52,4 @@ Replication replicate_experts(std::span<const double> loads, int num_physical) {
   return result;
 }
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <queue>
 
-namespace moescope::runtime::balancer {
+namespace moescope::balancer {
 
 namespace {
 
@@ -23,19 +23,6 @@ struct HeavierPack {
     return a.pack > b.pack;
   }
 };
-
-// Item indices, heaviest first (ties by index).
-std::vector<int32_t> heaviest_first(std::span<const double> weights) {
-  std::vector<int32_t> order(weights.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    if (weights[static_cast<size_t>(a)] != weights[static_cast<size_t>(b)]) {
-      return weights[static_cast<size_t>(a)] > weights[static_cast<size_t>(b)];
-    }
-    return a < b;
-  });
-  return order;
-}
 
 // Greedy: the items not yet placed, in `order`, each into the lightest pack that has room.
 // O(n log p) with a min-heap of the packs that have room.
@@ -155,6 +142,18 @@ PackAssignment to_assignment(const std::vector<std::vector<int32_t>>& items_of_p
 
 }  // namespace
 
+std::vector<int32_t> heaviest_first(std::span<const double> weights) {
+  std::vector<int32_t> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (weights[static_cast<size_t>(a)] != weights[static_cast<size_t>(b)]) {
+      return weights[static_cast<size_t>(a)] > weights[static_cast<size_t>(b)];
+    }
+    return a < b;
+  });
+  return order;
+}
+
 PackAssignment balanced_packing(std::span<const double> weights, int num_packs, bool refine) {
   const size_t items_per_pack = weights.size() / static_cast<size_t>(num_packs);
   std::vector<std::vector<int32_t>> items_of_pack(static_cast<size_t>(num_packs));
@@ -201,4 +200,4 @@ PackAssignment sticky_balanced_packing(std::span<const double> weights, int num_
   return to_assignment(items_of_pack, weights.size());
 }
 
-}  // namespace moescope::runtime::balancer
+}  // namespace moescope::balancer
