@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "moescope/runtime/host_transfers.h"
+
 namespace moescope::runtime {
 namespace {
 
@@ -33,7 +35,8 @@ uint32_t count_nonfinite_fp32(const float* values, int64_t count) {
 
 RouterStatistics router_statistics(const at::Tensor& scores) {
   TORCH_CHECK(scores.dim() == 2, "router_statistics: scores must be [T, E], got ", scores.sizes());
-  const at::Tensor host = scores.detach().to(at::kCPU, at::kFloat).contiguous();
+  const at::Tensor host = scores.is_cpu() ? scores.detach().to(at::kFloat).contiguous()
+                                          : copy_to_host(scores, at::kFloat);
   const int64_t tokens = host.size(0), experts = host.size(1);
   RouterStatistics statistics;
   statistics.mean_score.assign(static_cast<size_t>(experts), 0.0f);
@@ -75,9 +78,12 @@ uint32_t count_nonfinite(const at::Tensor& tensor) {
     return count_nonfinite_fp32(values.data_ptr<float>(), values.numel());
   }
   // A finite sum means no NaN/Inf; only a non-finite sum (NaN/Inf inside, or an overflow) pays
-  // for the exact count. One host sync either way.
-  if (std::isfinite(values.sum(at::kDouble).item<double>())) return 0;
-  return static_cast<uint32_t>(at::isfinite(values).logical_not().sum().item<int64_t>());
+  // for the exact count. One host sync either way on a device.
+  const auto read = [&](const at::Tensor& scalar) {
+    return values.is_cpu() ? scalar.item() : read_scalar(scalar);
+  };
+  if (std::isfinite(read(values.sum(at::kDouble)).to<double>())) return 0;
+  return static_cast<uint32_t>(read(at::isfinite(values).logical_not().sum()).to<int64_t>());
 }
 
 }  // namespace moescope::runtime

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/layer_statistics.h"
 
 namespace moescope::runtime {
@@ -35,13 +36,8 @@ nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
   return handles[static_cast<int>(phase)];
 }
 
-std::vector<int64_t> to_host_vector(const at::Tensor& tensor) {
-  const at::Tensor host = tensor.to(at::kCPU, at::kLong).contiguous();
-  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
-}
-
 float scalar_or_nan(const at::Tensor& tensor) {
-  return tensor.defined() ? tensor.detach().to(at::kCPU).item<float>() : NAN;
+  return tensor.defined() ? read_scalar(tensor.detach()).to<float>() : NAN;
 }
 
 float max_over_mean(const std::vector<int64_t>& counts) {
@@ -157,7 +153,7 @@ void record_layer_step(const LayerStepReport& report) {
   const int64_t step = current_training_step();
   const auto layer = static_cast<uint32_t>(report.layer);
   const auto rank = static_cast<int32_t>(report.rank);
-  std::vector<int64_t> local = to_host_vector(report.local_tokens_per_expert);
+  std::vector<int64_t> local = copy_to_host_int64(report.local_tokens_per_expert);
   moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_LOCAL, local.data(),
                        static_cast<uint32_t>(local.size()),
                        static_cast<uint64_t>(report.num_dropped));
@@ -203,7 +199,7 @@ void record_layer_step(const LayerStepReport& report) {
 
 void record_expert_bias(int64_t layer, int64_t rank, const at::Tensor& expert_bias) {
   if (!is_trace_recording()) return;
-  const at::Tensor bias = expert_bias.detach().to(at::kCPU, at::kFloat).contiguous();
+  const at::Tensor bias = copy_to_host(expert_bias, at::kFloat);
   moescope_expert_values(current_training_step(), static_cast<uint32_t>(layer),
                          static_cast<int32_t>(rank), MOESCOPE_QUANTITY_ROUTER_BIAS,
                          bias.data_ptr<float>(), static_cast<uint32_t>(bias.numel()));

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
 #include "moescope/runtime/receive_cap.h"
@@ -318,11 +319,12 @@ CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
   int64_t already_dropped = 0;
   if (keep_mask.defined()) {
     destination = at::where(keep_mask, destination, ep_size);
-    already_dropped = keep_mask.numel() - keep_mask.sum().item<int64_t>();
+    already_dropped = keep_mask.numel() - read_scalar(keep_mask.sum()).to<int64_t>();
   }
   at::Tensor sent = at::zeros({ep_size, ep_size}, at::kLong);  // [source, destination]
-  sent[rank] = at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size).cpu();
-  sent = all_reduce_sum(sent.to(slot_indices.device()), group_).cpu();
+  sent[rank] =
+      copy_to_host(at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size));
+  sent = copy_to_host(all_reduce_sum(sent.to(slot_indices.device()), group_));
   std::vector<int64_t> quota(static_cast<size_t>(ep_size + 1), 0);
   for (int64_t d = 0; d < ep_size; ++d) {
     const at::Tensor incoming = sent.select(1, d).contiguous();
