@@ -166,17 +166,20 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     LayerStepReport report;
     report.layer = config_.layer_index;
     report.rank = group_.rank();
-    report.local_tokens_per_expert = routing.tokens_per_expert;
+    report.statistics.tokens_per_expert = routing.tokens_per_expert;
+    report.statistics.scores = routing.scores.detach();
+    report.statistics.logits = routing.logits.detach();
+    report.statistics.expert_output = expert_output.detach();
+    report.statistics.aux_loss = routing.losses.aux_loss;
+    report.statistics.z_loss = routing.losses.z_loss;
+    if (config_.enable_expert_bias) report.statistics.expert_bias = router->expert_bias;
+    // Already on the host (the grouped GEMM and the all-to-all needed them): no copy.
     report.received_tokens_per_expert = rows_per_local_expert;
     report.num_dropped = capacity.num_dropped + receive_cap.num_dropped;
-    report.aux_loss = routing.losses.aux_loss;
-    report.z_loss = routing.losses.z_loss;
-    report.scores = routing.scores.detach();
-    report.logits = routing.logits.detach();
-    report.expert_output = expert_output.detach();
     report.global_scope = !group_.is_distributed();
-    if (config_.enable_expert_bias) report.expert_bias = router->expert_bias;
-    record_layer_step(report);
+    trace_statistics_.record_layer_step(report);
+  } else {
+    trace_statistics_.poll();  // statistics still in flight from a recording that stopped
   }
 
   MoEOutput result;
@@ -235,7 +238,7 @@ void MoELayerImpl::update_expert_bias() {
   all_reduce_sum(load, group_);
   router->update_expert_bias(load);
   accumulated_load.zero_();
-  record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
+  trace_statistics_.record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
 }
 
 void MoELayerImpl::load_full_expert_weights(const at::Tensor& w_gate_up, const at::Tensor& w_down) {
