@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "moescope/kernels/launchers.h"  // the supports_* queries exist in every build
+#include "moescope/runtime/host_transfers.h"
 
 #if defined(MOESCOPE_RUNTIME_FUSED_KERNELS)
 #include <ATen/cuda/CUDAContext.h>
@@ -95,9 +96,7 @@ DispatchPlan dispatch_plan_from_routing_map(const FusedRoutingMap& map, int64_t 
   plan.num_tokens = num_tokens;
   plan.top_k = top_k;
   plan.tokens_per_expert = map.tokens_per_expert.to(at::kLong);
-  const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
-  const int64_t* counts = counts_host.data_ptr<int64_t>();
-  plan.rows_per_expert.assign(counts, counts + counts_host.numel());
+  plan.rows_per_expert = copy_to_host_int64(plan.tokens_per_expert);
   const int64_t num_rows =
       std::accumulate(plan.rows_per_expert.begin(), plan.rows_per_expert.end(), int64_t{0});
   TORCH_CHECK(num_rows <= map.row_sources.size(0), kOp, ": the counts add up to ", num_rows,

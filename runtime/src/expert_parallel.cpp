@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/moe_instrumentation.h"
 
 namespace moescope::runtime {
@@ -101,12 +102,9 @@ ExpertParallelPlan plan_expert_parallel(const std::vector<int64_t>& rows_per_exp
   at::Tensor send_counts =
       at::tensor(rows_per_expert, at::TensorOptions().dtype(at::kLong)).to(device);
   std::vector<int64_t> equal_splits(static_cast<size_t>(ep_size), local_experts);
-  at::Tensor recv_counts =
-      exchange_rows(send_counts, equal_splits, equal_splits, *group.backend, "a2a.counts")
-          .to(at::kCPU)
-          .contiguous();
-  const int64_t* received = recv_counts.data_ptr<int64_t>();
-  plan.received_counts.assign(received, received + ep_size * local_experts);
+  plan.received_counts = copy_to_host_int64(
+      exchange_rows(send_counts, equal_splits, equal_splits, *group.backend, "a2a.counts"));
+  const int64_t* received = plan.received_counts.data();
 
   plan.recv_splits.assign(static_cast<size_t>(ep_size), 0);
   plan.rows_per_local_expert.assign(static_cast<size_t>(local_experts), 0);

@@ -1,17 +1,12 @@
 #include "moescope/runtime/moe_instrumentation.h"
 
-#include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <mutex>
 #include <numeric>
 
 #include "moescope/recorder.h"
-#include "moescope/runtime/layer_statistics.h"
 
 namespace moescope::runtime {
 namespace {
@@ -33,24 +28,6 @@ nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
     }
   });
   return handles[static_cast<int>(phase)];
-}
-
-std::vector<int64_t> to_host_vector(const at::Tensor& tensor) {
-  const at::Tensor host = tensor.to(at::kCPU, at::kLong).contiguous();
-  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
-}
-
-float scalar_or_nan(const at::Tensor& tensor) {
-  return tensor.defined() ? tensor.detach().to(at::kCPU).item<float>() : NAN;
-}
-
-float max_over_mean(const std::vector<int64_t>& counts) {
-  if (counts.empty()) return NAN;
-  const double total =
-      static_cast<double>(std::accumulate(counts.begin(), counts.end(), int64_t{0}));
-  if (total <= 0) return NAN;
-  const double max = static_cast<double>(*std::max_element(counts.begin(), counts.end()));
-  return static_cast<float>(max / (total / static_cast<double>(counts.size())));
 }
 
 }  // namespace
@@ -149,64 +126,6 @@ void CommunicationRecord::finish() {
   op.name = moescope_intern(name_);
   moescope_comm_op(&op);
   active_ = false;
-}
-
-void record_layer_step(const LayerStepReport& report) {
-  if (!is_trace_recording()) return;
-  at::NoGradGuard no_grad;
-  const int64_t step = current_training_step();
-  const auto layer = static_cast<uint32_t>(report.layer);
-  const auto rank = static_cast<int32_t>(report.rank);
-  std::vector<int64_t> local = to_host_vector(report.local_tokens_per_expert);
-  moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_LOCAL, local.data(),
-                       static_cast<uint32_t>(local.size()),
-                       static_cast<uint64_t>(report.num_dropped));
-  if (report.global_scope) {
-    moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_GLOBAL, local.data(),
-                         static_cast<uint32_t>(local.size()),
-                         static_cast<uint64_t>(report.num_dropped));
-  }
-  if (!report.received_tokens_per_expert.empty()) {
-    const std::vector<int64_t>& received = report.received_tokens_per_expert;
-    moescope_expert_load(step, layer, rank, MOESCOPE_EXPERTS_RECEIVED, received.data(),
-                         static_cast<uint32_t>(received.size()), 0);
-  }
-
-  moescope_layer_stats stats{};
-  stats.step = step;
-  stats.layer = layer;
-  stats.rank = rank;
-  stats.aux_loss = scalar_or_nan(report.aux_loss);
-  stats.z_loss = scalar_or_nan(report.z_loss);
-  stats.router_entropy = NAN;
-  const bool has_scores = report.scores.defined() && report.scores.size(0) > 0;
-  RouterStatistics router;
-  if (has_scores) {
-    router = router_statistics(report.scores);
-    stats.router_entropy = router.entropy;
-  }
-  stats.max_over_mean = max_over_mean(local);
-  stats.nonfinite_logits = count_nonfinite(report.logits);
-  stats.nonfinite_outputs = count_nonfinite(report.expert_output);
-  moescope_layer_stats_record(&stats);
-  if (stats.nonfinite_logits > 0 || stats.nonfinite_outputs > 0) {
-    moescope_instant(moescope_intern("moescope"), moescope_intern("moe.nonfinite"));
-  }
-
-  if (has_scores) {
-    moescope_expert_values(step, layer, rank, MOESCOPE_QUANTITY_MEAN_PROB, router.mean_score.data(),
-                           static_cast<uint32_t>(router.mean_score.size()));
-  }
-  if (report.expert_bias.defined())
-    record_expert_bias(report.layer, report.rank, report.expert_bias);
-}
-
-void record_expert_bias(int64_t layer, int64_t rank, const at::Tensor& expert_bias) {
-  if (!is_trace_recording()) return;
-  const at::Tensor bias = expert_bias.detach().to(at::kCPU, at::kFloat).contiguous();
-  moescope_expert_values(current_training_step(), static_cast<uint32_t>(layer),
-                         static_cast<int32_t>(rank), MOESCOPE_QUANTITY_ROUTER_BIAS,
-                         bias.data_ptr<float>(), static_cast<uint32_t>(bias.numel()));
 }
 
 }  // namespace moescope::runtime

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
 #include "moescope/runtime/receive_cap.h"
@@ -165,17 +166,20 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     LayerStepReport report;
     report.layer = config_.layer_index;
     report.rank = group_.rank();
-    report.local_tokens_per_expert = routing.tokens_per_expert;
+    report.statistics.tokens_per_expert = routing.tokens_per_expert;
+    report.statistics.scores = routing.scores.detach();
+    report.statistics.logits = routing.logits.detach();
+    report.statistics.expert_output = expert_output.detach();
+    report.statistics.aux_loss = routing.losses.aux_loss;
+    report.statistics.z_loss = routing.losses.z_loss;
+    if (config_.enable_expert_bias) report.statistics.expert_bias = router->expert_bias;
+    // Already on the host (the grouped GEMM and the all-to-all needed them): no copy.
     report.received_tokens_per_expert = rows_per_local_expert;
     report.num_dropped = capacity.num_dropped + receive_cap.num_dropped;
-    report.aux_loss = routing.losses.aux_loss;
-    report.z_loss = routing.losses.z_loss;
-    report.scores = routing.scores.detach();
-    report.logits = routing.logits.detach();
-    report.expert_output = expert_output.detach();
     report.global_scope = !group_.is_distributed();
-    if (config_.enable_expert_bias) report.expert_bias = router->expert_bias;
-    record_layer_step(report);
+    trace_statistics_.record_layer_step(report);
+  } else {
+    trace_statistics_.poll();  // statistics still in flight from a recording that stopped
   }
 
   MoEOutput result;
@@ -234,7 +238,7 @@ void MoELayerImpl::update_expert_bias() {
   all_reduce_sum(load, group_);
   router->update_expert_bias(load);
   accumulated_load.zero_();
-  record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
+  trace_statistics_.record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
 }
 
 void MoELayerImpl::load_full_expert_weights(const at::Tensor& w_gate_up, const at::Tensor& w_down) {
@@ -318,11 +322,12 @@ CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
   int64_t already_dropped = 0;
   if (keep_mask.defined()) {
     destination = at::where(keep_mask, destination, ep_size);
-    already_dropped = keep_mask.numel() - keep_mask.sum().item<int64_t>();
+    already_dropped = keep_mask.numel() - read_scalar(keep_mask.sum()).to<int64_t>();
   }
   at::Tensor sent = at::zeros({ep_size, ep_size}, at::kLong);  // [source, destination]
-  sent[rank] = at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size).cpu();
-  sent = all_reduce_sum(sent.to(slot_indices.device()), group_).cpu();
+  sent[rank] =
+      copy_to_host(at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size));
+  sent = copy_to_host(all_reduce_sum(sent.to(slot_indices.device()), group_));
   std::vector<int64_t> quota(static_cast<size_t>(ep_size + 1), 0);
   for (int64_t d = 0; d < ep_size; ++d) {
     const at::Tensor incoming = sent.select(1, d).contiguous();

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "moescope/recorder.h"
+#include "moescope/runtime/host_transfers.h"
 
 namespace moescope::runtime {
 namespace {
 
 std::string format_counts(const at::Tensor& counts) {
-  const at::Tensor host = counts.to(at::kCPU).contiguous();
+  const at::Tensor host = copy_to_host(counts, at::kLong);
   const int64_t* data = host.data_ptr<int64_t>();
   std::ostringstream out;
   out << '[';
@@ -58,8 +59,8 @@ ReceiveCapResult ReceiveCap::apply(const at::Tensor& local_expert_of_row,
   const int64_t num_rows = local_expert_of_row.size(0);
   if (num_rows > 0) {
     const auto [min_expert, max_expert] = at::aminmax(local_expert_of_row);
-    const int64_t lowest = min_expert.item<int64_t>();
-    const int64_t highest = max_expert.item<int64_t>();
+    const int64_t lowest = read_scalar(min_expert).to<int64_t>();
+    const int64_t highest = read_scalar(max_expert).to<int64_t>();
     TORCH_CHECK(lowest >= 0 && highest < num_local_experts,
                 "ReceiveCap::apply: local_expert_of_row ", "holds expert ids in [", lowest, ", ",
                 highest, "], outside [0, ", num_local_experts, ")");
@@ -132,7 +133,7 @@ at::Tensor split_receive_cap(const at::Tensor& incoming_rows, int64_t max_rows) 
   TORCH_CHECK(incoming_rows.defined() && incoming_rows.dim() == 1 &&
                   incoming_rows.scalar_type() == at::kLong,
               "split_receive_cap: incoming_rows must be a 1-D int64 tensor [num_source_ranks]");
-  const at::Tensor host = incoming_rows.to(at::kCPU).contiguous();
+  const at::Tensor host = copy_to_host(incoming_rows);
   const int64_t num_sources = host.numel();
   const int64_t* incoming = host.data_ptr<int64_t>();
   int64_t total = 0;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cuda_kernel_path.h"
+#include "moescope/runtime/host_transfers.h"
 
 namespace moescope::runtime {
 namespace {
@@ -137,7 +138,8 @@ RoutingResult RouterImpl::forward(const at::Tensor& hidden, int64_t sequence_len
     result.logits = result.logits + logit_skew.to(router_dtype);
   }
   if (config_.nonfinite_policy == NonFinitePolicy::kError && num_tokens > 0) {
-    TORCH_CHECK(at::isfinite(result.logits).all().item<bool>(), "MoE layer ", config_.layer_index,
+    TORCH_CHECK(read_scalar(at::isfinite(result.logits).all()).to<bool>(), "MoE layer ",
+                config_.layer_index,
                 ": router logits contain NaN or Inf (check the input hidden states; "
                 "NonFinitePolicy::kDontCheck disables this check)");
   }
@@ -163,9 +165,9 @@ RoutingResult RouterImpl::forward(const at::Tensor& hidden, int64_t sequence_len
           replayed.sizes(), ", expected [", num_tokens, ", ", top_k, "]");
       TORCH_CHECK(replayed.scalar_type() == at::kLong, "Router: replayed routing must be int64");
       if (replayed.numel() > 0) {
-        TORCH_CHECK(
-            replayed.min().item<int64_t>() >= 0 && replayed.max().item<int64_t>() < num_experts,
-            "Router: replayed routing holds expert ids outside [0, ", num_experts, ")");
+        TORCH_CHECK(read_scalar(replayed.min()).to<int64_t>() >= 0 &&
+                        read_scalar(replayed.max()).to<int64_t>() < num_experts,
+                    "Router: replayed routing holds expert ids outside [0, ", num_experts, ")");
       }
       result.top_k_indices = replayed.to(hidden.device());
     } else if (config_.force_uniform_routing) {

@@ -6,13 +6,16 @@
 
 #include <cstdio>
 
+#include "moescope/runtime/host_transfers.h"
+
 namespace moescope::runtime {
 
 void RoutingReplay::record(int64_t layer, const at::Tensor& top_k_indices) {
   TORCH_CHECK(top_k_indices.dim() == 2 && top_k_indices.scalar_type() == at::kLong,
               "RoutingReplay::record: top_k_indices must be [T, K] int64, got ",
               top_k_indices.sizes(), " ", top_k_indices.scalar_type());
-  at::Tensor host = top_k_indices.detach().to(at::kCPU).clone();
+  // A copy even on the host: the caller may reuse top_k_indices.
+  at::Tensor host = copy_to_host(top_k_indices).clone();
   std::lock_guard<std::mutex> lock(mutex_);
   choices_[{step_, layer}] = std::move(host);
 }

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "cuda_kernel_path.h"
+#include "moescope/runtime/host_transfers.h"
 
 namespace moescope::runtime {
 namespace {
@@ -150,7 +151,7 @@ CapacityResult apply_group_capacity(const at::Tensor& groups, const at::Tensor& 
   result.keep_mask = at::zeros({num_assignments}, experts.options().dtype(at::kBool))
                          .scatter_(0, order, keep_sorted)
                          .view(groups.sizes());
-  result.num_dropped = num_assignments - keep_sorted.sum().item<int64_t>();
+  result.num_dropped = num_assignments - read_scalar(keep_sorted.sum()).to<int64_t>();
   return result;
 }
 
@@ -179,9 +180,7 @@ DispatchPlan build_dispatch_plan(const at::Tensor& top_k_indices, const at::Tens
   plan.row_to_assignment = assignments.index_select(0, order);
   plan.row_to_token = at::div(plan.row_to_assignment, plan.top_k, "floor");
   plan.tokens_per_expert = at::bincount(experts, {}, num_experts);
-  const at::Tensor counts_host = plan.tokens_per_expert.to(at::kCPU).contiguous();
-  const int64_t* counts = counts_host.data_ptr<int64_t>();
-  plan.rows_per_expert.assign(counts, counts + num_experts);
+  plan.rows_per_expert = copy_to_host_int64(plan.tokens_per_expert);
   return plan;
 }
 

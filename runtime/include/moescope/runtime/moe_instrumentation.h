@@ -1,7 +1,7 @@
 // What the MoE runtime tells the outside world: NVTX ranges in a "moescope" domain (seen by
 // Nsight Systems and by moescope's own NVTX injection) and events through the recorder's C API
-// (moescope/recorder.h). Both are no-ops unless a tool or recorder listens; statistics that need
-// a host sync are only computed while a recorder is active.
+// (moescope/recorder.h). Both are no-ops unless a tool or recorder listens. The per-layer
+// statistics of a trace travel through trace_statistics_queue.h, without a host sync.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -66,27 +66,5 @@ class CommunicationRecord {
   int32_t device_ = -1;
   uint64_t start_ns_ = 0;
 };
-
-/// Everything recorded per layer and step.
-struct LayerStepReport {
-  int64_t layer = 0;
-  int64_t rank = 0;
-  at::Tensor local_tokens_per_expert;  // [E] this rank's routed assignments (before drops)
-  std::vector<int64_t> received_tokens_per_expert;  // [E_local] rows each local expert computed
-  int64_t num_dropped = 0;
-  at::Tensor aux_loss, z_loss;  // 0-dim or undefined
-  at::Tensor scores;            // [T, E] router scores, for the entropy
-  at::Tensor logits;            // [T, E], for the NaN/Inf count
-  at::Tensor expert_output;     // [R, H] expert rows, for the NaN/Inf count
-  at::Tensor expert_bias;       // [E] or undefined
-  bool global_scope = false;    // local counts are also global (one process)
-};
-
-/// Emits expert loads, router statistics and NaN/Inf events of one layer forward. Does nothing
-/// (and forces no sync) unless a recorder is active.
-void record_layer_step(const LayerStepReport& report);
-
-/// Emits the expert bias after an aux-loss-free update.
-void record_expert_bias(int64_t layer, int64_t rank, const at::Tensor& expert_bias);
 
 }  // namespace moescope::runtime

@@ -27,6 +27,7 @@
 #include "moescope/runtime/routing_replay.h"
 #include "moescope/runtime/slot_migration.h"
 #include "moescope/runtime/token_dispatcher.h"
+#include "moescope/runtime/trace_statistics_queue.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -122,6 +123,11 @@ class MoELayerImpl : public torch::nn::Module {
   /// before the first). What a load predictor observes (summed over the group).
   const at::Tensor& last_tokens_per_expert() const { return last_tokens_per_expert_; }
 
+  /// This layer's statistics on their way to a recorded trace (written without a host sync, on
+  /// a GPU usually during the next forward). drain() it before stopping an in-process recorder;
+  /// destroying the layer drains it too.
+  TraceStatisticsQueue& trace_statistics() { return trace_statistics_; }
+
   Router router{nullptr};
   GroupedExperts experts{nullptr};         // this rank's expert slots [S_local, ...]
   GroupedExperts shared_experts{nullptr};  // one wide expert, or empty without shared experts
@@ -154,6 +160,7 @@ class MoELayerImpl : public torch::nn::Module {
   ExpertSlots slots_;
   at::Tensor last_tokens_per_expert_;
   std::unique_ptr<DispatchBufferPool> pool_;
+  TraceStatisticsQueue trace_statistics_;
 };
 TORCH_MODULE(MoELayer);
 
