@@ -111,9 +111,9 @@ class StandInTransfer:
 
     created = 0
 
-    def __init__(self, num_experts):
+    def __init__(self, numel, dtype):
         StandInTransfer.created += 1
-        self.host = torch.empty(num_experts, dtype=torch.int64)
+        self.host = torch.empty(numel, dtype=dtype)
         self.done = False
         self.waited = False
 
@@ -131,11 +131,11 @@ class StandInTransfer:
 
 def test_in_flight_counts_are_handed_over_in_order_once_landed(adapter, recorder):
     capture = expert_load_capture.ExpertLoadCapture([], recorder.record, recorder.current_step)
-    capture.slot_type = StandInTransfer
+    capture.queue.transfer_type = StandInTransfer
     layer = moe_layers.find_moe_layers(home_made_model())[0]
     for step in range(3):
         capture._start_transfer(step, layer, torch.full((NUM_EXPERTS,), step))
-    slots = list(capture.in_flight)
+    slots = list(capture.queue.in_flight)
     slots[1].done = True  # the second landed first: it must still wait for the first
     capture._hand_over_landed()
     assert recorder.samples == []

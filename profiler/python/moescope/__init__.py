@@ -41,8 +41,8 @@ def _name(text):
 
 
 def _counts_list(counts):
-    """Tokens per expert as a list of ints, from a list, numpy array or torch tensor."""
-    if hasattr(counts, "detach"):  # torch.Tensor (a CUDA tensor is copied to the host)
+    """Tokens per expert as a list of ints, from a list, numpy array or CPU torch tensor."""
+    if hasattr(counts, "detach"):  # torch.Tensor
         counts = counts.detach().cpu()
     if hasattr(counts, "tolist"):
         counts = counts.tolist()
@@ -51,14 +51,37 @@ def _counts_list(counts):
     return [int(value) for value in counts]
 
 
+def _record_expert_load(key, counts):
+    step, layer, rank, scope, dropped = key
+    values = _counts_list(counts)
+    array = (ctypes.c_int64 * len(values))(*values)
+    _library.moescope_expert_load(int(step), int(layer), int(rank), scope, array, len(values),
+                                  int(dropped))
+
+
+_cuda_counts = []  # the HostCopyQueue for CUDA counts, made at the first one
+
+
+def _queue_for_cuda():
+    if not _cuda_counts:
+        import atexit
+
+        from .host_copies import HostCopyQueue
+        _cuda_counts.append(HostCopyQueue(_record_expert_load))
+        atexit.register(_cuda_counts[0].flush)
+    return _cuda_counts[0]
+
+
 def expert_load(layer, counts, step=None, rank=None, dropped=0, scope="local"):
     """Records tokens per expert of one MoE layer.
 
     layer: layer index. counts: tokens routed to each expert, ``[num_experts]`` (list, numpy
-    array or torch tensor). step: training step (default: the step in progress, from
-    ``moescope.step`` or the zero-code capture; when neither knows, the analysis takes the step
-    in progress at this call's time). rank: this process's rank (default: ``RANK`` from the environment). dropped: tokens dropped by
-    the capacity limit. scope: "local" (this rank's router), "global" (summed over the
+    array or torch tensor; a CUDA tensor is copied without waiting for the GPU and recorded
+    once the copy has landed, at a later call or at the end of the run). step: training step
+    (default: the step in progress, from ``moescope.step`` or the zero-code capture; when
+    neither knows, the analysis takes the step in progress at this call's time). rank: this
+    process's rank (default: ``RANK`` from the environment). dropped: tokens dropped by the
+    capacity limit. scope: "local" (this rank's router), "global" (summed over the
     expert-parallel group) or "received" (tokens this rank's experts received).
     """
     if not recording():
@@ -66,14 +89,19 @@ def expert_load(layer, counts, step=None, rank=None, dropped=0, scope="local"):
     if scope not in _SCOPES:
         raise ValueError("moescope.expert_load: scope must be one of %s, got %r"
                          % (sorted(_SCOPES), scope))
-    values = _counts_list(counts)
     if step is None:
         step = _current_step
     if rank is None:
         rank = int(os.environ.get("RANK", "-1"))
-    array = (ctypes.c_int64 * len(values))(*values)
-    _library.moescope_expert_load(int(step), int(layer), int(rank), _SCOPES[scope], array,
-                                  len(values), int(dropped))
+    key = (step, layer, rank, _SCOPES[scope], dropped)
+    if getattr(counts, "is_cuda", False):
+        # Never waits for the GPU: copied behind an event, recorded once it landed (a later
+        # call, or the end of the run), with the step it belongs to.
+        if counts.dim() != 1:
+            raise ValueError("moescope.expert_load: counts must be one-dimensional [num_experts]")
+        _queue_for_cuda().submit(key, counts.detach().long())
+        return
+    _record_expert_load(key, counts)
 
 
 class range(contextlib.ContextDecorator):  # noqa: A001 - mirrors nvtx.range / torch's naming

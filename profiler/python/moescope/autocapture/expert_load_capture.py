@@ -5,13 +5,10 @@ forward hook on each router. At each router forward the hook counts tokens per e
 router's device and hands ``record(step, layer, counts)`` a host int64 tensor
 ``[num_experts]``, where ``step`` is ``current_step()`` at that forward.
 
-On CUDA nothing waits for the device: the counts are copied into a pinned host buffer with
-``non_blocking=True`` on the current stream, a ``torch.cuda.Event`` is recorded after the copy,
-and the sample is handed over once the event has completed: checked (``Event.query``, which does
-not block) at every later router forward, and at :func:`flush`, which the end of the run calls.
-So a step's counts are usually recorded during the next step. On the CPU they are handed over
-at once. Pinned buffers and events are reused, so after the first steps nothing is allocated on
-the host but the tensor handed over.
+On CUDA nothing waits for the device: the counts travel through ``moescope.host_copies``
+(pinned buffer, non-blocking copy, an event polled at every later router forward, waited for
+only by :func:`flush` at the end of the run), so a step's counts are usually recorded during the
+next step. On the CPU they are handed over at once.
 
 A hook never changes the router's output, keeps no reference to activations, and allocates on
 the device only the counts (and, for a 4.x logits gate, the recomputed top-k). Any exception
@@ -23,12 +20,11 @@ into CUDA graphs (their replays run no Python); forwards that activation checkpo
 recomputes during backward (they would count the same tokens twice).
 """
 
-import collections
-import threading
 import weakref
 
 import torch
 
+from ..host_copies import HostCopyQueue
 from .moe_layers import find_moe_layers, warn_once
 
 __all__ = ["attach", "flush", "detach_all", "ExpertLoadCapture"]
@@ -64,37 +60,14 @@ def detach_all():
         capture.detach()
 
 
-class _TransferSlot:
-    """A pinned host buffer and the event that says when the copy into it has landed."""
-
-    def __init__(self, num_experts):
-        self.host = torch.empty(num_experts, dtype=torch.int64, pin_memory=True)
-        self.event = torch.cuda.Event()
-        self.step = 0
-        self.layer = 0
-
-    def start(self, counts):
-        """Queues the copy of ``counts`` (int64 [num_experts], CUDA) on the current stream."""
-        self.host.copy_(counts, non_blocking=True)
-        self.event.record(torch.cuda.current_stream(counts.device))
-
-    def landed(self):
-        return self.event.query()
-
-    def wait(self):
-        self.event.synchronize()
-
-
 class ExpertLoadCapture:
     """The hooks of one model's routers and the counts they have in flight."""
 
     def __init__(self, layers, record, current_step):
         self.record = record
         self.current_step = current_step
-        self.in_flight = collections.deque()   # _TransferSlot, oldest first
-        self.free_slots = {}                    # num_experts -> [_TransferSlot]
-        self.lock = threading.Lock()            # routers may run on several threads
-        self.slot_type = _TransferSlot          # tests drive the queue with a stand-in
+        # CUDA counts on their way to the host, keyed by (step, layer).
+        self.queue = HostCopyQueue(lambda key, counts: record(key[0], key[1], counts))
         self.hooks = {}                          # path -> (router, hook handle)
         for moe_layer in layers:
             handle = moe_layer.router.register_forward_hook(self._make_hook(moe_layer))
@@ -126,37 +99,16 @@ class ExpertLoadCapture:
             counts = moe_layer.counts(output)
         if counts.device.type == "cuda":
             self._start_transfer(step, moe_layer, counts)
-            self._hand_over_landed()
         else:
             # CPU (or another device, copied plainly: only CUDA is known to need care here).
             self._hand_over_landed()
             self.record(step, moe_layer.layer, counts.to("cpu"))
 
     def _start_transfer(self, step, moe_layer, counts):
-        with self.lock:
-            free = self.free_slots.setdefault(moe_layer.num_experts, [])
-            slot = free.pop() if free else self.slot_type(moe_layer.num_experts)
-        slot.start(counts)
-        slot.step, slot.layer = step, moe_layer.layer
-        with self.lock:
-            self.in_flight.append(slot)
+        self.queue.submit((step, moe_layer.layer), counts)
 
     def _hand_over_landed(self, wait=False):
-        """Hands over, oldest first, the samples whose copy has completed (all if wait)."""
-        while True:
-            with self.lock:
-                if not self.in_flight:
-                    return
-                slot = self.in_flight[0]
-                if not wait and not slot.landed():
-                    return
-                self.in_flight.popleft()
-            if wait:
-                slot.wait()  # end of run only, never from a hook
-            counts = slot.host.clone()    # the pinned buffer goes back to the pool
-            with self.lock:
-                self.free_slots.setdefault(counts.numel(), []).append(slot)
-            self.record(slot.step, slot.layer, counts)
+        self.queue.hand_over_landed(wait)
 
     def flush(self):
         """Hands over everything in flight, waiting for the copies (call at the end of a run)."""
