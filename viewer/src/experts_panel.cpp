@@ -13,10 +13,6 @@ namespace moescope::viewer {
 
 namespace {
 
-bool same_filter(const StepRankFilter& a, const StepRankFilter& b) {
-  return a.step_first == b.step_first && a.step_last == b.step_last && a.rank == b.rank;
-}
-
 ImU32 layer_colour(size_t row, size_t rows) {
   float hue = rows > 0 ? static_cast<float>(row) / static_cast<float>(rows) : 0.0f;
   return static_cast<ImU32>(ImColor::HSV(hue * 0.85f, 0.6f, 0.95f));
@@ -25,15 +21,27 @@ ImU32 layer_colour(size_t row, size_t rows) {
 }  // namespace
 
 void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
-  if (cached_for_ != &trace || !same_filter(cached_filter_, state.filter)) {
-    heatmap_ = aggregate_expert_load(trace.model, state.filter);
+  if (cached_for_ != &trace || cached_filter_ != state.filter) {
+    heatmap_ = analysis::expert_load_matrix(trace.model, state.filter);
     if (cached_for_ != &trace || cached_filter_.rank != state.filter.rank) {
-      imbalance_ = imbalance_over_steps(trace.model, state.filter.rank);
+      // Over every step: the plot is the step axis.
+      imbalance_ =
+          imbalance_series(analysis::analyze_expert_load(trace.model, {-1, -1, state.filter.rank}));
     }
     cached_for_ = &trace;
     cached_filter_ = state.filter;
   }
-  if (heatmap_.num_layers == 0) {
+  LayoutProbe& shown = layout_probe();
+  shown.heatmap_layers = heatmap_.layer_ids;
+  shown.heatmap_tokens.clear();
+  for (int row = 0; row < heatmap_.num_layers(); ++row) {
+    const auto begin =
+        heatmap_.tokens.begin() + static_cast<std::ptrdiff_t>(row) * heatmap_.num_experts;
+    shown.heatmap_tokens.emplace_back(begin, begin + heatmap_.num_experts);
+  }
+  shown.imbalance_steps = imbalance_.steps;
+  shown.imbalance_values = imbalance_.per_layer;
+  if (heatmap_.num_layers() == 0) {
     ImGui::TextDisabled("No expert-load samples in this trace (or in the selected steps).");
     layout_probe().expert_heatmap = {};
     return;
@@ -47,13 +55,13 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   float heatmap_height = std::max(available.y * 0.58f, 120.0f);
   float legend_width = 110.0f;
   GridLayout grid = layout_grid(origin.x, origin.y, available.x - legend_width, heatmap_height,
-                                heatmap_.num_layers, heatmap_.num_experts, 64.0f, 20.0f, 64.0f);
+                                heatmap_.num_layers(), heatmap_.num_experts, 64.0f, 20.0f, 64.0f);
   layout_probe().expert_heatmap = grid;
   ImVec2 mouse = ImGui::GetIO().MousePos;
   int hover_row = -1, hover_column = -1;
   bool hovering =
       ImGui::IsWindowHovered() && grid.cell_at(mouse.x, mouse.y, hover_row, hover_column);
-  for (int row = 0; row < heatmap_.num_layers; ++row) {
+  for (int row = 0; row < heatmap_.num_layers(); ++row) {
     char label[32];
     std::snprintf(label, sizeof(label), "layer %u", heatmap_.layer_ids[static_cast<size_t>(row)]);
     draw->AddText(ImVec2(origin.x, grid.cell_y(row) + 0.5f * grid.cell_height - 7),
@@ -88,9 +96,10 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     }
   }
   float legend_x = grid.cell_x(heatmap_.num_experts) + 16.0f;
-  draw_colour_legend(draw, ImVec2(legend_x, grid.top),
-                     ImVec2(16.0f, std::min(grid.cell_height * heatmap_.num_layers, 200.0f)),
-                     heatmap_.max_tokens, "tok");
+  draw_colour_legend(
+      draw, ImVec2(legend_x, grid.top),
+      ImVec2(16.0f, std::min(grid.cell_height * static_cast<float>(heatmap_.num_layers()), 200.0f)),
+      heatmap_.max_tokens, "tok");
   if (hovering) {
     const HeatmapCell cell = heatmap_cell(heatmap_, hover_row, hover_column);
     ImGui::BeginTooltip();
@@ -105,7 +114,7 @@ void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     ImGui::EndTooltip();
   }
   ImGui::Dummy(
-      ImVec2(available.x, std::max(grid.cell_y(heatmap_.num_layers) - origin.y, 220.0f) + 8.0f));
+      ImVec2(available.x, std::max(grid.cell_y(heatmap_.num_layers()) - origin.y, 220.0f) + 8.0f));
 
   // Imbalance over steps: one line per layer, rebalancing decisions as vertical markers.
   ImGui::Text("Imbalance (max / mean tokens per expert) per layer over steps");

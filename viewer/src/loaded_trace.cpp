@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "moescope/profiler/report.h"
+#include "moescope/profiler/step_detection.h"
 #include "moescope/profiler/trace_loader.h"
 
 namespace moescope::viewer {
@@ -29,7 +31,7 @@ std::unique_ptr<LoadedTrace> TraceLoadingJob::take_preview() {
 
 void TraceLoadingJob::prepare(LoadedTrace& trace) {
   trace.timeline = build_timeline_index(trace.model);
-  trace.steps = known_steps(trace.model);
+  trace.steps = analysis::known_steps(trace.model);
 }
 
 void TraceLoadingJob::run() {
@@ -91,7 +93,7 @@ TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
   thread_ = std::thread([this, &trace] {
     tables_.kernel_stats = kernel_statistics(trace.model);
     tables_.range_stats = range_statistics(trace.model);
-    tables_.findings = compute_viewer_findings(trace.model);
+    tables_.findings = analysis::build_report(trace.model).findings;
     done_.store(true, std::memory_order_release);
   });
 }

@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "moescope/profiler/findings.h"
 #include "moescope/profiler/trace_model.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
-#include "report_findings.h"
 
 namespace moescope::viewer {
 
@@ -28,13 +28,13 @@ struct LoadedTrace {
   // seconds); tables_ready says when.
   bool tables_ready = false;
   std::vector<NameStatistics> kernel_stats, range_stats;
-  std::vector<ViewerFinding> findings;
+  std::vector<analysis::Finding> findings;  // the report's, ranked
   double load_seconds = 0.0;
 };
 
 struct TraceTables {
   std::vector<NameStatistics> kernel_stats, range_stats;
-  std::vector<ViewerFinding> findings;
+  std::vector<analysis::Finding> findings;  // the report's, ranked
 };
 
 // Computes the statistics tables and the findings of a shown trace on a background thread.

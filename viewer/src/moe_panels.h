@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "loaded_trace.h"
+#include "moescope/profiler/comm_analysis.h"
+#include "moescope/profiler/memory_analysis.h"
 #include "viewer_state.h"
 
 namespace moescope::viewer {
@@ -17,7 +19,7 @@ class ExpertsPanel {
  private:
   const LoadedTrace* cached_for_ = nullptr;
   StepRankFilter cached_filter_{-2, -2, -2};
-  ExpertHeatmap heatmap_;
+  analysis::ExpertLoadMatrix heatmap_;
   ImbalanceSeries imbalance_;
 };
 
@@ -28,7 +30,8 @@ class CommPanel {
  private:
   const LoadedTrace* cached_for_ = nullptr;
   StepRankFilter cached_filter_{-2, -2, -2};
-  CommMatrix matrix_;
+  analysis::CommAnalysis comm_;
+  int matrix_index_ = 0;  // the communicator shown (the one with the most bytes by default)
 };
 
 class MemoryPanel {
@@ -38,7 +41,7 @@ class MemoryPanel {
  private:
   const LoadedTrace* cached_for_ = nullptr;
   int cached_process_ = -1;
-  MemoryPeak peak_;
+  analysis::RankMemory peak_;
 };
 
 class ReportPanel {

@@ -48,6 +48,24 @@ struct LayoutProbe {
   // The imbalance plot's vertical extent and its rebalancing markers (x, applied).
   float imbalance_plot_top = 0, imbalance_plot_bottom = 0;
   std::vector<std::pair<float, bool>> rebalance_markers;
+  // The numbers the panels drew (tests compare them with `moescope report --format json`).
+  std::vector<uint32_t> heatmap_layers;
+  std::vector<std::vector<double>> heatmap_tokens;  // [layer row][expert]
+  std::vector<int64_t> imbalance_steps;
+  std::vector<std::vector<double>> imbalance_values;  // [layer row][step index]
+  std::vector<std::vector<uint64_t>> comm_bytes;      // [sender][receiver]
+  std::vector<uint32_t> comm_ops_by_rank;
+  std::vector<uint64_t> comm_sent_bytes;
+  std::vector<double> comm_busy_ns;
+  int memory_rank = -1;
+  int64_t memory_peak_bytes = 0;
+  std::vector<int64_t> memory_peak_by_category;
+  size_t memory_live_at_peak = 0;
+  struct ShownFinding {
+    std::string kind, severity, evidence;
+    double est_ms_per_step = 0;
+  };
+  std::vector<ShownFinding> findings;
 };
 LayoutProbe& layout_probe();
 

@@ -15,19 +15,25 @@ namespace moescope::viewer {
 
 void focus_finding(const LoadedTrace& trace, ViewerState& state, int finding_index) {
   if (finding_index < 0 || static_cast<size_t>(finding_index) >= trace.findings.size()) return;
-  const ViewerFinding& finding = trace.findings[static_cast<size_t>(finding_index)];
+  const analysis::Finding& finding = trace.findings[static_cast<size_t>(finding_index)];
+  const analysis::FindingWhere& where = finding.where;
   state.selected_finding = finding_index;
-  state.filter.step_first = finding.step_first;
-  state.filter.step_last = finding.step_last >= 0 ? finding.step_last : finding.step_first;
+  state.filter.step_first = where.first_step;
+  state.filter.step_last = where.last_step >= 0 ? where.last_step : where.first_step;
   // Expert findings are about the whole expert-parallel group; keep "all ranks" for them.
-  state.filter.rank = finding.layer >= 0 ? -1 : finding.rank;
-  state.focus_layer = finding.layer;
-  state.focus_expert = finding.expert;
+  state.filter.rank = where.layer >= 0 ? -1 : analysis::finding_rank(trace.model, finding);
+  state.focus_layer = where.layer;
+  state.focus_expert = where.experts.empty() ? -1 : static_cast<int32_t>(where.experts.front());
   state.pending_focus = finding_time_focus(trace.model, finding);
 }
 
 void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   layout_probe().report_rows = static_cast<int>(trace.findings.size());
+  layout_probe().findings.clear();
+  for (const analysis::Finding& finding : trace.findings) {
+    layout_probe().findings.push_back({finding.kind, analysis::severity_name(finding.severity),
+                                       finding.evidence, finding.est_ms_per_step});
+  }
   if (!trace.tables_ready) {
     ImGui::TextDisabled("Computing the findings...");
     return;
@@ -50,7 +56,7 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     ImGui::TableSetupColumn("finding");
     ImGui::TableHeadersRow();
     for (size_t i = 0; i < trace.findings.size(); ++i) {
-      const ViewerFinding& finding = trace.findings[i];
+      const analysis::Finding& finding = trace.findings[i];
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       char id[24];
@@ -60,26 +66,27 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
         focus_finding(trace, state, static_cast<int>(i));
       }
       if (ImGui::IsItemHovered() && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) {
-        state.switch_to = finding.layer >= 0 ? Panel::kExperts : Panel::kTimeline;
+        state.switch_to = finding.where.layer >= 0 ? Panel::kExperts : Panel::kTimeline;
       }
       ImGui::TableNextColumn();
-      ImVec4 colour = finding.severity == "high"     ? ImVec4(1.0f, 0.4f, 0.35f, 1.0f)
-                      : finding.severity == "medium" ? ImVec4(1.0f, 0.75f, 0.3f, 1.0f)
-                                                     : ImVec4(0.7f, 0.8f, 0.9f, 1.0f);
-      ImGui::TextColored(colour, "%s", finding.severity.c_str());
+      ImVec4 colour =
+          finding.severity == analysis::Severity::kCritical  ? ImVec4(1.0f, 0.4f, 0.35f, 1.0f)
+          : finding.severity == analysis::Severity::kWarning ? ImVec4(1.0f, 0.75f, 0.3f, 1.0f)
+                                                             : ImVec4(0.7f, 0.8f, 0.9f, 1.0f);
+      ImGui::TextColored(colour, "%s", analysis::severity_name(finding.severity));
       ImGui::TableNextColumn();
       ImGui::Text("%.2f", finding.est_ms_per_step);
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(finding.kind.c_str());
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(finding.title.c_str());
+      ImGui::TextUnformatted(finding.evidence.c_str());
     }
     ImGui::EndTable();
   }
   ImGui::BeginChild("finding", ImVec2(0, 0), true);
   if (state.selected_finding >= 0 &&
       static_cast<size_t>(state.selected_finding) < trace.findings.size()) {
-    const ViewerFinding& finding = trace.findings[static_cast<size_t>(state.selected_finding)];
+    const analysis::Finding& finding = trace.findings[static_cast<size_t>(state.selected_finding)];
     ImGui::TextWrapped("Evidence: %s", finding.evidence.c_str());
     ImGui::TextWrapped("Suggestion: %s", finding.suggestion.c_str());
     if (ImGui::Button("Show in timeline")) state.switch_to = Panel::kTimeline;

@@ -75,6 +75,26 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"rebalance_markers", probe.rebalance_markers},
                          {"step_first", probe.step_first},
                          {"step_last", probe.step_last}};
+  nlohmann::json findings = nlohmann::json::array();
+  for (const LayoutProbe::ShownFinding& finding : probe.findings) {
+    findings.push_back({{"kind", finding.kind},
+                        {"severity", finding.severity},
+                        {"evidence", finding.evidence},
+                        {"est_ms_per_step", finding.est_ms_per_step}});
+  }
+  json["shown"] = {{"heatmap_layers", probe.heatmap_layers},
+                   {"heatmap_tokens", probe.heatmap_tokens},
+                   {"imbalance_steps", probe.imbalance_steps},
+                   {"imbalance_values", probe.imbalance_values},
+                   {"comm_bytes", probe.comm_bytes},
+                   {"comm_ops_by_rank", probe.comm_ops_by_rank},
+                   {"comm_sent_bytes", probe.comm_sent_bytes},
+                   {"comm_busy_ns", probe.comm_busy_ns},
+                   {"memory_rank", probe.memory_rank},
+                   {"memory_peak_bytes", probe.memory_peak_bytes},
+                   {"memory_peak_by_category", probe.memory_peak_by_category},
+                   {"memory_live_at_peak", probe.memory_live_at_peak},
+                   {"findings", findings}};
   std::ofstream out(path);
   out << json.dump(2) << "\n";
   if (!out) {

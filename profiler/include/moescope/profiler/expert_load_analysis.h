@@ -1,7 +1,12 @@
-// Expert load per MoE layer, from the expert-load samples.
+// Expert load per MoE layer, from the expert-load samples. Every expert-load number of the
+// report, `moescope plan` and the viewer's panels comes from the functions of this header, so
+// they cannot disagree.
 //
-// Per (step, layer) the load vector is the GLOBAL-scope sample when one was recorded, else the
-// sum of the LOCAL samples of every rank. Over the steps of a layer:
+// Which samples count (the scope choice, per (layer, step), in layer_step_loads):
+//   every rank  the GLOBAL samples of the lowest rank that recorded one, else the sum of every
+//               rank's LOCAL samples;
+//   one rank    that rank's LOCAL samples, else its GLOBAL ones.
+// RECEIVED samples never count there (they give rank_max_over_mean). Over the steps of a layer:
 //   max_over_mean   mean over steps of max(tokens) / mean(tokens)
 //   cv              mean over steps of std(tokens) / mean(tokens)
 //   utilization     mean over steps of mean(tokens) / max(tokens) = 1 / max_over_mean: the share
@@ -14,11 +19,27 @@
 #include <cstdint>
 #include <vector>
 
+#include "moescope/profiler/step_detection.h"
 #include "moescope/profiler/trace_model.h"
 
 namespace moescope::analysis {
 
 inline constexpr double kHotShareFactor = 2.0;
+
+// Tokens per expert of one MoE layer in one step, after the scope choice above.
+struct LayerStepLoad {
+  uint32_t layer = 0;
+  int64_t step = 0;
+  std::vector<double> tokens;  // [num_experts]
+  uint64_t dropped = 0;
+  // The balancer's forecast for this step, one rank's copy (the filtered rank's, else the
+  // lowest rank's): [num_experts], empty when none was recorded.
+  std::vector<double> predicted;
+};
+
+// Every (layer, step) the filter covers, sorted by (layer, step).
+std::vector<LayerStepLoad> layer_step_loads(const TraceModel& model,
+                                            const StepRankFilter& filter = {});
 
 struct LayerLoad {
   uint32_t layer = 0;
@@ -73,12 +94,28 @@ struct ExpertLoadAnalysis {
   bool empty() const { return layers.empty(); }
 };
 
-ExpertLoadAnalysis analyze_expert_load(const TraceModel& model);
+// The statistics above over the filter's steps and rank (rank_max_over_mean: its steps, every
+// rank, since it compares ranks).
+ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFilter& filter = {});
 
-// Per (layer, expert) tokens summed over the steps in [first_step, last_step] (all ranks):
-// [num_layers][num_experts], for heatmaps. Layers without samples are empty rows.
-std::vector<std::vector<double>> expert_load_matrix(const TraceModel& model, int64_t first_step,
-                                                    int64_t last_step, int32_t rank = -1);
+// Tokens per (layer, expert) summed over the filter's steps: what the viewer's heatmap shows,
+// what `moescope plan` plans from and what the report's JSON lists per layer and rank.
+struct ExpertLoadMatrix {
+  std::vector<uint32_t> layer_ids;  // row -> layer number (layers present, ascending)
+  int num_experts = 0;              // the widest layer's
+  std::vector<double> tokens;       // [num_layers, num_experts]
+  std::vector<double> predicted;    // [num_layers, num_experts]; empty when never recorded
+  int64_t num_steps = 0;            // distinct steps summed
+  double max_tokens = 0.0;          // largest cell
+  int num_layers() const { return static_cast<int>(layer_ids.size()); }
+  double at(int row, int expert) const {
+    return tokens[static_cast<size_t>(row) * static_cast<size_t>(num_experts) +
+                  static_cast<size_t>(expert)];
+  }
+  double layer_total(int row) const;
+  int row_of(uint32_t layer) const;  // -1 when the layer has no samples
+};
+ExpertLoadMatrix expert_load_matrix(const TraceModel& model, const StepRankFilter& filter = {});
 
 Percentiles percentiles_of(std::vector<double> values);
 

@@ -1,9 +1,10 @@
 // The bottleneck report: every analysis over a model, rendered as text, markdown or JSON.
 // JSON shape: {"summary": {...}, "breakdown": [...per rank...], "step_spread": [...],
 // "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
-// "dead_experts", ...}], "expert_load_percentiles": {...}, "communication": {...},
-// "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step", "where", "evidence",
-// "metrics", "suggestion"}], "errors": [...]}.
+// "dead_experts", "tokens", "by_rank", ...}], "expert_load_percentiles": {...},
+// "communication": {...}, "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step",
+// "step_share", "where", "evidence", "metrics", "suggestion"}], "errors": [...]}.
+// docs/analysis.md lists every field; the viewer's panels show the same numbers.
 #pragma once
 
 #include <string>
@@ -29,10 +30,19 @@ struct ReportSummary {
   size_t errors = 0;
 };
 
+// One rank's view of the expert load (the viewer's rank filter).
+struct RankExpertLoad {
+  int32_t rank = 0;
+  ExpertLoadMatrix tokens;
+  ExpertLoadAnalysis load;
+};
+
 struct Report {
   ReportSummary summary;
   TimeBreakdown breakdown;
   ExpertLoadAnalysis expert_load;
+  ExpertLoadMatrix expert_tokens;                   // every rank, every step
+  std::vector<RankExpertLoad> expert_load_by_rank;  // ranks with expert-load samples
   CommAnalysis communication;
   std::vector<RankMemory> memory;
   std::vector<Finding> findings;

@@ -5,6 +5,9 @@
 // occurrences cover the most time (at least 2 per rank) is taken.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "moescope/profiler/trace_model.h"
 
 namespace moescope::analysis {
@@ -14,5 +17,31 @@ void detect_steps(TraceModel& model);
 
 // Index in process.steps of the step containing `time`, or -1.
 int step_at(const ProcessTrack& process, TimeNs time);
+
+// The steps and rank one number covers: `moescope report` passes {} (everything), the viewer's
+// panels their step range and rank filter. Steps are inclusive; -1 = unbounded / every rank.
+struct StepRankFilter {
+  int64_t step_first = -1;
+  int64_t step_last = -1;
+  int32_t rank = -1;
+  bool has_step(int64_t step) const {
+    return (step_first < 0 || step >= step_first) && (step_last < 0 || step <= step_last);
+  }
+  bool has_rank(int32_t candidate) const { return rank < 0 || candidate == rank; }
+  bool covers_every_step() const { return step_first < 0 && step_last < 0; }
+  bool operator==(const StepRankFilter&) const = default;
+};
+
+// Steps present in the trace (from step intervals, else from expert-load samples), ascending.
+std::vector<int64_t> known_steps(const TraceModel& model);
+
+// Time window [begin, end] of the filter's steps on `process`; the model's whole range when
+// the filter covers every step or the process has none of its steps.
+struct TimeWindow {
+  TimeNs begin = 0, end = 0;
+  bool contains(TimeNs time) const { return time >= begin && time <= end; }
+};
+TimeWindow step_window(const TraceModel& model, const ProcessTrack& process,
+                       const StepRankFilter& filter);
 
 }  // namespace moescope::analysis

@@ -169,6 +169,9 @@ enum CommOpFlags : uint16_t {
   kCommEndUnknown = 1u << 0,  // no completion time recorded; end = start
 };
 
+// CommOp::kind of an all-to-all (moescope_comm_kind).
+inline constexpr uint32_t kCommKindAllToAll = 6;
+
 struct CommOp {
   TimeNs enqueue = 0;  // when the host issued it
   TimeNs start = 0;    // transfer start (GPU time when known)
@@ -284,6 +287,15 @@ struct ProcessTrack {
   uint64_t unclosed_spans = 0;
   uint64_t unmatched_range_ends = 0;
 };
+
+// ExpertLoadSample::scope values (moescope_expert_scope in moescope/recorder.h).
+enum ExpertScope : uint32_t {
+  kExpertsLocal = 0,     // tokens this rank's router sent to each expert
+  kExpertsGlobal = 1,    // summed over the expert-parallel group (every rank records a copy)
+  kExpertsReceived = 2,  // tokens each of this rank's local experts received
+};
+// ExpertValuesSample::quantity value of the balancer's forecast (moescope_expert_quantity).
+inline constexpr uint32_t kQuantityPredictedLoad = 0;
 
 // One expert-load sample: tokens per expert for one (step, layer, rank, scope).
 struct ExpertLoadSample {
