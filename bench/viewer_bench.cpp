@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "loaded_trace.h"
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/viewer/loaded_trace.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
 #include "sample_trace_writer.h"

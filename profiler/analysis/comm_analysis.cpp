@@ -1,5 +1,5 @@
 // All-to-all matrices and bandwidth (see comm_analysis.h).
-#include "moescope/profiler/comm_analysis.h"
+#include "moescope/analysis/comm_analysis.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,5 @@
 // Expert load statistics per layer (definitions in expert_load_analysis.h).
-#include "moescope/profiler/expert_load_analysis.h"
+#include "moescope/analysis/expert_load_analysis.h"
 
 #include <algorithm>
 #include <cmath>

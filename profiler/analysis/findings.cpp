@@ -1,5 +1,5 @@
 // The bottleneck rules (thresholds in findings.h, explanations in docs/analysis.md).
-#include "moescope/profiler/findings.h"
+#include "moescope/analysis/findings.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,5 +1,5 @@
 // Memory peaks and what was live there (see memory_analysis.h).
-#include "moescope/profiler/memory_analysis.h"
+#include "moescope/analysis/memory_analysis.h"
 
 #include <nlohmann/json.hpp>
 

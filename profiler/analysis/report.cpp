@@ -1,5 +1,5 @@
 // Builds and renders the report (text, markdown, JSON).
-#include "moescope/profiler/report.h"
+#include "moescope/analysis/report.h"
 
 #include <nlohmann/json.hpp>
 

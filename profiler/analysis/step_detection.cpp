@@ -1,5 +1,5 @@
 // Step detection (see step_detection.h).
-#include "moescope/profiler/step_detection.h"
+#include "moescope/analysis/step_detection.h"
 
 #include <algorithm>
 #include <cctype>

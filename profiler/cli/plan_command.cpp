@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "moescope/profiler/expert_load_analysis.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/runtime/expert_loads.h"
 #include "moescope/runtime/expert_migration.h"
 #include "moescope/runtime/expert_placement.h"

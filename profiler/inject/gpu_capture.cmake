@@ -23,7 +23,7 @@ add_library(moescope_gpu_capture OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/nccl_op_recorder.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose.cpp)
 target_include_directories(moescope_gpu_capture PUBLIC
-  ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/include)
+  ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/recorder/include)
 target_include_directories(moescope_gpu_capture SYSTEM PUBLIC ${MOESCOPE_CUPTI_INCLUDE_DIR})
 set_target_properties(moescope_gpu_capture PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # Only the interposed nccl* functions and InitializeInjection are exported (marked default).

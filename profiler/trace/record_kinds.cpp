@@ -1,7 +1,8 @@
 // The record-kind table's out-of-line part (the table is in trace_format.h).
 #include <cstring>
 
-#include "moescope/profiler/trace_format.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_format.h"
 
 namespace moescope::trace {
 

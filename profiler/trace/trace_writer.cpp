@@ -1,4 +1,4 @@
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 
 #include <zlib.h>
 #include <zstd.h>

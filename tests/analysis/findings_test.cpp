@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {
@@ -292,8 +292,8 @@ TEST(Severity, RanksWithTheTimeAFindingCosts) {
   options.churn_allocations_per_step = 60;
   Analysed run = analyse("severity_mix", options);
   ASSERT_GE(run.report.findings.size(), 3u) << kinds(run.report);
-  const double step_ms = run.report.findings.front().est_ms_per_step /
-                         run.report.findings.front().step_share;
+  const double step_ms =
+      run.report.findings.front().est_ms_per_step / run.report.findings.front().step_share;
   EXPECT_GT(step_ms, 0.0);
   for (size_t i = 0; i < run.report.findings.size(); ++i) {
     const Finding& finding = run.report.findings[i];

@@ -8,7 +8,8 @@
 #include <regex>
 #include <string>
 
-#include "moescope/profiler/trace_format.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_format.h"
 
 namespace moescope::trace {
 namespace {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"

@@ -12,13 +12,13 @@
 #include <memory>
 #include <thread>
 
-#include "loaded_trace.h"
-#include "moescope/profiler/comm_analysis.h"
-#include "moescope/profiler/memory_analysis.h"
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/comm_analysis.h"
+#include "moescope/analysis/memory_analysis.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/viewer/event_description.h"
 #include "moescope/viewer/finding_focus.h"
+#include "moescope/viewer/loaded_trace.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
 #include "sample_trace_writer.h"

@@ -20,8 +20,8 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/heatmap_layout.h"
 #include "moescope/viewer/time_axis.h"
