@@ -1,7 +1,11 @@
 # Tests of the GPU half of the capture (CUPTI translation, NCCL interposition), all on CPU.
 # Included from tests/capture/CMakeLists.txt.
 if(NOT TARGET moescope_gpu_capture)
-  message(STATUS "moescope: no moescope_gpu_capture target: GPU capture tests skipped")
+  foreach(test cupti_capture_test cupti_injection_test nccl_completion_test
+               nccl_runtime_events_test nccl_interpose_test)
+    moescope_add_skipped_test(NAME ${test} LABELS capture
+      REASON "the shim's GPU capture is not built (no CUPTI headers)")
+  endforeach()
   return()
 endif()
 
@@ -27,13 +31,17 @@ if(TARGET CUDA::cudart)
   moescope_add_test(NAME nccl_runtime_events_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_runtime_events_test.cpp
     LIBS moescope_gpu_capture moescope_recorder CUDA::cudart LABELS capture)
+else()
+  moescope_add_skipped_test(NAME nccl_runtime_events_test LABELS capture
+                            REASON "no CUDA runtime library (CUDA::cudart) found")
 endif()
 
 # NCCL interposition through the real shim, against a TEST-ONLY NCCL stand-in library.
 find_path(MOESCOPE_TEST_NCCL_INCLUDE_DIR nccl.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)
-if(NOT TARGET moescope_inject OR NOT MOESCOPE_TEST_NCCL_INCLUDE_DIR OR NOT CUDAToolkit_FOUND)
-  message(STATUS "moescope: shim or nccl.h missing: NCCL interposition test skipped")
+if(NOT MOESCOPE_TEST_NCCL_INCLUDE_DIR OR NOT CUDAToolkit_FOUND)
+  moescope_add_skipped_test(NAME nccl_interpose_test LABELS capture
+                            REASON "${MOESCOPE_WHY_NCCL}")
   return()
 endif()
 
