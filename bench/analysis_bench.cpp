@@ -23,11 +23,11 @@
 #include <thread>
 #include <vector>
 
-#include "moescope/profiler/chrome_export.h"
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/analysis/chrome_export.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace {
 

@@ -19,9 +19,9 @@
 #include <x86intrin.h>
 #endif
 
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
 #include "moescope/recorder.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace {
 

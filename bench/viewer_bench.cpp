@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "loaded_trace.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/viewer/loaded_trace.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
-#include "report_findings.h"
 #include "sample_trace_writer.h"
 
 namespace {
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   auto range_rows = moescope::viewer::range_statistics(model);
   double statistics_s = seconds_since(tables_start);
   tables_start = Clock::now();
-  auto findings = moescope::viewer::compute_viewer_findings(model);
+  auto findings = moescope::analysis::build_report(model).findings;
   double findings_s = seconds_since(tables_start);
 
   std::printf("model: %llu events loaded, %llu timeline spans indexed, %zu tracks\n",

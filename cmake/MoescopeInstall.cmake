@@ -18,10 +18,10 @@ foreach(t moescope moescope-view moe_train nvtx_ranges)
     install(TARGETS ${t} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
-foreach(component profiler balancer runtime kernels viewer)
-  if(EXISTS ${PROJECT_SOURCE_DIR}/${component}/include)
-    install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-  endif()
+# Public headers of every installed library (each library's include/ folder).
+foreach(headers profiler/trace profiler/recorder profiler/analysis profiler/torch_capture balancer
+                runtime kernels)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${headers}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 # The Python annotation module (ctypes, no build step) under share/moescope/python, with a
 # generated _install_layout.py telling it where the shim is relative to itself. `moescope

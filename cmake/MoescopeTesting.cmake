@@ -18,3 +18,30 @@ function(moescope_add_test)
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
 endfunction()
+
+# moescope_add_skipped_test(NAME name LABELS label... REASON text)
+# A test that cannot be built or run here (a missing dependency, no GPU) is still registered:
+# it prints the reason and CTest reports it as skipped, never silently absent.
+function(moescope_add_skipped_test)
+  cmake_parse_arguments(T "" "NAME;REASON" "LABELS" ${ARGN})
+  add_test(NAME ${T_NAME} COMMAND sh ${PROJECT_SOURCE_DIR}/cmake/scripts/skip_test.sh "${T_REASON}")
+  set_tests_properties(${T_NAME} PROPERTIES SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
+  set_property(GLOBAL APPEND PROPERTY MOESCOPE_SKIPPED_TESTS "${T_NAME}: ${T_REASON}")
+endfunction()
+
+# moescope_add_gpu_test(NAME name LABELS label... [TIMEOUT s] COMMAND command...)
+# A check that needs an NVIDIA GPU: registered to run where one answered at configure time,
+# else registered as skipped with that reason.
+function(moescope_add_gpu_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "LABELS;COMMAND" ${ARGN})
+  if(NOT MOESCOPE_HAVE_GPU)
+    moescope_add_skipped_test(NAME ${T_NAME} LABELS ${T_LABELS}
+      REASON "no NVIDIA GPU on this machine (tests/device/run.sh runs it on the GPU machine)")
+    return()
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+endfunction()

@@ -1,5 +1,5 @@
 // Streams a TraceModel as Chrome trace JSON (see chrome_export.h for the layout).
-#include "moescope/profiler/chrome_export.h"
+#include "moescope/analysis/chrome_export.h"
 
 #include <cerrno>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "moescope/profiler/comm_analysis.h"
+#include "moescope/analysis/comm_analysis.h"
 
 namespace moescope::analysis {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "file_load.h"
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::analysis {
 

@@ -1,5 +1,5 @@
 // Clock alignment across hosts (see clock_alignment.h for the order of methods).
-#include "moescope/profiler/clock_alignment.h"
+#include "moescope/analysis/clock_alignment.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
 // All-to-all matrices and bandwidth (see comm_analysis.h).
-#include "moescope/profiler/comm_analysis.h"
+#include "moescope/analysis/comm_analysis.h"
 
 #include <algorithm>
 #include <map>
@@ -13,6 +13,10 @@ const char* comm_kind_name(uint32_t kind) {
   return kind < sizeof(kNames) / sizeof(kNames[0]) ? kNames[kind] : "unknown";
 }
 
+uint64_t AllToAllMatrix::max_bytes() const {
+  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
+}
+
 double AllToAllMatrix::receive_imbalance() const {
   if (num_ranks <= 0) return 0;
   std::vector<double> received(size_t(num_ranks), 0.0);
@@ -24,14 +28,16 @@ double AllToAllMatrix::receive_imbalance() const {
   return total > 0 ? max / (total / num_ranks) : 0.0;
 }
 
-CommAnalysis analyze_communication(const TraceModel& model, TimeNs t0, TimeNs t1) {
+CommAnalysis analyze_communication(const TraceModel& model, const StepRankFilter& filter) {
   CommAnalysis result;
   std::map<uint64_t, AllToAllMatrix> matrices;
   std::map<std::pair<std::string, uint32_t>, CommOpStats> stats;
   for (const auto& process : model.processes) {
+    if (!filter.has_rank(process.rank)) continue;
+    const TimeWindow window = step_window(model, process, filter);
     for (const auto& comm : process.communicators) {
       for (const CommOp& op : comm.ops) {
-        if (op.start < t0 || op.start >= t1) continue;
+        if (!window.contains(op.start)) continue;
         const std::string& name = model.name(op.name);
         CommOpStats& entry = stats[{name.empty() ? comm_kind_name(op.kind) : name, op.kind}];
         entry.name = name.empty() ? comm_kind_name(op.kind) : name;
@@ -46,7 +52,7 @@ CommAnalysis analyze_communication(const TraceModel& model, TimeNs t0, TimeNs t1
           ++entry.count;
         }
         entry.bytes += op.bytes;
-        if (op.kind != 6 /*all_to_all*/ || op.num_splits == 0) continue;
+        if (op.kind != kCommKindAllToAll || op.num_splits == 0) continue;
         int32_t ranks = std::max<int32_t>(comm.num_ranks, int32_t(op.num_splits));
         AllToAllMatrix& matrix = matrices[comm.comm_id];
         if (matrix.num_ranks < ranks) {
@@ -61,13 +67,24 @@ CommAnalysis analyze_communication(const TraceModel& model, TimeNs t0, TimeNs t1
               grown.bytes[size_t(s) * ranks + d] = matrix.at(s, d);
             }
           }
+          grown.ops_by_rank = std::move(matrix.ops_by_rank);
+          grown.sent_bytes = std::move(matrix.sent_bytes);
+          grown.busy_ns = std::move(matrix.busy_ns);
+          grown.ops_by_rank.resize(size_t(ranks), 0);
+          grown.sent_bytes.resize(size_t(ranks), 0);
+          grown.busy_ns.resize(size_t(ranks), 0.0);
           matrix = std::move(grown);
         }
         if (op.rank < 0 || op.rank >= matrix.num_ranks) continue;
         auto splits = comm.splits(op);
         for (uint32_t dst = 0; dst < splits.size(); ++dst) {
           matrix.bytes[size_t(op.rank) * matrix.num_ranks + dst] += splits[dst];
+          matrix.sent_bytes[size_t(op.rank)] += splits[dst];
         }
+        if (!(op.flags & kCommEndUnknown) && op.end > op.start) {
+          matrix.busy_ns[size_t(op.rank)] += double(op.end - op.start);
+        }
+        ++matrix.ops_by_rank[size_t(op.rank)];
         ++matrix.num_ops;
       }
     }

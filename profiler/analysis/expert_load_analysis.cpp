@@ -1,19 +1,15 @@
 // Expert load statistics per layer (definitions in expert_load_analysis.h).
-#include "moescope/profiler/expert_load_analysis.h"
+#include "moescope/analysis/expert_load_analysis.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <set>
+#include <span>
 
 namespace moescope::analysis {
 namespace {
-
-struct StepLoad {
-  std::vector<double> tokens;
-  bool from_global = false;
-  uint64_t dropped = 0;
-  std::vector<double> predicted;
-};
 
 double effective_experts(const std::vector<double>& tokens) {
   double total = 0;
@@ -26,45 +22,27 @@ double effective_experts(const std::vector<double>& tokens) {
   return std::exp(entropy);
 }
 
-// (layer, step) -> load, merging scopes as the header says.
-std::map<uint32_t, std::map<int64_t, StepLoad>> collect(const TraceModel& model, int32_t rank) {
-  std::map<uint32_t, std::map<int64_t, StepLoad>> layers;
-  for (const ExpertLoadSample& sample : model.expert_loads) {
-    if (sample.scope == 2 /*received*/) continue;
-    if (rank >= 0 && sample.rank != rank) continue;
-    StepLoad& load = layers[sample.layer][sample.step];
-    auto tokens = model.tokens(sample);
-    const bool global = sample.scope == 1;
-    if (global && !load.from_global) {
-      load.tokens.assign(tokens.begin(), tokens.end());
-      load.from_global = true;
-      load.dropped = sample.dropped_tokens;
-      continue;
-    }
-    if (global || load.from_global) continue;  // one global sample per step is enough
-    if (load.tokens.size() < tokens.size()) load.tokens.resize(tokens.size(), 0.0);
-    for (size_t e = 0; e < tokens.size(); ++e) load.tokens[e] += tokens[e];
-    load.dropped += sample.dropped_tokens;
-  }
-  for (const ExpertValuesSample& sample : model.expert_values) {
-    if (sample.quantity != 0 /*predicted load*/) continue;
-    if (rank >= 0 && sample.rank != rank) continue;
-    auto found = layers.find(sample.layer);
-    if (found == layers.end()) continue;
-    auto step = found->second.find(sample.step);
-    if (step == found->second.end() || !step->second.predicted.empty()) continue;
-    auto values = model.values(sample);
-    step->second.predicted.assign(values.begin(), values.end());
-  }
-  return layers;
+void add_into(std::vector<double>& sum, std::span<const uint32_t> tokens) {
+  if (sum.size() < tokens.size()) sum.resize(tokens.size(), 0.0);
+  for (size_t e = 0; e < tokens.size(); ++e) sum[e] += double(tokens[e]);
 }
+
+// The samples of one (layer, step) by scope, before the choice.
+struct ScopedSums {
+  std::vector<double> local, global;
+  uint64_t local_dropped = 0, global_dropped = 0;
+  bool has_local = false;
+  int32_t global_rank = std::numeric_limits<int32_t>::max();  // whose GLOBAL copies are kept
+  std::vector<double> predicted;
+  int32_t predicted_rank = std::numeric_limits<int32_t>::max();
+};
 
 // (layer, step, rank) -> rows that rank's experts computed.
 std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> received_rows(
-    const TraceModel& model) {
+    const TraceModel& model, const StepRankFilter& filter) {
   std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> rows;
   for (const ExpertLoadSample& sample : model.expert_loads) {
-    if (sample.scope != 2 /*received*/) continue;
+    if (sample.scope != kExpertsReceived || !filter.has_step(sample.step)) continue;
     double sum = 0;
     for (auto count : model.tokens(sample)) sum += double(count);
     rows[sample.layer][sample.step][sample.rank] += sum;
@@ -73,6 +51,52 @@ std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> received_rows(
 }
 
 }  // namespace
+
+std::vector<LayerStepLoad> layer_step_loads(const TraceModel& model, const StepRankFilter& filter) {
+  std::map<std::pair<uint32_t, int64_t>, ScopedSums> sums;
+  for (const ExpertLoadSample& sample : model.expert_loads) {
+    if (!filter.has_step(sample.step) || !filter.has_rank(sample.rank)) continue;
+    if (sample.scope == kExpertsLocal) {
+      ScopedSums& entry = sums[{sample.layer, sample.step}];
+      add_into(entry.local, model.tokens(sample));
+      entry.local_dropped += sample.dropped_tokens;
+      entry.has_local = true;
+    } else if (sample.scope == kExpertsGlobal) {
+      ScopedSums& entry = sums[{sample.layer, sample.step}];
+      // Every rank records the same all-reduced counts: keep the lowest rank's copy.
+      if (sample.rank < entry.global_rank) {
+        entry.global.clear();
+        entry.global_dropped = 0;
+        entry.global_rank = sample.rank;
+      }
+      if (sample.rank != entry.global_rank) continue;
+      add_into(entry.global, model.tokens(sample));
+      entry.global_dropped += sample.dropped_tokens;
+    }
+  }
+  for (const ExpertValuesSample& sample : model.expert_values) {
+    if (sample.quantity != kQuantityPredictedLoad || !filter.has_rank(sample.rank)) continue;
+    auto found = sums.find({sample.layer, sample.step});
+    if (found == sums.end() || sample.rank >= found->second.predicted_rank) continue;
+    auto values = model.values(sample);
+    found->second.predicted.assign(values.begin(), values.end());
+    found->second.predicted_rank = sample.rank;
+  }
+  std::vector<LayerStepLoad> loads;
+  loads.reserve(sums.size());
+  for (auto& [key, entry] : sums) {
+    const bool has_global = entry.global_rank != std::numeric_limits<int32_t>::max();
+    const bool use_local = filter.rank >= 0 ? entry.has_local : !has_global;
+    LayerStepLoad load;
+    load.layer = key.first;
+    load.step = key.second;
+    load.tokens = std::move(use_local ? entry.local : entry.global);
+    load.dropped = use_local ? entry.local_dropped : entry.global_dropped;
+    load.predicted = std::move(entry.predicted);
+    loads.push_back(std::move(load));
+  }
+  return loads;
+}
 
 Percentiles percentiles_of(std::vector<double> values) {
   Percentiles result;
@@ -91,13 +115,19 @@ Percentiles percentiles_of(std::vector<double> values) {
   return result;
 }
 
-ExpertLoadAnalysis analyze_expert_load(const TraceModel& model) {
+ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFilter& filter) {
   ExpertLoadAnalysis result;
-  auto layers = collect(model, -1);
+  // layer -> step -> load
+  std::map<uint32_t, std::map<int64_t, LayerStepLoad>> layers;
+  for (LayerStepLoad& load : layer_step_loads(model, filter)) {
+    layers[load.layer][load.step] = std::move(load);
+  }
   // Router entropy per layer: first and last step's mean over ranks.
   std::map<uint32_t, std::map<int64_t, std::pair<double, int>>> entropy;
   for (const LayerStatsSample& stats : model.layer_stats) {
-    if (!std::isfinite(stats.router_entropy)) continue;
+    if (!std::isfinite(stats.router_entropy) || !filter.has_step(stats.step) ||
+        !filter.has_rank(stats.rank))
+      continue;
     auto& entry = entropy[stats.layer][stats.step];
     entry.first += stats.router_entropy;
     entry.second += 1;
@@ -175,7 +205,7 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model) {
     }
     result.layers.push_back(std::move(layer));
   }
-  const auto received = received_rows(model);
+  const auto received = received_rows(model, filter);
   for (LayerLoad& layer : result.layers) {
     const auto found = received.find(layer.layer);
     if (found == received.end()) continue;
@@ -202,6 +232,7 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model) {
   result.cv = percentiles_of(cv);
   RebalanceSummary& rebalance = result.rebalances;
   for (const RebalanceDecision& decision : model.rebalances) {
+    if (!filter.has_step(decision.step) || !filter.has_rank(decision.rank)) continue;
     ++rebalance.decisions;
     rebalance.applied += decision.applied ? 1 : 0;
     rebalance.mean_imbalance_before += decision.imbalance_before;
@@ -216,18 +247,43 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model) {
   return result;
 }
 
-std::vector<std::vector<double>> expert_load_matrix(const TraceModel& model, int64_t first_step,
-                                                    int64_t last_step, int32_t rank) {
-  std::vector<std::vector<double>> matrix;
-  for (const auto& [layer, steps] : collect(model, rank)) {
-    if (matrix.size() <= layer) matrix.resize(layer + 1);
-    auto& row = matrix[layer];
-    for (const auto& [step, load] : steps) {
-      if (step < first_step || step > last_step) continue;
-      if (row.size() < load.tokens.size()) row.resize(load.tokens.size(), 0.0);
-      for (size_t e = 0; e < load.tokens.size(); ++e) row[e] += load.tokens[e];
+double ExpertLoadMatrix::layer_total(int row) const {
+  double total = 0.0;
+  for (int e = 0; e < num_experts; ++e) total += at(row, e);
+  return total;
+}
+
+int ExpertLoadMatrix::row_of(uint32_t layer) const {
+  auto found = std::lower_bound(layer_ids.begin(), layer_ids.end(), layer);
+  if (found == layer_ids.end() || *found != layer) return -1;
+  return static_cast<int>(found - layer_ids.begin());
+}
+
+ExpertLoadMatrix expert_load_matrix(const TraceModel& model, const StepRankFilter& filter) {
+  ExpertLoadMatrix matrix;
+  const std::vector<LayerStepLoad> loads = layer_step_loads(model, filter);
+  std::set<int64_t> steps;
+  bool any_prediction = false;
+  for (const LayerStepLoad& load : loads) {
+    if (matrix.layer_ids.empty() || matrix.layer_ids.back() != load.layer) {
+      matrix.layer_ids.push_back(load.layer);  // loads are sorted by layer
+    }
+    matrix.num_experts = std::max(matrix.num_experts, static_cast<int>(load.tokens.size()));
+    steps.insert(load.step);
+    any_prediction = any_prediction || !load.predicted.empty();
+  }
+  matrix.num_steps = static_cast<int64_t>(steps.size());
+  const size_t width = static_cast<size_t>(matrix.num_experts);
+  matrix.tokens.assign(matrix.layer_ids.size() * width, 0.0);
+  if (any_prediction) matrix.predicted.assign(matrix.tokens.size(), 0.0);
+  for (const LayerStepLoad& load : loads) {
+    const size_t row_start = static_cast<size_t>(matrix.row_of(load.layer)) * width;
+    for (size_t e = 0; e < load.tokens.size(); ++e) matrix.tokens[row_start + e] += load.tokens[e];
+    for (size_t e = 0; e < load.predicted.size() && e < width; ++e) {
+      matrix.predicted[row_start + e] += load.predicted[e];
     }
   }
+  for (double value : matrix.tokens) matrix.max_tokens = std::max(matrix.max_tokens, value);
   return matrix;
 }
 

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "moescope/profiler/trace_model.h"
+#include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
 

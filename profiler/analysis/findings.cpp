@@ -1,5 +1,5 @@
 // The bottleneck rules (thresholds in findings.h, explanations in docs/analysis.md).
-#include "moescope/profiler/findings.h"
+#include "moescope/analysis/findings.h"
 
 #include <algorithm>
 #include <cctype>
@@ -88,6 +88,9 @@ class Rules {
         limits_(thresholds),
         steps_(step_range(model)) {
     for (const auto& rank : breakdown.ranks) means_.push_back(rank.mean());
+    // With no step known, the whole trace counts as one step (as est_ms_per_step does).
+    reference_step_ms_ = mean_step_ms();
+    if (reference_step_ms_ <= 0) reference_step_ms_ = double(model.end - model.begin) * 1e-6;
   }
 
   std::vector<Finding> run() {
@@ -110,11 +113,13 @@ class Rules {
   }
 
  private:
-  Finding& add(const char* kind, Severity severity, double est_ms) {
+  // `threatens_run`: the finding endangers the run itself (see severity_of).
+  Finding& add(const char* kind, double est_ms, bool threatens_run = false) {
     Finding finding;
     finding.kind = kind;
-    finding.severity = severity;
+    finding.severity = severity_of(est_ms, reference_step_ms_, threatens_run);
     finding.est_ms_per_step = est_ms;
+    finding.step_share = reference_step_ms_ > 0 ? est_ms / reference_step_ms_ : 0.0;
     finding.where.first_step = steps_.first;
     finding.where.last_step = steps_.last;
     finding.start = model_.begin;
@@ -138,10 +143,7 @@ class Rules {
     for (const LayerLoad& layer : experts_.layers) {
       if (layer.max_over_mean < limits_.imbalance_max_over_mean) continue;
       double est = per_layer_ms * (1.0 - 1.0 / layer.max_over_mean);
-      Finding& finding = add("expert_imbalance",
-                             layer.max_over_mean >= limits_.imbalance_critical ? Severity::kCritical
-                                                                               : Severity::kWarning,
-                             est);
+      Finding& finding = add("expert_imbalance", est);
       finding.where.layer = int32_t(layer.layer);
       finding.where.experts = layer.hot_experts;
       finding.where.first_step = layer.first_step;
@@ -175,9 +177,7 @@ class Rules {
       double typical = median(others);
       double excess = means_[r].busy_ms() - typical;
       if (excess < std::max(limits_.straggler_min_ms, limits_.straggler_excess * typical)) continue;
-      Finding& finding =
-          add("straggler_rank", excess >= 0.3 * typical ? Severity::kCritical : Severity::kWarning,
-              excess);
+      Finding& finding = add("straggler_rank", excess);
       finding.where.ranks = {means_[r].rank};
       finding.process = int32_t(r);
       finding.evidence = format(
@@ -221,9 +221,7 @@ class Rules {
     const double step_ms = mean_step_ms();
     if (exposed < std::max(limits_.exposed_comm_min_ms, limits_.exposed_comm_share * step_ms))
       return;
-    Finding& finding =
-        add("exposed_communication",
-            exposed >= 0.25 * step_ms ? Severity::kCritical : Severity::kWarning, exposed);
+    Finding& finding = add("exposed_communication", exposed);
     finding.evidence = format(
         "%.2f ms per step of communication is not overlapped with compute on any rank (%.0f%% "
         "of a %.2f ms step); communication %.2f ms per step, %.2f ms of it overlapped",
@@ -243,10 +241,7 @@ class Rules {
       if (mean.host_sync_ms <
           std::max(limits_.host_sync_min_ms, limits_.host_sync_share * mean.step_ms))
         continue;
-      Finding& finding =
-          add("host_sync_stall",
-              mean.host_sync_ms >= 0.1 * mean.step_ms ? Severity::kCritical : Severity::kWarning,
-              mean.host_sync_ms);
+      Finding& finding = add("host_sync_stall", mean.host_sync_ms);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
       finding.evidence = format(
@@ -269,7 +264,7 @@ class Rules {
       if (mean.launch_gap_ms <
           std::max(limits_.launch_gap_min_ms, limits_.launch_gap_share * mean.step_ms))
         continue;
-      Finding& finding = add("launch_bound", Severity::kWarning, mean.launch_gap_ms);
+      Finding& finding = add("launch_bound", mean.launch_gap_ms);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
       finding.evidence = format(
@@ -289,8 +284,7 @@ class Rules {
       if (!rank.capacity_bytes) continue;
       double share = double(rank.peak_bytes) / double(rank.capacity_bytes);
       if (share < limits_.memory_pressure_share) continue;
-      Finding& finding =
-          add("memory_pressure", share >= 0.97 ? Severity::kCritical : Severity::kWarning, 0.0);
+      Finding& finding = add("memory_pressure", 0.0, share >= limits_.memory_critical_share);
       finding.where.ranks = {rank.rank};
       finding.process = int32_t(p);
       finding.start = finding.end = rank.peak_time;
@@ -316,7 +310,7 @@ class Rules {
     for (const auto& mean : means_) {
       if (mean.allocations < limits_.churn_allocations_per_step) continue;
       double est = mean.allocations * limits_.allocation_cost_ms;
-      Finding& finding = add("allocation_churn", Severity::kWarning, est);
+      Finding& finding = add("allocation_churn", est);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
       finding.evidence =
@@ -334,8 +328,7 @@ class Rules {
     for (const LayerLoad& layer : experts_.layers) {
       if (layer.dropped_fraction < limits_.dropped_fraction) continue;
       Finding& finding =
-          add("token_dropping",
-              layer.dropped_fraction >= 0.1 ? Severity::kCritical : Severity::kWarning, 0.0);
+          add("token_dropping", 0.0, layer.dropped_fraction >= limits_.dropped_critical_fraction);
       finding.where.layer = int32_t(layer.layer);
       finding.where.first_step = layer.first_step;
       finding.where.last_step = layer.last_step;
@@ -355,7 +348,7 @@ class Rules {
   void dead_experts() {
     for (const LayerLoad& layer : experts_.layers) {
       if (layer.dead_experts.empty()) continue;
-      Finding& finding = add("dead_experts", Severity::kWarning, 0.0);
+      Finding& finding = add("dead_experts", 0.0);
       finding.where.layer = int32_t(layer.layer);
       finding.where.experts = layer.dead_experts;
       finding.where.first_step = layer.first_step;
@@ -382,7 +375,7 @@ class Rules {
           layer.router_entropy_first > 0 &&
           layer.router_entropy_last < limits_.collapse_entropy_ratio * layer.router_entropy_first;
       if (!by_load && !by_entropy) continue;
-      Finding& finding = add("router_collapse", Severity::kCritical, 0.0);
+      Finding& finding = add("router_collapse", 0.0, true);
       finding.where.layer = int32_t(layer.layer);
       finding.where.experts = layer.hot_experts;
       finding.where.first_step = layer.first_step;
@@ -412,7 +405,7 @@ class Rules {
       }
     }
     if (!first) return;
-    Finding& finding = add("nan_inf", Severity::kCritical, 0.0);
+    Finding& finding = add("nan_inf", 0.0, true);
     finding.where.ranks = {first->rank};
     finding.where.layer = int32_t(first->layer);
     finding.where.first_step = first->step;
@@ -439,11 +432,28 @@ class Rules {
   const std::vector<RankMemory>& memory_;
   const FindingThresholds& limits_;
   StepRange steps_;
+  double reference_step_ms_ = 0;  // what step_share and the severity divide by
   std::vector<StepBreakdown> means_;
   std::vector<Finding> findings_;
 };
 
 }  // namespace
+
+Severity severity_of(double est_ms_per_step, double step_ms, bool threatens_run) {
+  if (threatens_run) return Severity::kCritical;
+  const double share = step_ms > 0 ? est_ms_per_step / step_ms : 0.0;
+  if (share >= kCriticalStepShare) return Severity::kCritical;
+  if (share >= kWarningStepShare) return Severity::kWarning;
+  return Severity::kInfo;
+}
+
+int32_t finding_rank(const TraceModel& model, const Finding& finding) {
+  if (finding.where.ranks.size() == 1) return finding.where.ranks.front();
+  if (finding.process >= 0 && static_cast<size_t>(finding.process) < model.processes.size()) {
+    return model.processes[static_cast<size_t>(finding.process)].rank;
+  }
+  return -1;
+}
 
 const char* severity_name(Severity severity) {
   switch (severity) {

@@ -1,4 +1,4 @@
-#include "moescope/profiler/intervals.h"
+#include "moescope/analysis/intervals.h"
 
 namespace moescope::analysis {
 

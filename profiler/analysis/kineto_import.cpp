@@ -1,5 +1,5 @@
 // Kineto / Chrome trace JSON -> FileLoad (see kineto_import.h for the mapping).
-#include "moescope/profiler/kineto_import.h"
+#include "moescope/analysis/kineto_import.h"
 
 #include <zlib.h>
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 #include <map>
 
 #include "file_load.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/trace_loader.h"
 
 namespace moescope::analysis {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "chunk_pipeline.h"
 #include "file_load.h"
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "track_appender.h"
 
 namespace moescope::analysis {

@@ -1,10 +1,11 @@
 // Builds and renders the report (text, markdown, JSON).
-#include "moescope/profiler/report.h"
+#include "moescope/analysis/report.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 namespace moescope::analysis {
@@ -74,6 +75,23 @@ ordered_json breakdown_json(const StepBreakdown& b) {
           {"allocated_bytes", b.allocated_bytes}};
 }
 
+const LayerLoad* find_layer(const ExpertLoadAnalysis& analysis, uint32_t layer) {
+  for (const LayerLoad& entry : analysis.layers) {
+    if (entry.layer == layer) return &entry;
+  }
+  return nullptr;
+}
+
+// Tokens (or predicted tokens) per expert of `layer`, summed over the matrix's steps.
+std::vector<double> matrix_row(const ExpertLoadMatrix& matrix, uint32_t layer,
+                               bool predicted = false) {
+  const int row = matrix.row_of(layer);
+  if (row < 0) return {};
+  const auto& cells = predicted ? matrix.predicted : matrix.tokens;
+  const auto begin = cells.begin() + static_cast<std::ptrdiff_t>(row) * matrix.num_experts;
+  return {begin, begin + matrix.num_experts};
+}
+
 std::string render_json(const TraceModel& model, const Report& report) {
   ordered_json out;
   const ReportSummary& s = report.summary;
@@ -108,6 +126,19 @@ std::string render_json(const TraceModel& model, const Report& report) {
   out["step_spread"] = std::move(spread);
   ordered_json layers = ordered_json::array();
   for (const LayerLoad& layer : report.expert_load.layers) {
+    ordered_json by_rank = ordered_json::array();
+    for (const RankExpertLoad& rank : report.expert_load_by_rank) {
+      const LayerLoad* rank_layer = find_layer(rank.load, layer.layer);
+      if (!rank_layer) continue;
+      by_rank.push_back({{"rank", rank.rank},
+                         {"tokens", matrix_row(rank.tokens, layer.layer)},
+                         {"step_ids", rank_layer->steps},
+                         {"max_over_mean_by_step", rank_layer->max_over_mean_by_step}});
+    }
+    ordered_json predicted = ordered_json();
+    if (!report.expert_tokens.predicted.empty()) {
+      predicted = matrix_row(report.expert_tokens, layer.layer, true);
+    }
     layers.push_back({{"layer", layer.layer},
                       {"num_experts", layer.num_experts},
                       {"steps", layer.num_steps},
@@ -124,6 +155,10 @@ std::string render_json(const TraceModel& model, const Report& report) {
                       {"dead_experts", layer.dead_experts},
                       {"share", layer.share},
                       {"max_over_mean_by_step", layer.max_over_mean_by_step},
+                      {"step_ids", layer.steps},
+                      {"tokens", matrix_row(report.expert_tokens, layer.layer)},
+                      {"predicted_tokens", predicted},
+                      {"by_rank", std::move(by_rank)},
                       {"dropped_tokens", layer.dropped_tokens},
                       {"dropped_fraction", layer.dropped_fraction},
                       {"effective_experts_first", layer.effective_experts_first},
@@ -150,11 +185,20 @@ std::string render_json(const TraceModel& model, const Report& report) {
       for (int32_t dst = 0; dst < matrix.num_ranks; ++dst) row.push_back(matrix.at(src, dst));
       rows.push_back(row);
     }
+    std::vector<double> busy_ms, gbps;
+    for (int32_t src = 0; src < matrix.num_ranks; ++src) {
+      busy_ms.push_back(matrix.busy_ns[size_t(src)] * 1e-6);
+      gbps.push_back(matrix.bandwidth_gbps(src));
+    }
     matrices.push_back({{"comm_id", matrix.comm_id},
                         {"num_ranks", matrix.num_ranks},
                         {"ops", matrix.num_ops},
                         {"bytes", rows},
-                        {"receive_imbalance", matrix.receive_imbalance()}});
+                        {"receive_imbalance", matrix.receive_imbalance()},
+                        {"ops_by_rank", matrix.ops_by_rank},
+                        {"sent_bytes", matrix.sent_bytes},
+                        {"busy_ms", busy_ms},
+                        {"bandwidth_gbps", gbps}});
   }
   ordered_json ops = ordered_json::array();
   for (const auto& op : report.communication.ops) {
@@ -186,6 +230,7 @@ std::string render_json(const TraceModel& model, const Report& report) {
                       {"peak_time_ns", rank.peak_time},
                       {"peak_by_category", categories},
                       {"largest_at_peak", largest},
+                      {"live_at_peak", rank.live_at_peak},
                       {"allocations", rank.allocations},
                       {"frees", rank.frees},
                       {"capacity_bytes", rank.capacity_bytes},
@@ -199,6 +244,7 @@ std::string render_json(const TraceModel& model, const Report& report) {
     findings.push_back({{"kind", finding.kind},
                         {"severity", severity_name(finding.severity)},
                         {"est_ms_per_step", finding.est_ms_per_step},
+                        {"step_share", finding.step_share},
                         {"where",
                          {{"ranks", finding.where.ranks},
                           {"layer", finding.where.layer},
@@ -283,7 +329,8 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   for (const Finding& finding : report.findings) {
     w.line((markdown ? std::to_string(index) + ". **" : std::to_string(index) + ". [") +
            finding.kind + (markdown ? "**" : "]") + " " + severity_name(finding.severity) + ", ~" +
-           fixed(finding.est_ms_per_step) + " ms/step, " + where_text(finding.where));
+           fixed(finding.est_ms_per_step) + " ms/step (" + fixed(100.0 * finding.step_share, 0) +
+           "% of a step), " + where_text(finding.where));
     w.line(std::string(markdown ? "   - " : "   ") + finding.evidence);
     w.line(std::string(markdown ? "   - fix: " : "   fix: ") + finding.suggestion);
     ++index;
@@ -404,6 +451,14 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
   Report report;
   report.breakdown = compute_time_breakdown(model);
   report.expert_load = analyze_expert_load(model);
+  report.expert_tokens = expert_load_matrix(model);
+  std::set<int32_t> ranks_with_loads;
+  for (const ExpertLoadSample& sample : model.expert_loads) ranks_with_loads.insert(sample.rank);
+  for (int32_t rank : ranks_with_loads) {
+    const StepRankFilter one_rank{-1, -1, rank};
+    report.expert_load_by_rank.push_back(
+        {rank, expert_load_matrix(model, one_rank), analyze_expert_load(model, one_rank)});
+  }
   report.communication = analyze_communication(model);
   report.memory = analyze_memory(model);
   report.findings =

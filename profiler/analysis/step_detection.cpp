@@ -1,9 +1,11 @@
 // Step detection (see step_detection.h).
-#include "moescope/profiler/step_detection.h"
+#include "moescope/analysis/step_detection.h"
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 namespace moescope::analysis {
@@ -233,6 +235,31 @@ int step_at(const ProcessTrack& process, TimeNs time) {
   --after;
   if (time >= after->end) return -1;
   return static_cast<int>(after - process.steps.begin());
+}
+
+std::vector<int64_t> known_steps(const TraceModel& model) {
+  std::set<int64_t> steps;
+  for (const ProcessTrack& process : model.processes) {
+    for (const StepInterval& step : process.steps) steps.insert(step.step);
+  }
+  if (steps.empty()) {
+    for (const ExpertLoadSample& sample : model.expert_loads) steps.insert(sample.step);
+  }
+  return {steps.begin(), steps.end()};
+}
+
+TimeWindow step_window(const TraceModel& model, const ProcessTrack& process,
+                       const StepRankFilter& filter) {
+  TimeWindow window{model.begin, model.end};
+  if (filter.covers_every_step()) return window;
+  TimeNs first = std::numeric_limits<TimeNs>::max(), last = std::numeric_limits<TimeNs>::min();
+  for (const StepInterval& step : process.steps) {
+    if (!filter.has_step(step.step)) continue;
+    first = std::min(first, step.start);
+    last = std::max(last, step.end);
+  }
+  if (first <= last) window = {first, last};
+  return window;
 }
 
 }  // namespace moescope::analysis

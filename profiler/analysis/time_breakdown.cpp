@@ -1,10 +1,10 @@
 // Per rank and step time breakdown (definitions in time_breakdown.h).
-#include "moescope/profiler/time_breakdown.h"
+#include "moescope/analysis/time_breakdown.h"
 
 #include <algorithm>
 #include <map>
 
-#include "moescope/profiler/intervals.h"
+#include "moescope/analysis/intervals.h"
 
 namespace moescope::analysis {
 namespace {

@@ -1,6 +1,6 @@
 // Loads files in parallel (one thread per file, bounded by the hardware), then merges them into
 // one model: ranks, one string table, model-wide samples, clock alignment, step detection.
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/trace_loader.h"
 
 #include <sys/stat.h>
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "file_load.h"
-#include "moescope/profiler/clock_alignment.h"
-#include "moescope/profiler/step_detection.h"
+#include "moescope/analysis/clock_alignment.h"
+#include "moescope/analysis/step_detection.h"
 
 namespace moescope::analysis {
 namespace {

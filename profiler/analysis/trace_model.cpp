@@ -1,5 +1,5 @@
 // Names of the model's enums, for reports, exports and the viewer.
-#include "moescope/profiler/trace_model.h"
+#include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
 

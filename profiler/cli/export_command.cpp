@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "moescope/profiler/chrome_export.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/chrome_export.h"
+#include "moescope/analysis/trace_loader.h"
 
 namespace moescope::cli {
 namespace {

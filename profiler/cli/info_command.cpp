@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "moescope/profiler/trace_format.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_format.h"
 
 namespace moescope::cli {
 namespace {

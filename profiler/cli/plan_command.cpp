@@ -14,18 +14,18 @@
 #include <vector>
 
 #include "commands.h"
+#include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
-#include "moescope/profiler/expert_load_analysis.h"
-#include "moescope/profiler/trace_loader.h"
 
 namespace moescope::cli {
 
 /// Mean tokens per expert per step of every MoE layer ([num_layers, num_experts]) recorded in
-/// .moetrace files (any mix of ranks), through the analysis trace model: per step, the
-/// GLOBAL-scope sample of a layer, else the sum of every rank's LOCAL samples, averaged over
-/// the layer's steps. Layers are planned in the order of their ids. Throws std::runtime_error
+/// .moetrace files (any mix of ranks), through the analysis trace model: the tokens of
+/// analysis::expert_load_matrix (the report's and the viewer's numbers) averaged over the
+/// layer's steps. Layers are planned in the order of their ids. Throws std::runtime_error
 /// when no trace holds expert loads or layers disagree on the number of experts.
 balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths);
 
@@ -40,8 +40,7 @@ balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::strin
                              std::to_string(trace_paths.size()) +
                              " file(s)); record them with MoELayer or moescope_expert_load()");
   }
-  const std::vector<std::vector<double>> tokens_over_steps =
-      analysis::expert_load_matrix(model, INT64_MIN, INT64_MAX);
+  const analysis::ExpertLoadMatrix tokens_over_steps = analysis::expert_load_matrix(model);
   balancer::ExpertLoads loads;
   loads.num_experts = static_cast<int>(per_layer.layers.front().num_experts);
   std::string layer_ids;
@@ -54,8 +53,11 @@ balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::strin
                                std::to_string(loads.num_experts) +
                                "; the planner needs the same number in every layer");
     }
-    std::vector<double> row = tokens_over_steps[layer.layer];
-    row.resize(static_cast<size_t>(loads.num_experts), 0.0);
+    const int matrix_row = tokens_over_steps.row_of(layer.layer);
+    std::vector<double> row(static_cast<size_t>(loads.num_experts), 0.0);
+    for (int e = 0; e < loads.num_experts && e < tokens_over_steps.num_experts; ++e) {
+      row[static_cast<size_t>(e)] = tokens_over_steps.at(matrix_row, e);
+    }
     for (double& tokens : row) tokens /= std::max<uint32_t>(layer.num_steps, 1);
     loads.values.insert(loads.values.end(), row.begin(), row.end());
     layer_ids += (layer_ids.empty() ? "" : ", ") + std::to_string(layer.layer);

@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 
 namespace moescope::cli {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "moescope/profiler/private_descriptor.h"
+#include "moescope/trace/private_descriptor.h"
 #include "shim_session.h"
 
 namespace moescope::inject {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::inject {
 

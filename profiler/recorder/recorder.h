@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 #include "recorder/string_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/tick_clock.h"

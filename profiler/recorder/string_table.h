@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::recorder {
 

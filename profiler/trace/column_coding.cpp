@@ -21,8 +21,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::trace {
 namespace {
@@ -43,15 +44,18 @@ struct KindTable {
       fixed_size[kind] = static_cast<uint16_t>(fixed_record_size(static_cast<uint8_t>(kind)));
       lanes[kind] = static_cast<uint8_t>((fixed_size[kind] - 4) / 4);
       end_time[kind] = has_end_time(static_cast<uint8_t>(kind));
+      variable[kind] = has_variable_tail(static_cast<uint8_t>(kind));
     }
-    variable[static_cast<int>(RecordKind::kString)] = true;
-    variable[static_cast<int>(RecordKind::kExpertLoad)] = true;
-    variable[static_cast<int>(RecordKind::kExpertValues)] = true;
-    variable[static_cast<int>(RecordKind::kCommOp)] = true;
   }
 };
 constexpr KindTable kTable;
-constexpr size_t kMaxLanes = (sizeof(CommOpRecord) - 4) / 4;  // the widest fixed part
+constexpr size_t widest_fixed_part() {
+  size_t widest = 0;
+  for (const RecordKindInfo& info : kRecordKinds)
+    widest = std::max<size_t>(widest, info.fixed_size);
+  return widest;
+}
+constexpr size_t kMaxLanes = (widest_fixed_part() - 4) / 4;
 // Stands in for "the previous record of this kind" before the first one.
 constexpr uint8_t kZeroRecord[4 + 4 * kMaxLanes] = {};
 

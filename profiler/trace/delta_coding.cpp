@@ -7,7 +7,8 @@
 // decoding is exact for any input, even out-of-order or garbage times.
 #include <cstring>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::trace {
 namespace {

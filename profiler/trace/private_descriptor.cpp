@@ -1,4 +1,4 @@
-#include "moescope/profiler/private_descriptor.h"
+#include "moescope/trace/private_descriptor.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>

@@ -1,4 +1,5 @@
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/record_kinds.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +10,7 @@
 
 #include <cerrno>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::trace {
 

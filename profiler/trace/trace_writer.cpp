@@ -1,6 +1,6 @@
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 
-#include "moescope/profiler/private_descriptor.h"
+#include "moescope/trace/private_descriptor.h"
 
 #include <zlib.h>
 #include <zstd.h>

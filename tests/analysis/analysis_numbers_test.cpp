@@ -8,8 +8,8 @@
 #include <cmath>
 #include <map>
 
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "moescope/profiler/chrome_export.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/chrome_export.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {
@@ -260,6 +260,50 @@ TEST(ExpertLoad, PredictionAccuracyAndRebalancing) {
   EXPECT_FLOAT_EQ(rebalances.mean_imbalance_after, 1.25);
   EXPECT_EQ(rebalances.bytes_moved, 6u << 20);
   EXPECT_TRUE(run.report.findings.empty());
+}
+
+}  // namespace
+}  // namespace moescope::analysis
+
+namespace moescope::analysis {
+namespace {
+
+// Severity is the share of the step a finding costs (docs/analysis.md), whatever its kind.
+TEST(Severity, FollowsTheShareOfTheStep) {
+  EXPECT_EQ(severity_of(25.0, 100.0), Severity::kCritical);
+  EXPECT_EQ(severity_of(24.9, 100.0), Severity::kWarning);
+  EXPECT_EQ(severity_of(5.0, 100.0), Severity::kWarning);
+  EXPECT_EQ(severity_of(4.9, 100.0), Severity::kInfo);
+  EXPECT_EQ(severity_of(0.0, 100.0, /*threatens_run=*/true), Severity::kCritical);
+  EXPECT_EQ(severity_of(10.0, 0.0), Severity::kInfo);  // no step known
+  EXPECT_STREQ(severity_name(Severity::kCritical), "critical");
+  EXPECT_STREQ(severity_name(Severity::kWarning), "warning");
+  EXPECT_STREQ(severity_name(Severity::kInfo), "info");
+}
+
+// Several problems in one run: every finding's severity is its share of the step, so a finding
+// that costs more per step is never rated lower than one that costs less.
+TEST(Severity, RanksWithTheTimeAFindingCosts) {
+  SyntheticOptions options;
+  options.hot_layer = 1;
+  options.hot_expert = 3;
+  options.sync_per_step = true;
+  options.unoverlapped_a2a = true;
+  options.churn_allocations_per_step = 60;
+  Analysed run = analyse("severity_mix", options);
+  ASSERT_GE(run.report.findings.size(), 3u) << kinds(run.report);
+  const double step_ms =
+      run.report.findings.front().est_ms_per_step / run.report.findings.front().step_share;
+  EXPECT_GT(step_ms, 0.0);
+  for (size_t i = 0; i < run.report.findings.size(); ++i) {
+    const Finding& finding = run.report.findings[i];
+    EXPECT_NEAR(finding.step_share, finding.est_ms_per_step / step_ms, 1e-9) << finding.kind;
+    EXPECT_EQ(finding.severity, severity_of(finding.est_ms_per_step, step_ms)) << finding.kind;
+    if (i > 0) {
+      EXPECT_LE(finding.severity, run.report.findings[i - 1].severity)
+          << finding.kind << " after " << run.report.findings[i - 1].kind;
+    }
+  }
 }
 
 }  // namespace

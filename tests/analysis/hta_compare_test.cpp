@@ -6,9 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "moescope/profiler/chrome_export.h"
-#include "moescope/profiler/time_breakdown.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/chrome_export.h"
+#include "moescope/analysis/time_breakdown.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

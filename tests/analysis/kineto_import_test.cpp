@@ -7,9 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "moescope/profiler/kineto_import.h"
-#include "moescope/profiler/report.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/kineto_import.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

@@ -14,8 +14,8 @@
 #include <random>
 
 #include "file_load.h"
-#include "moescope/profiler/trace_loader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/trace/trace_writer.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

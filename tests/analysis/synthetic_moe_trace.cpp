@@ -11,7 +11,7 @@
 #include <random>
 #include <system_error>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::testing {
 namespace {

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moescope/profiler/step_detection.h"
-#include "moescope/profiler/trace_loader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/analysis/step_detection.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/trace/trace_writer.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {

@@ -1,7 +1,7 @@
 // Which file each recorded process writes (profiler/inject/shim_trace_path.h).
 #include <gtest/gtest.h>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 #include "shim_trace_path.h"
 #include "trace_test_reading.h"
 

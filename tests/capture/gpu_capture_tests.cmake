@@ -1,22 +1,25 @@
 # Tests of the GPU half of the capture (CUPTI translation, NCCL interposition), all on CPU.
 # Included from tests/capture/CMakeLists.txt.
 if(NOT TARGET moescope_gpu_capture)
-  message(STATUS "moescope: no moescope_gpu_capture target: GPU capture tests skipped")
+  foreach(test cupti_capture_test cupti_injection_test nccl_completion_test
+               nccl_runtime_events_test nccl_interpose_test)
+    moescope_add_skipped_test(NAME ${test} LABELS capture
+      REASON "the shim's GPU capture is not built (no CUPTI headers)")
+  endforeach()
   return()
 endif()
-set(_gpu_capture_test_reading ${PROJECT_SOURCE_DIR}/tests/profiler/trace_test_reading.cpp)
 
 # CUPTI: translator and capture driven with constructed records through a fake CUPTI.
 moescope_add_test(NAME cupti_capture_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_translator_test.cpp
-          ${CMAKE_CURRENT_LIST_DIR}/cupti_capture_test.cpp ${_gpu_capture_test_reading}
-  LIBS moescope_gpu_capture moescope_recorder moescope_trace LABELS capture)
+          ${CMAKE_CURRENT_LIST_DIR}/cupti_capture_test.cpp
+  LIBS moescope_gpu_capture moescope_recorder trace_test_reading LABELS capture)
 
 # The process-level switch (driver check, eager/lazy/off, the real libcupti without a GPU); its
 # own executable because the state is per process.
 moescope_add_test(NAME cupti_injection_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_injection_test.cpp ${_gpu_capture_test_reading}
-  LIBS moescope_gpu_capture moescope_recorder moescope_trace LABELS capture)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_injection_test.cpp
+  LIBS moescope_gpu_capture moescope_recorder trace_test_reading LABELS capture)
 
 # NCCL op recording and GPU completion timing with a fake event layer and clock.
 moescope_add_test(NAME nccl_completion_test
@@ -28,13 +31,17 @@ if(TARGET CUDA::cudart)
   moescope_add_test(NAME nccl_runtime_events_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_runtime_events_test.cpp
     LIBS moescope_gpu_capture moescope_recorder CUDA::cudart LABELS capture)
+else()
+  moescope_add_skipped_test(NAME nccl_runtime_events_test LABELS capture
+                            REASON "no CUDA runtime library (CUDA::cudart) found")
 endif()
 
 # NCCL interposition through the real shim, against a TEST-ONLY NCCL stand-in library.
 find_path(MOESCOPE_TEST_NCCL_INCLUDE_DIR nccl.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)
-if(NOT TARGET moescope_inject OR NOT MOESCOPE_TEST_NCCL_INCLUDE_DIR OR NOT CUDAToolkit_FOUND)
-  message(STATUS "moescope: shim or nccl.h missing: NCCL interposition test skipped")
+if(NOT MOESCOPE_TEST_NCCL_INCLUDE_DIR OR NOT CUDAToolkit_FOUND)
+  moescope_add_skipped_test(NAME nccl_interpose_test LABELS capture
+                            REASON "${MOESCOPE_WHY_NCCL}")
   return()
 endif()
 
@@ -50,10 +57,10 @@ target_link_libraries(nccl_interpose_program PRIVATE nccl_standin_for_tests ${CM
 set_target_properties(nccl_interpose_program PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
 moescope_add_test(NAME nccl_interpose_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_test.cpp ${_gpu_capture_test_reading}
-  LIBS moescope_trace LABELS capture)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_test.cpp
+  LIBS trace_test_reading LABELS capture)
 target_include_directories(nccl_interpose_test PRIVATE
-  ${PROJECT_SOURCE_DIR}/profiler/inject ${PROJECT_SOURCE_DIR}/profiler/include)
+  ${PROJECT_SOURCE_DIR}/profiler/inject ${PROJECT_SOURCE_DIR}/profiler/recorder/include)
 target_include_directories(nccl_interpose_test SYSTEM PRIVATE
   ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(nccl_interpose_test PRIVATE

@@ -12,7 +12,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(mkdir -p "${1:-$root/build-device}" && cd "${1:-$root/build-device}" && pwd)
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 mkdir -p "$build/lib" "$build/bin" "$build/capture_objects/shim" "$build/capture_objects/cli"
-includes=(-I"$root/profiler/include" -I"$root/profiler" -I"$root/profiler/inject"
+includes=(-I"$root/profiler/trace/include" -I"$root/profiler/recorder/include" -I"$root/profiler" -I"$root/profiler/inject"
   -isystem "$root/.device/include" -isystem "$cuda_include")
 libs=(-l:libzstd.so.1 -l:libz.so.1 -ldl -lpthread)
 
@@ -39,10 +39,10 @@ g++ -std=c++20 -O2 "${includes[@]}" "$root/tests/device/capture_verify.cpp" \
 echo "capture: built $build/capture_verify"
 
 start=$SECONDS
-cli_sources=("$root"/profiler/cli/*.cpp "$root"/profiler/analysis/*.cpp "$root"/runtime/balancer/*.cpp
+cli_sources=("$root"/profiler/cli/*.cpp "$root"/profiler/analysis/*.cpp "$root"/balancer/src/*.cpp
   "$root"/profiler/trace/*.cpp "$root"/profiler/inject/shim_trace_path.cpp)
 if compile "$build/capture_objects/cli" -std=c++20 -O2 "${includes[@]}" -I"$root/profiler/cli" \
-     -I"$root/profiler/analysis" -I"$root/runtime/include" -I"$root/runtime/balancer" \
+     -I"$root/profiler/analysis" -I"$root/profiler/analysis/include" -I"$root/runtime/include" -I"$root/balancer/src" -I"$root/balancer/include" \
      -DMOESCOPE_INSTALL_LIBDIR="\"$build/lib\"" -- "${cli_sources[@]}" &&
    g++ -o "$build/bin/moescope" "$build"/capture_objects/cli/*.o "${libs[@]}"; then
   echo "capture: built $build/bin/moescope in $((SECONDS - start)) s"

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "moescope/profiler/trace_format.h"
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_format.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 
 namespace trace = moescope::trace;

@@ -21,7 +21,7 @@ arch=${CUDA_ARCH_FLAGS:-"-gencode arch=compute_90,code=sm_90 -gencode arch=compu
 jobs=${JOBS:-$(nproc)}
 common=(-std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI="$abi" -DUSE_DISTRIBUTED
   -DMOESCOPE_KERNELS_HAVE_CUDA=1 -DMOESCOPE_RUNTIME_FUSED_KERNELS=1
-  -I"$root/runtime/include" -I"$root/profiler/include" -I"$root/profiler"
+  -I"$root/runtime/include" -I"$root/balancer/include" -I"$root/balancer/src" -I"$root/profiler/trace/include" -I"$root/profiler/recorder/include" -I"$root/profiler"
   -I"$root/kernels/include" -I"$root/kernels/src"
   -isystem "$root/.device/include" -isystem "$cuda_include"
   -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
@@ -29,7 +29,7 @@ sources=()
 for src in "$root"/runtime/src/*.cpp; do
   [ "$(basename "$src")" = gloo_group.cpp ] || sources+=("$src")  # needs Gloo's headers
 done
-sources+=("$root"/runtime/balancer/*.cpp "$root"/profiler/recorder/*.cpp
+sources+=("$root"/balancer/src/*.cpp "$root"/profiler/recorder/*.cpp
   "$root"/profiler/trace/*.cpp "$root"/kernels/src/*.cpp "$root"/kernels/src/*.cu
   "$root"/tests/device/moe_layer_device_check.cpp)
 rm -f "$objects"/*.o

@@ -22,7 +22,7 @@ torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))
 abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
 cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
 common=(-std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI="$abi" -DUSE_DISTRIBUTED
-  -I"$root/runtime/include" -I"$root/profiler/include" -I"$root/profiler"
+  -I"$root/runtime/include" -I"$root/profiler/trace/include" -I"$root/profiler/recorder/include" -I"$root/profiler"
   -isystem "$root/.device/include" -isystem "$cuda_include"
   -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
 

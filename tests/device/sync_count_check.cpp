@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_writer.h"
 #include "trace_test_reading.h"
 
 namespace moescope {

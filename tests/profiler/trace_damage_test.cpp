@@ -6,8 +6,8 @@
 #include <fstream>
 #include <random>
 
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::trace {
 namespace {

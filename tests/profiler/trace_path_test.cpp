@@ -36,7 +36,8 @@ TEST(TracePath, RankComesFromTheLaunchersVariables) {
   EXPECT_EQ(identity.world_size, 16);
   setenv("RANK", "garbage", 1);
   EXPECT_EQ(current_process_identity().rank, 6);  // falls through to the next variable
-  EXPECT_NE(current_process_identity().command_line.find("recorder_test"), std::string::npos);
+  EXPECT_NE(current_process_identity().command_line.find("recorder_internals_test"),
+            std::string::npos);
 }
 
 TEST(TracePath, MetadataMergesExtraObjectAndRejectsOthers) {

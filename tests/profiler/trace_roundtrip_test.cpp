@@ -14,8 +14,9 @@
 #include <iterator>
 #include <random>
 
-#include "moescope/profiler/trace_reader.h"
-#include "moescope/profiler/trace_writer.h"
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_reader.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::trace {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::testing {
 

@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/layer_statistics.h"

@@ -20,7 +20,7 @@
 
 #include "moescope/balancer/expert_placement.h"
 #include "moescope/balancer/load_predictor.h"
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "moe_reference.h"
-#include "moescope/profiler/trace_reader.h"
+#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/layer_statistics.h"
 #include "moescope/runtime/moe_instrumentation.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "moescope/profiler/trace_loader.h"
-#include "moescope/profiler/trace_model.h"
+#include "moescope/analysis/trace_loader.h"
+#include "moescope/analysis/trace_model.h"
 #include "sample_runs.h"
 
 namespace moescope::samples_test {

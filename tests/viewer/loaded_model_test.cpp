@@ -12,13 +12,15 @@
 #include <memory>
 #include <thread>
 
-#include "loaded_trace.h"
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/comm_analysis.h"
+#include "moescope/analysis/memory_analysis.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/viewer/event_description.h"
 #include "moescope/viewer/finding_focus.h"
+#include "moescope/viewer/loaded_trace.h"
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/timeline_index.h"
-#include "report_findings.h"
 #include "sample_trace_writer.h"
 
 namespace moescope::viewer {
@@ -129,14 +131,15 @@ TEST_F(LoadedSample, ClickingACommOpSelectsIt) {
 }
 
 TEST_F(LoadedSample, ImbalanceFindingJumpsToItsLayerStepsAndTime) {
-  std::vector<ViewerFinding> findings = compute_viewer_findings(*model_);
-  const ViewerFinding* imbalance = nullptr;
-  for (const ViewerFinding& finding : findings) {
+  std::vector<analysis::Finding> findings = analysis::build_report(*model_).findings;
+  const analysis::Finding* imbalance = nullptr;
+  for (const analysis::Finding& finding : findings) {
     if (finding.kind == "expert_imbalance") imbalance = &finding;
   }
   ASSERT_NE(imbalance, nullptr);
-  EXPECT_EQ(imbalance->layer, shape_.hot_layer);
-  EXPECT_EQ(imbalance->expert, shape_.hot_expert);
+  EXPECT_EQ(imbalance->where.layer, shape_.hot_layer);
+  ASSERT_FALSE(imbalance->where.experts.empty());
+  EXPECT_EQ(imbalance->where.experts.front(), static_cast<uint32_t>(shape_.hot_expert));
   TimeFocus focus = finding_time_focus(*model_, *imbalance);
   TimeAxis axis(static_cast<double>(model_->begin), static_cast<double>(model_->end), 1000.0);
   axis.show_range(focus.begin_ns, focus.end_ns, 0.05);
@@ -144,10 +147,10 @@ TEST_F(LoadedSample, ImbalanceFindingJumpsToItsLayerStepsAndTime) {
   EXPECT_GE(axis.end_ns(), focus.end_ns);
   EXPECT_LT(axis.duration_ns(), 1.2 * (focus.end_ns - focus.begin_ns) + 1.0);
   // A finding on steps 2..3 of rank 1 with no time window of its own spans those steps there.
-  ViewerFinding steps_only;
-  steps_only.rank = 1;
-  steps_only.step_first = 2;
-  steps_only.step_last = 3;
+  analysis::Finding steps_only;
+  steps_only.where.ranks = {1};
+  steps_only.where.first_step = 2;
+  steps_only.where.last_step = 3;
   focus = finding_time_focus(*model_, steps_only);
   const auto& steps = model_->processes[1].steps;
   EXPECT_EQ(focus.begin_ns, static_cast<double>(steps[2].start));
@@ -156,33 +159,35 @@ TEST_F(LoadedSample, ImbalanceFindingJumpsToItsLayerStepsAndTime) {
 }
 
 TEST_F(LoadedSample, PanelAggregatesMatchWhatWasWritten) {
-  ExpertHeatmap all = aggregate_expert_load(*model_, {});
-  ASSERT_EQ(all.num_layers, shape_.num_layers);
+  analysis::ExpertLoadMatrix all = analysis::expert_load_matrix(*model_, {});
+  ASSERT_EQ(all.num_layers(), shape_.num_layers);
   ASSERT_EQ(all.num_experts, shape_.num_experts);
   EXPECT_EQ(all.num_steps, shape_.num_steps);
   EXPECT_EQ(all.at(shape_.hot_layer, shape_.hot_expert), all.max_tokens);
   ASSERT_FALSE(all.predicted.empty());
-  ExpertHeatmap rank0 = aggregate_expert_load(*model_, {-1, -1, 0});
-  ExpertHeatmap rank1 = aggregate_expert_load(*model_, {-1, -1, 1});
+  analysis::ExpertLoadMatrix rank0 = analysis::expert_load_matrix(*model_, {-1, -1, 0});
+  analysis::ExpertLoadMatrix rank1 = analysis::expert_load_matrix(*model_, {-1, -1, 1});
   EXPECT_DOUBLE_EQ(all.at(1, 3), rank0.at(1, 3) + rank1.at(1, 3));
-  ExpertHeatmap one_step = aggregate_expert_load(*model_, {2, 2, -1});
+  analysis::ExpertLoadMatrix one_step = analysis::expert_load_matrix(*model_, {2, 2, -1});
   EXPECT_EQ(one_step.num_steps, 1);
   EXPECT_LT(one_step.max_tokens, all.max_tokens);
 
-  CommMatrix matrix = all_to_all_matrix(*model_, {});
-  ASSERT_EQ(matrix.ranks.size(), 2u);
+  const analysis::CommAnalysis comm = analysis::analyze_communication(*model_, {});
+  ASSERT_EQ(comm.all_to_all.size(), 1u);
+  const analysis::AllToAllMatrix& matrix = comm.all_to_all[0];
+  ASSERT_EQ(matrix.num_ranks, 2);
   double ops_per_rank =
       shape_.num_steps * shape_.num_layers * 2 * 2;  // 2 passes x dispatch+combine
-  EXPECT_DOUBLE_EQ(matrix.bytes[0 * 2 + 1], ops_per_rank * 3 * 1048576.0);
-  EXPECT_DOUBLE_EQ(matrix.bytes[1 * 2 + 0], ops_per_rank * (1048576.0 + 4096.0));
-  EXPECT_EQ(matrix.num_ops[0], static_cast<uint64_t>(ops_per_rank));
+  EXPECT_DOUBLE_EQ(matrix.at(0, 1), ops_per_rank * 3 * 1048576.0);
+  EXPECT_DOUBLE_EQ(matrix.at(1, 0), ops_per_rank * (1048576.0 + 4096.0));
+  EXPECT_EQ(matrix.ops_by_rank[0], static_cast<uint32_t>(ops_per_rank));
   EXPECT_GT(matrix.bandwidth_gbps(0), 0.0);
 
-  MemoryPeak peak = memory_peak(model_->processes[0], 3);
-  EXPECT_EQ(peak.total, static_cast<int64_t>((512 + 256 + 24 + 28 + 32 + 36) << 20));
-  EXPECT_EQ(peak.num_live, 6u);
-  ASSERT_EQ(peak.largest_live.size(), 3u);
-  EXPECT_EQ(peak.largest_live[0].bytes, 512ll << 20);
+  analysis::RankMemory peak = analysis::analyze_rank_memory(model_->processes[0], 3);
+  EXPECT_EQ(peak.peak_bytes, static_cast<int64_t>((512 + 256 + 24 + 28 + 32 + 36) << 20));
+  EXPECT_EQ(peak.live_at_peak, 6u);
+  ASSERT_EQ(peak.largest_at_peak.size(), 3u);
+  EXPECT_EQ(peak.largest_at_peak[0].bytes, 512ll << 20);
 
   auto kernels = kernel_statistics(*model_);
   ASSERT_EQ(kernels.size(), 3u);
@@ -301,7 +306,7 @@ namespace moescope::viewer {
 namespace {
 
 TEST_F(LoadedSample, HeatmapCellTellsTokensShareAndPrediction) {
-  ExpertHeatmap all = aggregate_expert_load(*model_, {});
+  analysis::ExpertLoadMatrix all = analysis::expert_load_matrix(*model_, {});
   const int row = shape_.hot_layer;  // layers 0..num_layers-1 are rows 0..
   HeatmapCell hot = heatmap_cell(all, row, shape_.hot_expert);
   EXPECT_EQ(hot.layer, static_cast<uint32_t>(shape_.hot_layer));
@@ -311,10 +316,20 @@ TEST_F(LoadedSample, HeatmapCellTellsTokensShareAndPrediction) {
   EXPECT_NEAR(hot.over_mean, hot.tokens / (all.layer_total(row) / shape_.num_experts), 1e-12);
   // The hot expert gets 6x the tokens of an average one (200..319 each): share > 1 / experts.
   EXPECT_GT(hot.over_mean, 3.0);
-  // The sample records predictions at 0.9x the actual load.
+  // The sample records, per rank, a forecast of 0.9x that rank's load. A forecast is one rank's
+  // copy (a real balancer's is the same on every rank): rank 0's over every rank, each rank's
+  // own under a rank filter.
   ASSERT_TRUE(hot.has_prediction);
-  EXPECT_NEAR(hot.predicted, 0.9 * hot.tokens, 1e-3 * hot.tokens);
-  HeatmapCell outside = heatmap_cell(all, all.num_layers, 0);
+  for (int32_t rank : {0, 1}) {
+    const analysis::ExpertLoadMatrix one = analysis::expert_load_matrix(*model_, {-1, -1, rank});
+    const HeatmapCell cell = heatmap_cell(one, row, shape_.hot_expert);
+    ASSERT_TRUE(cell.has_prediction);
+    EXPECT_NEAR(cell.predicted, 0.9 * cell.tokens, 1e-3 * cell.tokens) << "rank " << rank;
+    if (rank == 0) {
+      EXPECT_DOUBLE_EQ(hot.predicted, cell.predicted);
+    }
+  }
+  HeatmapCell outside = heatmap_cell(all, all.num_layers(), 0);
   EXPECT_EQ(outside.tokens, 0.0);
 }
 
@@ -465,14 +480,14 @@ TEST_F(LoadedSample, TooltipsAndDetailsDescribeTheEvent) {
 // The imbalance plot: max/mean per layer and step, the same numbers as the heatmap of that one
 // step; the hot layer stands out; the rebalancing decision it marks is in the model.
 TEST_F(LoadedSample, ImbalanceOverStepsMatchesTheHeatmapOfEachStep) {
-  ImbalanceSeries series = imbalance_over_steps(*model_, -1);
+  ImbalanceSeries series = imbalance_series(analysis::analyze_expert_load(*model_));
   ASSERT_EQ(series.layer_ids.size(), static_cast<size_t>(shape_.num_layers));
-  ASSERT_EQ(series.steps, known_steps(*model_));
+  ASSERT_EQ(series.steps, analysis::known_steps(*model_));
   ASSERT_EQ(series.steps.size(), static_cast<size_t>(shape_.num_steps));
   for (size_t column = 0; column < series.steps.size(); ++column) {
     const int64_t step = series.steps[column];
-    ExpertHeatmap one = aggregate_expert_load(*model_, {step, step, -1});
-    for (int row = 0; row < one.num_layers; ++row) {
+    analysis::ExpertLoadMatrix one = analysis::expert_load_matrix(*model_, {step, step, -1});
+    for (int row = 0; row < one.num_layers(); ++row) {
       double max = 0;
       for (int e = 0; e < one.num_experts; ++e) max = std::max(max, one.at(row, e));
       const double expected = max / (one.layer_total(row) / one.num_experts);
@@ -497,27 +512,31 @@ TEST_F(LoadedSample, ImbalanceOverStepsMatchesTheHeatmapOfEachStep) {
 TEST_F(LoadedSample, StepWindowCoversTheSelectedSteps) {
   const analysis::ProcessTrack& process = model_->processes[0];
   ASSERT_GE(process.steps.size(), 4u);
-  analysis::TimeNs begin = 0, end = 0;
-  step_window(*model_, process, {}, begin, end);
-  EXPECT_EQ(begin, model_->begin);
-  EXPECT_EQ(end, model_->end);
-  step_window(*model_, process, {2, 3, -1}, begin, end);
-  EXPECT_EQ(begin, process.steps[2].start);
-  EXPECT_EQ(end, process.steps[3].end);
-  step_window(*model_, process, {1000, 1000, -1}, begin, end);  // no such step: everything
-  EXPECT_EQ(begin, model_->begin);
+  analysis::TimeWindow window = analysis::step_window(*model_, process, {});
+  EXPECT_EQ(window.begin, model_->begin);
+  EXPECT_EQ(window.end, model_->end);
+  window = analysis::step_window(*model_, process, {2, 3, -1});
+  EXPECT_EQ(window.begin, process.steps[2].start);
+  EXPECT_EQ(window.end, process.steps[3].end);
+  window = analysis::step_window(*model_, process, {1000, 1000, -1});  // no such step: all
+  EXPECT_EQ(window.begin, model_->begin);
 }
 
 TEST_F(LoadedSample, CommMatrixCoversTheSelectedStepsOnly) {
-  CommMatrix all = all_to_all_matrix(*model_, {});
-  CommMatrix one = all_to_all_matrix(*model_, {2, 2, -1});
-  CommMatrix two = all_to_all_matrix(*model_, {2, 3, -1});
+  auto only_matrix = [&](const analysis::StepRankFilter& filter) {
+    analysis::CommAnalysis comm = analysis::analyze_communication(*model_, filter);
+    EXPECT_EQ(comm.all_to_all.size(), 1u);
+    return comm.all_to_all.at(0);
+  };
+  const analysis::AllToAllMatrix all = only_matrix({});
+  const analysis::AllToAllMatrix one = only_matrix({2, 2, -1});
+  const analysis::AllToAllMatrix two = only_matrix({2, 3, -1});
   const double ops_per_step = shape_.num_layers * 2 * 2;  // passes x (dispatch + combine)
-  ASSERT_EQ(one.ranks.size(), 2u);
-  EXPECT_EQ(one.num_ops[0], static_cast<uint64_t>(ops_per_step));
-  EXPECT_EQ(two.num_ops[0], static_cast<uint64_t>(2 * ops_per_step));
-  EXPECT_DOUBLE_EQ(one.bytes[0 * 2 + 1], ops_per_step * 3 * 1048576.0);
-  EXPECT_DOUBLE_EQ(all.bytes[0 * 2 + 1], shape_.num_steps * one.bytes[0 * 2 + 1]);
+  ASSERT_EQ(one.num_ranks, 2);
+  EXPECT_EQ(one.ops_by_rank[0], static_cast<uint32_t>(ops_per_step));
+  EXPECT_EQ(two.ops_by_rank[0], static_cast<uint32_t>(2 * ops_per_step));
+  EXPECT_DOUBLE_EQ(one.at(0, 1), ops_per_step * 3 * 1048576.0);
+  EXPECT_DOUBLE_EQ(all.at(0, 1), shape_.num_steps * one.at(0, 1));
   EXPECT_GT(one.bandwidth_gbps(0), 0.0);
 }
 

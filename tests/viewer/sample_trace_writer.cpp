@@ -5,8 +5,8 @@
 #include <random>
 #include <stdexcept>
 
-#include "moescope/profiler/trace_writer.h"
 #include "moescope/recorder.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::viewer::testing {
 

@@ -20,11 +20,11 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
-#include "moescope/profiler/trace_loader.h"
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/heatmap_layout.h"
 #include "moescope/viewer/time_axis.h"
-#include "report_findings.h"
 #include "sample_trace_writer.h"
 
 namespace moescope::viewer {
@@ -208,7 +208,7 @@ TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
 // expert in the heatmap and moves the timeline to the finding's window.
 TEST_F(ViewerScreenshots, FindingSelectsItsPlaceInHeatmapAndTimeline) {
   analysis::TraceModel model = analysis::load_traces(trace_.files);
-  std::vector<ViewerFinding> findings = compute_viewer_findings(model);
+  std::vector<analysis::Finding> findings = analysis::build_report(model).findings;
   int row = 0;
   for (size_t i = 0; i < findings.size(); ++i) {
     if (findings[i].kind == "expert_imbalance") row = static_cast<int>(i) + 1;

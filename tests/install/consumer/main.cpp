@@ -1,6 +1,6 @@
 // Records one span into argv[1] and reads it back through the installed libraries.
-#include <moescope/profiler/trace_reader.h>
 #include <moescope/recorder.h>
+#include <moescope/trace/trace_reader.h>
 
 #include <cstdio>
 

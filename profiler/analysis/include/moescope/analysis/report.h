@@ -1,0 +1,59 @@
+// The bottleneck report: every analysis over a model, rendered as text, markdown or JSON.
+// JSON shape: {"summary": {...}, "breakdown": [...per rank...], "step_spread": [...],
+// "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
+// "dead_experts", "tokens", "by_rank", ...}], "expert_load_percentiles": {...},
+// "communication": {...}, "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step",
+// "step_share", "where", "evidence", "metrics", "suggestion"}], "errors": [...]}.
+// docs/analysis.md lists every field; the viewer's panels show the same numbers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moescope/analysis/comm_analysis.h"
+#include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/findings.h"
+#include "moescope/analysis/memory_analysis.h"
+#include "moescope/analysis/time_breakdown.h"
+#include "moescope/analysis/trace_model.h"
+
+namespace moescope::analysis {
+
+struct ReportSummary {
+  size_t ranks = 0;
+  uint64_t events = 0;
+  double duration_ms = 0;
+  size_t steps = 0;  // steps of the rank with the most
+  double mean_step_ms = 0;
+  std::string step_source;
+  std::string clock_alignment;
+  size_t errors = 0;
+};
+
+// One rank's view of the expert load (the viewer's rank filter).
+struct RankExpertLoad {
+  int32_t rank = 0;
+  ExpertLoadMatrix tokens;
+  ExpertLoadAnalysis load;
+};
+
+struct Report {
+  ReportSummary summary;
+  TimeBreakdown breakdown;
+  ExpertLoadAnalysis expert_load;
+  ExpertLoadMatrix expert_tokens;                   // every rank, every step
+  std::vector<RankExpertLoad> expert_load_by_rank;  // ranks with expert-load samples
+  CommAnalysis communication;
+  std::vector<RankMemory> memory;
+  std::vector<Finding> findings;
+};
+
+Report build_report(const TraceModel& model, const FindingThresholds& thresholds = {});
+
+enum class ReportFormat { kText, kMarkdown, kJson };
+// Parses "text" / "markdown" / "json"; false when it is none of them.
+bool parse_report_format(const std::string& name, ReportFormat& format);
+
+std::string render_report(const TraceModel& model, const Report& report, ReportFormat format);
+
+}  // namespace moescope::analysis

@@ -1,0 +1,470 @@
+// The trace model: every rank's trace merged into plain, time-sorted arrays that the viewer,
+// `moescope report`, `moescope export` and `moescope info` read. Data only: loading lives in
+// trace_loader.h, the analyses in their own headers.
+//
+//   TraceModel
+//   ├── strings                    one table; id 0 = ""
+//   ├── processes[]                one per rank, sorted by rank
+//   │   ├── threads[]              CPU threads: nested spans (+ per-depth index), instants,
+//   │   │                          API calls that launched GPU work
+//   │   ├── gpu_streams[]          per (device, stream): kernels, copies, memsets, syncs
+//   │   ├── communicators[]        per comm_id: communication ops (+ all-to-all split rows)
+//   │   ├── counters[]             time series by name
+//   │   ├── memory_events          allocations/frees, + usage per category over time
+//   │   └── steps[]                step intervals of this rank
+//   ├── expert_loads, expert_values, layer_stats, rebalances   (all ranks, load order)
+//   ├── flows[]                    explicit flow arrows (launch -> GPU work: GpuOp::launch_*)
+//   └── errors[]                   what could not be read (file, offset, message)
+//
+// Times are int64 nanoseconds on one global clock (the first process's clock after alignment,
+// see clock_alignment.h). Every event array of a track is sorted by start time, so a visible
+// window is found with two binary searches (visible_range / visible_spans below).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace moescope::analysis {
+
+using TimeNs = int64_t;
+using StringId = uint32_t;
+
+// One table for every name of every rank. Id 0 is the empty string.
+class StringTable {
+ public:
+  StringTable() : strings_{std::string()} { index_.emplace(std::string(), 0); }
+  StringId intern(std::string_view text) {
+    auto found = index_.find(std::string(text));
+    if (found != index_.end()) return found->second;
+    StringId id = static_cast<StringId>(strings_.size());
+    strings_.emplace_back(text);
+    index_.emplace(strings_.back(), id);
+    return id;
+  }
+  // Id of `text`, or 0 when absent (without adding it).
+  StringId find(std::string_view text) const {
+    auto found = index_.find(std::string(text));
+    return found == index_.end() ? 0 : found->second;
+  }
+  const std::string& operator[](StringId id) const {
+    return id < strings_.size() ? strings_[id] : strings_[0];
+  }
+  size_t size() const { return strings_.size(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, StringId> index_;
+};
+
+struct LoadError {
+  std::string file;
+  uint64_t offset = 0;  // byte offset in the file; 0 when the problem is not at one place
+  std::string message;
+  std::string to_string() const { return file + ":" + std::to_string(offset) + ": " + message; }
+};
+
+enum SpanFlags : uint16_t {
+  kSpanUnclosed = 1u << 0,   // no end record: closed at the thread's last time
+  kSpanFromRange = 1u << 1,  // a start/end range (may have started or ended on another thread)
+  kSpanComplete = 1u << 2,   // written with both times (moescope_span_complete)
+};
+
+// A CPU span (NVTX push/pop, runtime phase, Kineto cpu_op). 32 bytes.
+struct Span {
+  TimeNs start = 0;
+  TimeNs end = 0;
+  StringId name = 0;
+  StringId domain = 0;
+  int32_t parent = -1;  // index in the same track's spans, -1 at top level
+  uint16_t depth = 0;
+  uint16_t flags = 0;  // SpanFlags
+  TimeNs duration() const { return end - start; }
+};
+static_assert(sizeof(Span) == 32);
+
+struct Instant {
+  TimeNs time = 0;
+  StringId name = 0;
+  StringId domain = 0;
+};
+
+// A host API call that launched GPU work (cudaLaunchKernel, cudaMemcpyAsync, ...).
+struct ApiCall {
+  TimeNs start = 0;
+  TimeNs end = 0;
+  StringId name = 0;
+  uint32_t correlation_id = 0;
+};
+
+struct CpuThreadTrack {
+  uint32_t stream = 0;        // recorder stream id within the file (Kineto: tid)
+  uint32_t os_thread_id = 0;  // 0 when unknown
+  StringId name = 0;
+  std::vector<Span> spans;  // sorted by (start, depth); parents come before children
+  // spans_by_depth[d]: indices of the spans at depth d, sorted by start. Spans of one depth do
+  // not overlap, so their ends are sorted too and one depth is searched like a stream.
+  std::vector<std::vector<uint32_t>> spans_by_depth;
+  std::vector<Instant> instants;   // sorted by time
+  std::vector<ApiCall> api_calls;  // sorted by start
+  TimeNs last_time = 0;            // latest time seen on this thread
+};
+
+enum class GpuOpKind : uint8_t {
+  kKernel = 0,
+  kMemcpy = 1,
+  kMemset = 2,
+  kSync = 3,  // the host waited from start to end (on the device's kAllStreams track)
+};
+const char* gpu_op_kind_name(GpuOpKind kind);
+
+inline constexpr uint32_t kNoIndex = ~0u;
+
+// A kernel, copy, memset or synchronization on one stream. 48 bytes.
+struct GpuOp {
+  TimeNs start = 0;
+  TimeNs end = 0;
+  StringId name = 0;  // kernel name; "Memcpy DtoH" style for copies
+  uint32_t correlation_id = 0;
+  uint64_t bytes = 0;                 // copies and memsets
+  uint32_t launch_thread = kNoIndex;  // index in process.threads of the launching API call
+  uint32_t launch_call = kNoIndex;    // index in that thread's api_calls
+  GpuOpKind kind = GpuOpKind::kKernel;
+  uint8_t copy_kind = 0;  // moescope_copy_kind for copies; moescope_sync_kind for syncs
+  uint16_t reserved = 0;
+  // Kernels: index in GpuStreamTrack::kernel_details; syncs: the stream waited for
+  // (kAllStreams for a device-wide synchronization).
+  uint32_t detail = kNoIndex;
+  TimeNs duration() const { return end - start; }
+};
+static_assert(sizeof(GpuOp) == 48);
+
+struct KernelDetail {
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t shared_memory_bytes = 0;
+  uint32_t registers_per_thread = 0;
+  uint32_t context = 0;
+  bool operator==(const KernelDetail&) const = default;
+};
+
+// Stream id of a device's synchronization track: every host wait on that device.
+inline constexpr uint32_t kAllStreams = ~0u;
+
+struct GpuStreamTrack {
+  uint32_t device = 0;
+  uint32_t stream = 0;          // kAllStreams for device-wide syncs
+  std::vector<GpuOp> ops;       // sorted by start
+  std::vector<TimeNs> max_end;  // max_end[i] = max(ops[0..i].end): ops may overlap
+  // Launch configurations; kernels with the same one may share an entry.
+  std::vector<KernelDetail> kernel_details;
+};
+
+enum CommOpFlags : uint16_t {
+  kCommEndUnknown = 1u << 0,  // no completion time recorded; end = start
+};
+
+// CommOp::kind of an all-to-all (moescope_comm_kind).
+inline constexpr uint32_t kCommKindAllToAll = 6;
+
+struct CommOp {
+  TimeNs enqueue = 0;  // when the host issued it
+  TimeNs start = 0;    // transfer start (GPU time when known)
+  TimeNs end = 0;      // completion
+  StringId name = 0;
+  uint32_t kind = 0;  // moescope_comm_kind
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  uint64_t group_id = 0;
+  int32_t rank = -1;  // rank inside the communicator
+  int32_t num_ranks = 0;
+  int32_t peer = -1;
+  int32_t root = -1;
+  int32_t device = -1;
+  uint32_t stream = 0;
+  uint32_t sequence = 0;
+  uint32_t dtype = 0;
+  uint32_t split_offset = 0;  // first entry in CommunicatorTrack::split_bytes
+  uint32_t num_splits = 0;
+  uint16_t flags = 0;  // CommOpFlags
+  TimeNs duration() const { return end - start; }
+};
+
+struct CommunicatorTrack {
+  uint64_t comm_id = 0;
+  int32_t num_ranks = 0;
+  std::vector<CommOp> ops;            // sorted by start
+  std::vector<TimeNs> max_end;        // as GpuStreamTrack::max_end
+  std::vector<uint64_t> split_bytes;  // all-to-all rows: bytes this rank sent to each rank
+  std::span<const uint64_t> splits(const CommOp& op) const {
+    return {split_bytes.data() + op.split_offset, op.num_splits};
+  }
+};
+
+struct CounterTrack {
+  StringId name = 0;
+  std::vector<TimeNs> times;  // sorted
+  std::vector<double> values;
+};
+
+inline constexpr int kNumMemoryCategories = 6;  // moescope_memory_category
+const char* memory_category_name(int category);
+
+struct MemoryEvent {
+  TimeNs time = 0;
+  uint64_t address = 0;
+  int64_t bytes = 0;  // > 0 allocation, < 0 release (size taken from the allocation)
+  int32_t device = -1;
+  uint16_t category = 0;
+  uint8_t is_free = 0;
+  uint8_t unmatched = 0;  // a free of an address with no known allocation
+};
+
+// Bytes in use after each memory event, per category and in total (same length as events).
+struct MemoryUsage {
+  std::vector<TimeNs> times;
+  std::vector<int64_t> total;
+  std::vector<int64_t> by_category[kNumMemoryCategories];
+};
+
+struct StepInterval {
+  int64_t step = 0;
+  TimeNs start = 0;
+  TimeNs end = 0;
+  TimeNs duration() const { return end - start; }
+};
+
+// Where the steps came from, in the order step detection tries them (step_detection.h).
+enum class StepSource : uint8_t {
+  kNone = 0,
+  kMarkers = 1,         // moescope_step / moescope_step_end (runtime, annotations, autocapture)
+  kRepeatingRange = 2,  // the top-level range that repeats and covers the most time (a guess)
+  kProfilerSteps = 3,   // torch.profiler's ProfilerStep#N ranges
+  kOptimizerSteps = 4,  // PyTorch's Optimizer.step#<Class>.step ranges: a step ends with each
+};
+const char* step_source_name(StepSource source);
+
+struct StepMarker {  // moescope_step(step) (or moescope_step_end) was called at `time`
+  int64_t step = 0;
+  TimeNs time = 0;
+  bool is_end = false;
+};
+
+struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
+  uint64_t sync_id = 0;
+  TimeNs time = 0;
+};
+
+struct ProcessTrack {
+  int32_t rank = 0;  // from metadata, else the file's position
+  int32_t world_size = 0;
+  int64_t pid = 0;
+  std::string host;
+  std::string file;
+  std::string metadata_json;
+  std::string source_format;  // "moetrace" or "kineto"
+  TimeNs clock_offset = 0;    // added to every time of this file to reach the global clock
+  bool complete = false;      // the writer closed the file cleanly
+  bool truncated = false;     // read only in part (LoadOptions::max_events_per_file)
+  uint64_t dropped_events = 0;
+  uint64_t events = 0;  // records read (strings and statistics excluded)
+  // Records per trace::RecordKind value (moetrace files), for `moescope info`.
+  std::array<uint64_t, 32> events_per_kind{};
+  uint64_t chunks = 0;   // intact chunks read
+  uint32_t streams = 0;  // distinct recorder streams (Kineto: threads + GPU streams)
+
+  std::vector<CpuThreadTrack> threads;
+  std::vector<GpuStreamTrack> gpu_streams;  // sorted by (device, stream)
+  std::vector<CommunicatorTrack> communicators;
+  std::vector<CounterTrack> counters;
+  std::vector<MemoryEvent> memory_events;  // sorted by time
+  MemoryUsage memory_usage;
+  std::vector<StepInterval> steps;  // sorted by start (step_detection.h)
+  std::vector<StepMarker> step_markers;
+  std::vector<ClockSyncPoint> clock_sync_points;
+  TimeNs begin = 0, end = 0;  // this process's time range
+
+  // Counts of what the loader repaired: span ends with no open span, spans never closed,
+  // range ends with no start.
+  uint64_t unmatched_span_ends = 0;
+  uint64_t unclosed_spans = 0;
+  uint64_t unmatched_range_ends = 0;
+};
+
+// ExpertLoadSample::scope values (moescope_expert_scope in moescope/recorder.h).
+enum ExpertScope : uint32_t {
+  kExpertsLocal = 0,     // tokens this rank's router sent to each expert
+  kExpertsGlobal = 1,    // summed over the expert-parallel group (every rank records a copy)
+  kExpertsReceived = 2,  // tokens each of this rank's local experts received
+};
+// ExpertValuesSample::quantity value of the balancer's forecast (moescope_expert_quantity).
+inline constexpr uint32_t kQuantityPredictedLoad = 0;
+
+// One expert-load sample: tokens per expert for one (step, layer, rank, scope).
+struct ExpertLoadSample {
+  TimeNs time = 0;
+  int64_t step = 0;
+  uint32_t layer = 0;
+  int32_t rank = 0;
+  uint32_t scope = 0;  // moescope_expert_scope
+  uint32_t num_experts = 0;
+  uint64_t dropped_tokens = 0;
+  uint32_t process = 0;  // index in TraceModel::processes
+  uint32_t offset = 0;   // first entry in TraceModel::expert_tokens
+};
+
+struct ExpertValuesSample {
+  TimeNs time = 0;
+  int64_t step = 0;
+  uint32_t layer = 0;
+  int32_t rank = 0;
+  uint32_t quantity = 0;  // moescope_expert_quantity
+  uint32_t num_experts = 0;
+  uint32_t process = 0;
+  uint32_t offset = 0;  // first entry in TraceModel::expert_value_data
+};
+
+struct LayerStatsSample {
+  TimeNs time = 0;
+  int64_t step = 0;
+  uint32_t layer = 0;
+  int32_t rank = 0;
+  float aux_loss = 0, z_loss = 0, router_entropy = 0, max_over_mean = 0;
+  uint32_t nonfinite_logits = 0, nonfinite_outputs = 0;
+  uint32_t process = 0;
+};
+
+struct RebalanceDecision {
+  TimeNs time = 0;
+  int64_t step = 0;
+  uint32_t layer = 0;
+  int32_t rank = 0;
+  float imbalance_before = 0, imbalance_after = 0;
+  uint64_t bytes_moved = 0;
+  uint64_t duration_ns = 0;
+  bool applied = false;
+  uint32_t process = 0;
+};
+
+enum class TrackKind : uint8_t { kThread = 0, kGpuStream = 1, kCommunicator = 2 };
+
+struct TrackRef {
+  uint32_t process = 0;
+  TrackKind kind = TrackKind::kThread;
+  uint32_t track = 0;  // index in the process's threads / gpu_streams / communicators
+};
+
+// An arrow between two points recorded with moescope_flow (start -> end with the same id).
+// Launch -> GPU work arrows are not listed here: GpuOp::launch_thread/launch_call hold them.
+struct FlowArrow {
+  TrackRef from;
+  TimeNs from_time = 0;
+  TrackRef to;
+  TimeNs to_time = 0;
+  uint64_t id = 0;  // correlation id or flow id
+};
+
+enum class ClockAlignmentMethod : uint8_t {
+  kSingleHost = 0,      // every process on one host: one clock, nothing to do
+  kClockSync = 1,       // moescope_clock_sync points
+  kCollectiveEnds = 2,  // ends of collectives that all ranks complete together
+  kWallClock = 3,       // the metadata's start_unix_ns (least precise)
+  kNone = 4,            // several hosts and nothing to align with
+};
+const char* clock_alignment_method_name(ClockAlignmentMethod method);
+
+struct TraceModel {
+  StringTable strings;
+  std::vector<ProcessTrack> processes;  // sorted by rank
+  std::vector<ExpertLoadSample> expert_loads;
+  std::vector<uint32_t> expert_tokens;  // tails of expert_loads
+  std::vector<ExpertValuesSample> expert_values;
+  std::vector<float> expert_value_data;
+  std::vector<LayerStatsSample> layer_stats;
+  std::vector<RebalanceDecision> rebalances;
+  std::vector<FlowArrow> flows;
+  std::vector<LoadError> errors;
+  TimeNs begin = 0, end = 0;  // global time range of every event
+  ClockAlignmentMethod clock_alignment = ClockAlignmentMethod::kSingleHost;
+  StepSource step_source = StepSource::kNone;
+  uint64_t total_events = 0;
+
+  std::span<const uint32_t> tokens(const ExpertLoadSample& sample) const {
+    return {expert_tokens.data() + sample.offset, sample.num_experts};
+  }
+  std::span<const float> values(const ExpertValuesSample& sample) const {
+    return {expert_value_data.data() + sample.offset, sample.num_experts};
+  }
+  const std::string& name(StringId id) const { return strings[id]; }
+  // Index of the process with `rank`, or -1.
+  int process_of_rank(int32_t rank) const {
+    for (size_t i = 0; i < processes.size(); ++i) {
+      if (processes[i].rank == rank) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+// ---- queries: find what is visible in [t0, t1) with binary searches ----------------------
+
+struct IndexRange {
+  size_t begin = 0, end = 0;  // half-open
+  size_t size() const { return end - begin; }
+  bool empty() const { return begin >= end; }
+};
+
+// Items of a start-sorted array overlapping [t0, t1), given max_end (running max of ends).
+// The result may include items that end before t0 when a longer item precedes them.
+template <typename Item>
+IndexRange visible_range(const std::vector<Item>& items, const std::vector<TimeNs>& max_end,
+                         TimeNs t0, TimeNs t1) {
+  IndexRange range;
+  range.begin =
+      static_cast<size_t>(std::upper_bound(max_end.begin(), max_end.end(), t0) - max_end.begin());
+  range.end = static_cast<size_t>(
+      std::lower_bound(items.begin(), items.end(), t1,
+                       [](const Item& item, TimeNs time) { return item.start < time; }) -
+      items.begin());
+  if (range.end < range.begin) range.end = range.begin;
+  return range;
+}
+inline IndexRange visible_range(const GpuStreamTrack& track, TimeNs t0, TimeNs t1) {
+  return visible_range(track.ops, track.max_end, t0, t1);
+}
+inline IndexRange visible_range(const CommunicatorTrack& track, TimeNs t0, TimeNs t1) {
+  return visible_range(track.ops, track.max_end, t0, t1);
+}
+// Positions in track.spans_by_depth[depth] of the spans overlapping [t0, t1) (exact).
+inline IndexRange visible_spans(const CpuThreadTrack& track, size_t depth, TimeNs t0, TimeNs t1) {
+  IndexRange range;
+  if (depth >= track.spans_by_depth.size()) return range;
+  const auto& indices = track.spans_by_depth[depth];
+  const auto& spans = track.spans;
+  range.begin = static_cast<size_t>(
+      std::upper_bound(indices.begin(), indices.end(), t0,
+                       [&](TimeNs time, uint32_t i) { return time < spans[i].end; }) -
+      indices.begin());
+  range.end = static_cast<size_t>(
+      std::lower_bound(indices.begin(), indices.end(), t1,
+                       [&](uint32_t i, TimeNs time) { return spans[i].start < time; }) -
+      indices.begin());
+  if (range.end < range.begin) range.end = range.begin;
+  return range;
+}
+// Samples of a counter in [t0, t1), plus the one before t0 (the value in force at t0).
+inline IndexRange visible_samples(const std::vector<TimeNs>& times, TimeNs t0, TimeNs t1) {
+  IndexRange range;
+  size_t first =
+      static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t0) - times.begin());
+  range.begin = first > 0 ? first - 1 : 0;
+  range.end = static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t1) - times.begin());
+  if (range.end < range.begin) range.end = range.begin;
+  return range;
+}
+
+}  // namespace moescope::analysis

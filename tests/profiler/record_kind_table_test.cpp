@@ -1,0 +1,79 @@
+// The record-kind table (trace_format.h) is what docs/trace-format.md specifies: every kind's
+// number, name, fixed size and whether it has a variable tail, row by row.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
+#include "moescope/trace/record_kinds.h"
+#include "moescope/trace/trace_format.h"
+
+namespace moescope::trace {
+namespace {
+
+struct DocumentedKind {
+  std::string name;
+  uint32_t size = 0;
+  bool variable = false;
+};
+
+// Rows "| 14 | comm_op | 104 + 8n | ..." of the records table.
+std::map<int, DocumentedKind> documented_kinds() {
+  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
+  EXPECT_NE(source, nullptr) << "MOESCOPE_SOURCE_DIR is set by CTest";
+  std::ifstream in(std::string(source ? source : ".") + "/docs/trace-format.md");
+  EXPECT_TRUE(in) << "cannot read docs/trace-format.md";
+  const std::regex row(R"(^\| (\d+) \| ([a-z_]+) \| (\d+)( \+ \d*n)? \|)");
+  std::map<int, DocumentedKind> kinds;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch match;
+    if (!std::regex_search(line, match, row)) continue;
+    kinds[std::stoi(match[1])] = {match[2], static_cast<uint32_t>(std::stoul(match[3])),
+                                  match[4].matched};
+  }
+  return kinds;
+}
+
+TEST(RecordKindTable, MatchesTheSpecification) {
+  const std::map<int, DocumentedKind> documented = documented_kinds();
+  ASSERT_EQ(documented.size(), size_t{kMaxRecordKind});
+  for (const RecordKindInfo& info : kRecordKinds) {
+    const int kind = static_cast<int>(info.kind);
+    auto found = documented.find(kind);
+    ASSERT_NE(found, documented.end()) << "kind " << kind << " is not documented";
+    EXPECT_EQ(found->second.name, info.name) << "kind " << kind;
+    EXPECT_EQ(found->second.size, info.fixed_size) << info.name;
+    EXPECT_EQ(found->second.variable, has_variable_tail(static_cast<uint8_t>(kind))) << info.name;
+    EXPECT_STREQ(record_kind_name(static_cast<uint8_t>(kind)), info.name);
+    EXPECT_NE(std::string(info.description), "") << info.name;
+  }
+  EXPECT_STREQ(record_kind_name(0), "unknown");
+  EXPECT_STREQ(record_kind_name(kMaxRecordKind + 1), "unknown");
+  EXPECT_EQ(fixed_record_size(kMaxRecordKind + 1), 0u);
+}
+
+// The tail a record declares is its count field times the element size of its row.
+TEST(RecordKindTable, DeclaredTailFollowsTheCountField) {
+  alignas(8) uint8_t record[sizeof(CommOpRecord)] = {};
+  auto* op = reinterpret_cast<CommOpRecord*>(record);
+  op->header.kind = static_cast<uint8_t>(RecordKind::kCommOp);
+  op->num_splits = 3;
+  EXPECT_EQ(declared_tail_bytes(record), 24u);
+  auto* load = reinterpret_cast<ExpertLoadRecord*>(record);
+  load->header.kind = static_cast<uint8_t>(RecordKind::kExpertLoad);
+  load->num_experts = 5;
+  EXPECT_EQ(declared_tail_bytes(record), 20u);
+  auto* text = reinterpret_cast<StringRecord*>(record);
+  text->header.kind = static_cast<uint8_t>(RecordKind::kString);
+  text->length = 11;
+  EXPECT_EQ(declared_tail_bytes(record), 11u);
+  record[0] = static_cast<uint8_t>(RecordKind::kCounter);
+  EXPECT_EQ(declared_tail_bytes(record), 0u);
+}
+
+}  // namespace
+}  // namespace moescope::trace

@@ -1,0 +1,72 @@
+// Small drawing pieces shared by the MoE panels: byte formatting, the colour legend, and the
+// geometry probe that screenshot mode writes next to the PNG so tests find cells by layout.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <imgui.h>
+
+#include "moescope/viewer/heatmap_layout.h"
+
+namespace moescope::viewer {
+
+// "1.5 GiB", "320 KiB", "12 B".
+std::string format_bytes(double bytes);
+
+// A vertical colour bar from heat_colour(0) (bottom) to heat_colour(1) (top) with the values
+// at both ends and the middle.
+void draw_colour_legend(ImDrawList* draw, ImVec2 top_left, ImVec2 size, double max_value,
+                        const char* unit);
+
+// Geometry actually used by the last drawn frame (screen pixels of the window framebuffer).
+struct LayoutProbe {
+  GridLayout expert_heatmap;
+  GridLayout comm_matrix;
+  float memory_peak_x = -1.0f;  // x of the peak marker
+  float memory_plot_top = 0, memory_plot_bottom = 0;
+  float timeline_area_x = 0, timeline_area_y = 0;     // top-left of the span area
+  double timeline_start_ns = 0, timeline_end_ns = 0;  // visible time range
+  float timeline_width = 0;                           // px of the span area
+  int collapsed_tracks = 0;
+  int selected_lane = -1;
+  int selected_track = -1;  // timeline selection
+  int64_t selected_slot = -1;
+  int focus_layer = -1, focus_expert = -1;  // heatmap outline
+  int report_rows = 0;
+  int files = 0, ranks = 0;  // of the trace on screen
+  // The file browser: whether it is open, the trace files it lists with the centres of their
+  // checkboxes, and the centre of its "Open ticked" button.
+  bool browser_open = false;
+  std::vector<std::string> browser_traces;
+  std::vector<std::pair<float, float>> browser_checkboxes;
+  std::pair<float, float> browser_open_button{0, 0};
+  int stats_rows = 0;
+  float step_ruler_y = 0;                   // middle of the timeline's step ruler
+  int64_t step_first = -1, step_last = -1;  // the panels' step range (-1 = all steps)
+  // The imbalance plot's vertical extent and its rebalancing markers (x, applied).
+  float imbalance_plot_top = 0, imbalance_plot_bottom = 0;
+  std::vector<std::pair<float, bool>> rebalance_markers;
+  // The numbers the panels drew (tests compare them with `moescope report --format json`).
+  std::vector<uint32_t> heatmap_layers;
+  std::vector<std::vector<double>> heatmap_tokens;  // [layer row][expert]
+  std::vector<int64_t> imbalance_steps;
+  std::vector<std::vector<double>> imbalance_values;  // [layer row][step index]
+  std::vector<std::vector<uint64_t>> comm_bytes;      // [sender][receiver]
+  std::vector<uint32_t> comm_ops_by_rank;
+  std::vector<uint64_t> comm_sent_bytes;
+  std::vector<double> comm_busy_ns;
+  int memory_rank = -1;
+  int64_t memory_peak_bytes = 0;
+  std::vector<int64_t> memory_peak_by_category;
+  size_t memory_live_at_peak = 0;
+  struct ShownFinding {
+    std::string kind, severity, evidence;
+    double est_ms_per_step = 0;
+  };
+  std::vector<ShownFinding> findings;
+};
+LayoutProbe& layout_probe();
+
+}  // namespace moescope::viewer

@@ -1,0 +1,112 @@
+#include "moescope/viewer/loaded_trace.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "moescope/analysis/report.h"
+#include "moescope/analysis/step_detection.h"
+#include "moescope/analysis/trace_loader.h"
+
+namespace moescope::viewer {
+
+TraceLoadingJob::TraceLoadingJob(std::vector<std::string> files, uint64_t preview_events)
+    : files_(std::move(files)), preview_events_(preview_events) {
+  thread_ = std::thread([this] { run(); });
+}
+
+TraceLoadingJob::~TraceLoadingJob() {
+  cancel_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::unique_ptr<LoadedTrace> TraceLoadingJob::take_result() {
+  if (!done()) return nullptr;
+  return std::move(result_);
+}
+
+std::unique_ptr<LoadedTrace> TraceLoadingJob::take_preview() {
+  std::lock_guard<std::mutex> lock(preview_mutex_);
+  return std::move(preview_);
+}
+
+void TraceLoadingJob::prepare(LoadedTrace& trace) {
+  trace.timeline = build_timeline_index(trace.model);
+  trace.steps = analysis::known_steps(trace.model);
+}
+
+void TraceLoadingJob::run() {
+  auto started = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+  analysis::LoadOptions options;
+  options.cancel = &cancel_;
+  options.progress = [this](const analysis::LoadProgress& progress) {
+    double fraction =
+        progress.bytes_total > 0
+            ? static_cast<double>(progress.bytes_done) / progress.bytes_total
+            : static_cast<double>(progress.files_done) / std::max<size_t>(progress.files_total, 1);
+    progress_.store(static_cast<float>(0.9 * fraction), std::memory_order_relaxed);
+  };
+  // First look: the beginning of every file (Kineto JSON is read whole, so it gets none).
+  const bool any_json = std::any_of(files_.begin(), files_.end(), analysis::is_chrome_json_path);
+  if (preview_events_ > 0 && !any_json && !files_.empty()) {
+    stage_.store("reading the beginning");
+    analysis::LoadOptions first_look = options;
+    first_look.progress = nullptr;
+    first_look.max_events_per_file = std::max<uint64_t>(preview_events_ / files_.size(), 1);
+    auto trace = std::make_unique<LoadedTrace>();
+    trace->files = files_;
+    trace->model = analysis::load_traces(files_, first_look);
+    const bool partial =
+        std::any_of(trace->model.processes.begin(), trace->model.processes.end(),
+                    [](const analysis::ProcessTrack& process) { return process.truncated; });
+    stage_.store("indexing");
+    prepare(*trace);
+    trace->load_seconds = seconds();
+    if (!partial || cancel_.load()) {  // that was the whole trace
+      result_ = std::move(trace);
+      progress_.store(1.0f);
+      done_.store(true, std::memory_order_release);
+      return;
+    }
+    trace->preview = true;
+    {
+      std::lock_guard<std::mutex> lock(preview_mutex_);
+      preview_ = std::move(trace);
+    }
+  }
+  stage_.store("reading");
+  auto trace = std::make_unique<LoadedTrace>();
+  trace->files = files_;
+  trace->model = analysis::load_traces(files_, options);
+  stage_.store("indexing");
+  progress_.store(0.9f);
+  prepare(*trace);
+  trace->load_seconds = seconds();
+  result_ = std::move(trace);
+  progress_.store(1.0f);
+  done_.store(true, std::memory_order_release);
+}
+
+TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
+  thread_ = std::thread([this, &trace] {
+    tables_.kernel_stats = kernel_statistics(trace.model);
+    tables_.range_stats = range_statistics(trace.model);
+    tables_.findings = analysis::build_report(trace.model).findings;
+    done_.store(true, std::memory_order_release);
+  });
+}
+
+TraceTablesJob::~TraceTablesJob() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void TraceTablesJob::move_into(LoadedTrace& trace) {
+  trace.kernel_stats = std::move(tables_.kernel_stats);
+  trace.range_stats = std::move(tables_.range_stats);
+  trace.findings = std::move(tables_.findings);
+  trace.tables_ready = true;
+}
+
+}  // namespace moescope::viewer
