@@ -33,26 +33,6 @@ CuptiCaptureOptions manual_flush() {
   return options;
 }
 
-CUpti_ActivityKernel10 kernel(uint32_t correlation) {
-  CUpti_ActivityKernel10 record;
-  std::memset(&record, 0, sizeof(record));
-  record.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-  record.name = "expert_gemm";
-  record.start = 100 + correlation;
-  record.end = 200 + correlation;
-  record.correlationId = correlation;
-  return record;
-}
-
-std::vector<std::string> instants(const LoadedTrace& loaded) {
-  std::vector<std::string> texts;
-  for (const auto& record : loaded.of_kind(trace::RecordKind::kInstant)) {
-    auto found = loaded.strings.find(record.header().name);
-    if (found != loaded.strings.end()) texts.push_back(found->second);
-  }
-  return texts;
-}
-
 TEST(CuptiCompatibility, SameCudaMinorIsCompatibleOtherwiseNot) {
   EXPECT_EQ(kCompiledCuptiApiVersion, static_cast<uint32_t>(CUPTI_API_VERSION));
   EXPECT_TRUE(cupti_versions_compatible(130001, 130001));
@@ -68,20 +48,20 @@ TEST(CuptiCompatibility, SameCudaMinorIsCompatibleOtherwiseNot) {
 }
 
 TEST(CuptiCompatibility, ARecordShorterThanItsCompiledStructIsRefused) {
-  const size_t kernel_size = sizeof(CUpti_ActivityKernel10);
-  EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), kernel_size);
+  const size_t kernel_bytes = sizeof(CUpti_ActivityKernel10);
+  EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), kernel_bytes);
   EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_MEMCPY), sizeof(CUpti_ActivityMemcpy6));
   EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_MARKER), 0u);  // not translated
   EXPECT_TRUE(
-      cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_size).empty());
-  EXPECT_TRUE(
-      cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_size + 64).empty());
+      cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_bytes).empty());
+  EXPECT_TRUE(cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_bytes + 64)
+                  .empty());
   EXPECT_TRUE(cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_MARKER, 8).empty());
   std::string refusal =
-      cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_size - 8);
-  EXPECT_EQ(refusal, "CUPTI record of kind 10 spans " + std::to_string(kernel_size - 8) +
+      cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_bytes - 8);
+  EXPECT_EQ(refusal, "CUPTI record of kind 10 spans " + std::to_string(kernel_bytes - 8) +
                          " bytes, compiled CUpti_ActivityKernel10 is " +
-                         std::to_string(kernel_size) + ": GPU activity not recorded");
+                         std::to_string(kernel_bytes) + ": GPU activity not recorded");
 }
 
 TEST(CuptiCompatibility, AnotherCuptiVersionIsRefusedBeforeAnythingIsEnabled) {
@@ -122,12 +102,13 @@ TEST(CuptiCompatibility, ARecordOfAnotherLayoutStopsTranslationAndTheTraceSaysWh
   CuptiCapture capture(api, manual_flush());
   std::string error;
   ASSERT_TRUE(capture.start(&error)) << error;
-  ASSERT_TRUE(api.deliver(kernel(1), kernel(2)));  // the compiled layout: translated
+  ASSERT_TRUE(api.deliver(fake_kernel_record(1),
+                          fake_kernel_record(2)));  // the compiled layout: translated
   EXPECT_EQ(capture.counts().kernels, 2u);
   // A CUPTI whose kernel record is 16 bytes shorter: neither it nor anything later is read.
   const size_t short_extent = sizeof(CUpti_ActivityKernel10) - 16;
-  ASSERT_TRUE(api.deliver_shortened(kernel(3), short_extent, kernel(4)));
-  ASSERT_TRUE(api.deliver(kernel(5)));
+  ASSERT_TRUE(api.deliver_shortened(fake_kernel_record(3), short_extent, fake_kernel_record(4)));
+  ASSERT_TRUE(api.deliver(fake_kernel_record(5)));
   EXPECT_EQ(capture.counts().kernels, 2u);
   EXPECT_EQ(capture.refused_records(), 3u);
   EXPECT_EQ(capture.pool().buffers_in_use(), 0u);  // refused buffers still go back
@@ -139,7 +120,7 @@ TEST(CuptiCompatibility, ARecordOfAnotherLayoutStopsTranslationAndTheTraceSaysWh
   const std::string note =
       "gpu capture off: " +
       cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, short_extent);
-  std::vector<std::string> notes = instants(loaded);
+  std::vector<std::string> notes = loaded.instant_names();
   EXPECT_EQ(std::count(notes.begin(), notes.end(), note), 1) << "once, not per record";
   std::remove(path.c_str());
 }
@@ -150,23 +131,15 @@ TEST(CuptiCompatibility, TheLastRecordOfABufferIsCheckedAgainstTheValidBytes) {
   std::string error;
   ASSERT_TRUE(capture.start(&error)) << error;
   // Only the record's first 24 bytes are valid: CUPTI of a smaller struct, or a torn buffer.
-  ASSERT_TRUE(api.deliver_truncated(kernel(7), 24));
+  ASSERT_TRUE(api.deliver_truncated(fake_kernel_record(7), 24));
   EXPECT_EQ(capture.counts().kernels, 0u);
   EXPECT_EQ(capture.refused_records(), 1u);
   capture.stop();
 }
 
-TEST(CuptiCompatibility, StopDoesNotFinalizeUnlessAskedAndNeverAtExit) {
-  FakeCuptiApi api;
-  CuptiCapture capture(api, manual_flush());
+// The default stop (no finalize) is in cupti_capture_test.cpp.
+TEST(CuptiCompatibility, FinalizeOnlyWhenAskedForAndNeverAtExit) {
   std::string error;
-  ASSERT_TRUE(capture.start(&error)) << error;
-  capture.stop();
-  ASSERT_FALSE(api.flush_flags.empty());
-  EXPECT_EQ(api.flush_flags.back(), static_cast<uint32_t>(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-  EXPECT_EQ(api.disabled, api.enabled);
-  EXPECT_EQ(api.finalize_calls, 0);
-
   CuptiCaptureOptions finalizing = manual_flush();
   finalizing.finalize_at_stop = true;  // MOESCOPE_CUPTI_FINALIZE=1
   FakeCuptiApi exit_api;

@@ -162,4 +162,16 @@ class FakeCuptiApi final : public inject::CuptiApi {
   std::vector<size_t> record_offsets_;  // of the buffer being delivered
 };
 
+// A concurrent-kernel record as CUPTI 13.0 delivers it (times 1000 + id, 2000 + id).
+inline CUpti_ActivityKernel10 fake_kernel_record(uint32_t correlation) {
+  CUpti_ActivityKernel10 kernel;
+  std::memset(&kernel, 0, sizeof(kernel));
+  kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  kernel.name = "moe_grouped_gemm";
+  kernel.start = 1000 + correlation;
+  kernel.end = 2000 + correlation;
+  kernel.correlationId = correlation;
+  return kernel;
+}
+
 }  // namespace moescope::testing

@@ -32,15 +32,6 @@ using inject::gpu_capture_stop;
 // A library every machine has, standing in for libcuda.so.1 ("a driver is installed").
 constexpr const char* kLoadableStandInForTheDriver = "libz.so.1";
 
-std::vector<std::string> instants(const LoadedTrace& loaded) {
-  std::vector<std::string> texts;
-  for (const auto& record : loaded.of_kind(trace::RecordKind::kInstant)) {
-    auto found = loaded.strings.find(record.header().name);
-    if (found != loaded.strings.end()) texts.push_back(found->second);
-  }
-  return texts;
-}
-
 bool contains(const std::vector<std::string>& texts, const std::string& text) {
   return std::find(texts.begin(), texts.end(), text) != texts.end();
 }
@@ -76,7 +67,7 @@ TEST_F(GpuCaptureSwitch, WithoutADriverNothingIsEnabledAndTheTraceSaysWhy) {
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
   EXPECT_TRUE(
-      contains(instants(loaded), "gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
+      contains(loaded.instant_names(), "gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
 }
 
 TEST_F(GpuCaptureSwitch, OffMeansOff) {
@@ -99,7 +90,7 @@ TEST_F(GpuCaptureSwitch, WithCudaInjectionPathCuptiWaitsForCuInit) {
   EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
 }
 
 TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
@@ -124,7 +115,7 @@ TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
   // Without a driver CUPTI refuses the first call already (the timestamp callback).
   EXPECT_NE(metadata.find("CUPTI_ERROR_UNKNOWN"), std::string::npos) << metadata;
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: CUPTI could not be enabled"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: CUPTI could not be enabled"));
 }
 
 #ifdef MOESCOPE_TEST_OLDER_CUPTI
@@ -141,7 +132,7 @@ TEST_F(GpuCaptureSwitch, AnotherVersionOfTheRealCuptiIsRefusedWithBothVersionsIn
   std::string metadata = gpu_capture_metadata_json();
   EXPECT_NE(metadata.find(suffix), std::string::npos) << metadata;
   LoadedTrace loaded = finish();
-  std::vector<std::string> notes = instants(loaded);
+  std::vector<std::string> notes = loaded.instant_names();
   auto refusal = std::find_if(notes.begin(), notes.end(), [&](const std::string& note) {
     return note.rfind("gpu capture off: CUPTI ", 0) == 0 && note.size() > suffix.size() &&
            note.compare(note.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -173,7 +164,7 @@ TEST_F(GpuCaptureSwitch, AStartAfterAStopLooksForCuptiAgain) {
   EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
 }
 
 }  // namespace
