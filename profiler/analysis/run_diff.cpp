@@ -267,21 +267,21 @@ std::string where_of(const Finding& finding) {
 std::vector<FindingChange> compare_findings(const std::vector<Finding>& base,
                                             const std::vector<Finding>& next) {
   std::map<std::pair<std::string, std::string>, FindingChange> changes;
-  for (const Finding& finding : base) {
+  // The new run's evidence wins: it is recorded second.
+  auto record = [&](const Finding& finding, double FindingChange::*ms,
+                    std::string FindingChange::*severity) {
     FindingChange& change = changes[{finding.kind, where_of(finding)}];
     change.kind = finding.kind;
     change.where = where_of(finding);
-    change.base_ms = finding.est_ms_per_step;
-    change.base_severity = severity_name(finding.severity);
+    change.*ms = finding.est_ms_per_step;
+    change.*severity = severity_name(finding.severity);
     change.evidence = finding.evidence;
+  };
+  for (const Finding& finding : base) {
+    record(finding, &FindingChange::base_ms, &FindingChange::base_severity);
   }
   for (const Finding& finding : next) {
-    FindingChange& change = changes[{finding.kind, where_of(finding)}];
-    change.kind = finding.kind;
-    change.where = where_of(finding);
-    change.next_ms = finding.est_ms_per_step;
-    change.next_severity = severity_name(finding.severity);
-    change.evidence = finding.evidence;
+    record(finding, &FindingChange::next_ms, &FindingChange::next_severity);
   }
   std::vector<FindingChange> result;
   for (auto& [key, change] : changes) {

@@ -109,19 +109,25 @@ void render_prediction(TextWriter& w, const PredictionCheck& check) {
          printf_text(" (R^2 %.2f, ", p.cost.r_squared) + std::to_string(p.cost.samples) +
          " rank-steps)");
   std::vector<std::vector<std::string>> rows;
+  double busy_gap = 0;  // mean over ranks of measured - predicted busy time
   for (size_t i = 0; i < p.ranks.size(); ++i) {
     const RankPrediction& rank = p.ranks[i];
     const RankMeasurement& measured = check.measured[i];
     double measured_rows = 0;
     for (double value : measured.rows) measured_rows += value;
+    busy_gap += (measured.busy_ms - rank.busy_ms_after) / double(p.ranks.size());
     rows.push_back({std::to_string(rank.rank), value_text(rank.total_rows_before(), "rows"),
                     value_text(rank.total_rows_after(), "rows"), value_text(measured_rows, "rows"),
                     value_text(rank.busy_ms_before, "ms"), value_text(rank.busy_ms_after, "ms"),
-                    value_text(measured.busy_ms, "ms")});
+                    value_text(measured.busy_ms, "ms"),
+                    value_text(measured.busy_ms - rank.busy_ms_after, "ms", true)});
   }
   w.table({"rank", "rows/step before", "predicted", "measured", "busy ms before", "predicted",
-           "measured"},
+           "measured", "measured - predicted"},
           rows);
+  w.line("busy time beyond the prediction: " + value_text(busy_gap, "ms", true) +
+         " ms per rank and step (the model counts expert rows only: replica gradient "
+         "synchronization, rebalancing and other new work show in the rows above)");
   std::string measured = value_text(check.measured_step_change, "ms", true) + " ms";
   if (check.measured_interval.known) {
     measured += " [" + value_text(check.measured_interval.low, "ms", true) + ", " +

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
@@ -82,15 +83,9 @@ void run_diff(const DiffCommandOptions& options) {
   diff_options.max_batches = options.max_batches;
   analysis::RunDiff diff = analysis::diff_runs(base, next, diff_options);
   if (prediction) analysis::check_prediction(diff, next, std::move(*prediction));
-  const std::string text = analysis::render_diff(diff, format);
-  if (options.output.empty() || options.output == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return;
+  if (!write_command_output(analysis::render_diff(diff, format), options.output)) {
+    throw std::runtime_error("cannot write " + options.output);
   }
-  std::ofstream file(options.output, std::ios::binary);
-  file << text;
-  file.close();
-  if (!file) throw std::runtime_error("cannot write " + options.output);
 }
 
 }  // namespace
