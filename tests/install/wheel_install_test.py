@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 
@@ -50,11 +51,20 @@ def build_requirements(source_dir):
 
 
 def make_venv(path):
+    """A new virtual environment that sees this environment's packages (torch): through
+    --system-site-packages, and a .pth file when this Python is itself a virtual environment
+    (whose packages --system-site-packages would not reach)."""
     result = run([sys.executable, "-m", "venv", "--system-site-packages", path])
     if result.returncode != 0:
         skip(f"cannot create a virtual environment ({result.stderr.strip()[-300:]}); "
              "apt-get install python3-venv")
-    return os.path.join(path, "bin")
+    bin_dir = os.path.join(path, "bin")
+    purelib = check(run([f"{bin_dir}/python", "-c",
+                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
+                    "reading the new environment's site-packages").stdout.strip()
+    with open(os.path.join(purelib, "build_environment_packages.pth"), "w") as pth:
+        pth.write("\n".join(site.getsitepackages()) + "\n")
+    return bin_dir
 
 
 def main():
