@@ -68,6 +68,13 @@ if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND NOT CUDAToolkit_ROOT
     set(CUDA_TOOLKIT_ROOT_DIR ${_pip_toolkit} CACHE PATH "CUDA toolkit from PyPI's NVIDIA wheels")
   endif()
 endif()
+# Debian 12's CMake 3.25.1 stops in FindCUDAToolkit on CUDA >= 12, which has no libnvToolsExt,
+# in projects that require CMake 3.25: it sets a property on CUDA::nvToolsExt without checking
+# that the target exists (fixed in CMake 3.25.2). NVTX3, which superseded that library, is
+# header-only, so an empty interface target is what the name stands for now.
+if(CMAKE_VERSION VERSION_LESS 3.25.2 AND NOT TARGET CUDA::nvToolsExt)
+  add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+endif()
 find_package(CUDAToolkit QUIET)
 find_path(MOESCOPE_NVTX_INCLUDE_DIR nvtx3/nvToolsExt.h
           HINTS ${CUDAToolkit_INCLUDE_DIRS} ${MOESCOPE_PYTHON_INCLUDE_HINTS} PATHS /usr/local/cuda/include)
