@@ -3,7 +3,8 @@ BUILD       ?= build
 ASAN_BUILD  ?= build-asan
 JOBS        ?= 2
 CMAKE_FLAGS ?=
-GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+# Decided when a recipe runs, not when make starts: on a fresh machine setup installs Ninja.
+GENERATOR    = $$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 # The Python environment the build, the tests and the demo use: $MOESCOPE_PYTHON, else the active
 # virtual/conda environment when it has torch, else the project's .venv (scripts/setup.sh makes
@@ -19,11 +20,14 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
-# Configures when there is no cache yet or when the chosen Python changed.
+# Configures when there is no cache yet, and again when the chosen Python changed.
 configure:
-	@grep -qxF "MOESCOPE_PYTHON:FILEPATH=$(MOESCOPE_PYTHON)" $(BUILD)/CMakeCache.txt 2>/dev/null || \
+	@if [ ! -f $(BUILD)/CMakeCache.txt ]; then \
 	  cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON) $(CMAKE_FLAGS)
+	    -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON) $(CMAKE_FLAGS); \
+	elif ! grep -qxF "MOESCOPE_PYTHON:FILEPATH=$(MOESCOPE_PYTHON)" $(BUILD)/CMakeCache.txt; then \
+	  cmake -S . -B $(BUILD) -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON) $(CMAKE_FLAGS); \
+	fi
 
 build: setup configure
 	cmake --build $(BUILD) -j $(JOBS)
