@@ -210,6 +210,31 @@ if [ $have_report = 1 ]; then
   grep -E 'expert_imbalance|dead_experts|router_collapse' "$out/aux_free/report.txt" || echo "  (no expert findings)"
 fi
 
+# ---- diff: skewed vs rebalanced, and what the plan predicted --------------------------------
+say "Diff: the skewed run against the rebalanced one (moescope diff), and the plan's predicted gain"
+if [ $have_report = 1 ] && have_command diff; then
+  # The plan from the skewed run for the rebalanced run's layout (the experts + 2 redundant
+  # slots on 2 ranks), with its predicted rank load and step time; the first rebalance comes at step
+  # $rebalance_every - 1, so both sides leave those steps out.
+  experts=8
+  for ((i = 0; i + 1 < ${#model[@]}; i++)); do [ "${model[i]}" = --experts ] && experts=${model[i + 1]}; done
+  "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$rebalance_every" --json "$out/skewed/plan.json" \
+    "${skewed_traces[@]}" | sed "s#$out#OUT#g" || echo "demo: moescope plan on the skewed run failed" >&2
+  predicted=()  # the plan has a prediction when the trace gave a cost model
+  grep -q '"prediction"' "$out/skewed/plan.json" 2>/dev/null && predicted=(--predicted "$out/skewed/plan.json")
+  "$moescope" diff "${skewed_traces[@]}" --against "${rebalanced_traces[@]}" --skip-steps "$rebalance_every" \
+    "${predicted[@]}" | tee "$out/diff.txt" || echo "demo: moescope diff failed" >&2
+  "$moescope" diff "${skewed_traces[@]}" --against "${rebalanced_traces[@]}" --skip-steps "$rebalance_every" \
+    "${predicted[@]}" --format json -o "$out/diff.json" || true
+  if [ $have_viewer = 1 ] && run_view "${skewed_traces[@]}" --against "${rebalanced_traces[@]}" \
+       --screenshot "$out/viewer-compare.png" --panel compare >/dev/null 2>&1; then
+    echo "wrote $out/viewer-compare.png"
+  fi
+  echo "Both runs in the viewer: $moescope view ${skewed_traces[*]} --against ${rebalanced_traces[*]}"
+else
+  echo "(skipped: moescope diff is missing)"
+fi
+
 echo
 echo "Outputs in $out/. Open the traces in the viewer:"
 echo "  $moescope view ${skewed_traces[*]}"

@@ -99,4 +99,47 @@ CommAnalysis analyze_communication(const TraceModel& model, const StepRankFilter
   return result;
 }
 
+std::vector<CommKindSteps> communication_per_step(const TraceModel& model) {
+  const std::vector<int64_t> steps = known_steps(model);
+  auto step_index = [&](int64_t step) {
+    return size_t(std::lower_bound(steps.begin(), steps.end(), step) - steps.begin());
+  };
+  std::vector<double> ranks_with_step(steps.size(), 0.0);
+  std::map<uint32_t, CommKindSteps> kinds;
+  for (const auto& process : model.processes) {
+    for (const StepInterval& step : process.steps) ranks_with_step[step_index(step.step)] += 1.0;
+    for (const auto& comm : process.communicators) {
+      for (const CommOp& op : comm.ops) {
+        const int at = step_at(process, op.start);
+        if (at < 0) continue;
+        CommKindSteps& entry = kinds[op.kind];
+        if (entry.steps.empty()) {
+          entry.kind = op.kind;
+          entry.steps = steps;
+          entry.ops.assign(steps.size(), 0.0);
+          entry.bytes.assign(steps.size(), 0.0);
+          entry.ms.assign(steps.size(), 0.0);
+        }
+        const size_t i = step_index(process.steps[size_t(at)].step);
+        entry.ops[i] += 1.0;
+        entry.bytes[i] += double(op.bytes);
+        if (!(op.flags & kCommEndUnknown) && op.end > op.start) {
+          entry.ms[i] += double(op.end - op.start) * 1e-6;
+        }
+      }
+    }
+  }
+  std::vector<CommKindSteps> result;
+  for (auto& [kind, entry] : kinds) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (ranks_with_step[i] <= 0) continue;
+      entry.ops[i] /= ranks_with_step[i];
+      entry.bytes[i] /= ranks_with_step[i];
+      entry.ms[i] /= ranks_with_step[i];
+    }
+    result.push_back(std::move(entry));
+  }
+  return result;
+}
+
 }  // namespace moescope::analysis

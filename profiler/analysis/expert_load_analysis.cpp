@@ -52,6 +52,19 @@ std::map<uint32_t, std::map<int64_t, std::map<int32_t, double>>> received_rows(
 
 }  // namespace
 
+std::vector<RankStepRows> received_rows_by_rank(const TraceModel& model,
+                                                const StepRankFilter& filter) {
+  std::vector<RankStepRows> result;
+  for (const auto& [layer, steps] : received_rows(model, filter)) {
+    for (const auto& [step, ranks] : steps) {
+      for (const auto& [rank, rows] : ranks) {
+        if (filter.has_rank(rank)) result.push_back({layer, step, rank, rows});
+      }
+    }
+  }
+  return result;
+}
+
 std::vector<LayerStepLoad> layer_step_loads(const TraceModel& model, const StepRankFilter& filter) {
   std::map<std::pair<uint32_t, int64_t>, ScopedSums> sums;
   for (const ExpertLoadSample& sample : model.expert_loads) {
@@ -218,6 +231,8 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
       const double mean = total / double(per_rank.size());
       if (mean <= 0) continue;
       sum += max / mean;
+      layer.rank_max_over_mean_by_step.push_back(max / mean);
+      layer.rank_steps.push_back(step);
       ++steps;
       layer.ranks = std::max<uint32_t>(layer.ranks, uint32_t(per_rank.size()));
     }

@@ -8,6 +8,7 @@ class App;
 
 namespace moescope::cli {
 
+void add_diff_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_report_command(CLI::App& app);

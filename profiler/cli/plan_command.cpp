@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
@@ -27,13 +28,11 @@ namespace moescope::cli {
 /// analysis::expert_load_matrix (the report's and the viewer's numbers) averaged over the
 /// layer's steps. Layers are planned in the order of their ids. Throws std::runtime_error
 /// when no trace holds expert loads or layers disagree on the number of experts.
-balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths);
+balancer::ExpertLoads expert_loads_of_model(const analysis::TraceModel& model,
+                                            const std::vector<std::string>& trace_paths);
 
-balancer::ExpertLoads load_expert_loads_from_traces(const std::vector<std::string>& trace_paths) {
-  const analysis::TraceModel model = analysis::load_traces(trace_paths);
-  for (const analysis::LoadError& error : model.errors) {
-    std::cerr << "moescope plan: " << error.to_string() << "\n";
-  }
+balancer::ExpertLoads expert_loads_of_model(const analysis::TraceModel& model,
+                                            const std::vector<std::string>& trace_paths) {
   const analysis::ExpertLoadAnalysis per_layer = analysis::analyze_expert_load(model);
   if (per_layer.empty()) {
     throw std::runtime_error("no expert-load samples in the given trace(s) (" +
@@ -87,6 +86,7 @@ struct PlanOptions {
   std::string json_output;
   std::string current_placement;  // JSON from --json: plan incrementally from it
   double incremental_bound = 1.02;
+  size_t skip_steps = 1;  // warm-up steps the prediction leaves out
 };
 
 struct LayerBalance {
@@ -151,7 +151,8 @@ PlanSummary summarize(const std::vector<LayerBalance>& balances) {
 // The placement as JSON text: the header fields, then one line per layer, so that large plans
 // stay readable and diffable.
 std::string placement_json(const PlanOptions& options, const balancer::ExpertPlacement& plan,
-                           const std::vector<LayerBalance>& balances) {
+                           const std::vector<LayerBalance>& balances,
+                           const std::optional<analysis::PlacementPrediction>& prediction) {
   using ordered_json = nlohmann::ordered_json;
   const PlanSummary summary = summarize(balances);
   ordered_json header = {
@@ -220,7 +221,9 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
     }
     text += "    " + entry.dump() + (layer + 1 < plan.num_layers ? ",\n" : "\n");
   }
-  text += "  ]\n}\n";
+  text += "  ]";
+  if (prediction) text += ",\n  \"prediction\": " + analysis::prediction_to_json(*prediction);
+  text += "\n}\n";
   return text;
 }
 
@@ -293,6 +296,29 @@ void print_placement(std::ostream& out, const PlanOptions& options,
   out << "\n";
 }
 
+// What the plan saves, from the expert cost measured in the trace (placement_prediction.h).
+void print_prediction(std::ostream& out, const analysis::PlacementPrediction& prediction) {
+  const analysis::ExpertCostModel& cost = prediction.cost;
+  out << "prediction (cost model from the trace: busy = " << format_number(cost.fixed_ms, "%.3f")
+      << " ms + " << format_number(cost.ms_per_row, "%.5f") << " ms x rows computed, R^2 "
+      << format_number(cost.r_squared, "%.2f") << " over " << cost.samples << " rank-steps):\n";
+  for (const analysis::RankPrediction& rank : prediction.ranks) {
+    out << "  rank " << rank.rank << ": rows/step "
+        << format_number(rank.total_rows_before(), "%.1f") << " -> "
+        << format_number(rank.total_rows_after(), "%.1f") << ", expert compute "
+        << format_number(rank.expert_ms_before, "%.2f") << " -> "
+        << format_number(rank.expert_ms_after, "%.2f") << " ms, busy "
+        << format_number(rank.busy_ms_before, "%.2f") << " -> "
+        << format_number(rank.busy_ms_after, "%.2f") << " ms per step\n";
+  }
+  const double before = prediction.step_ms_before;
+  out << "  step time " << format_number(before, "%.2f") << " -> "
+      << format_number(prediction.step_ms_after(), "%.2f") << " ms per step ("
+      << format_number(prediction.step_ms_change, "%+.2f") << " ms, "
+      << format_number(before > 0 ? 100.0 * prediction.step_ms_change / before : 0.0, "%+.1f")
+      << "%)\n";
+}
+
 // The placement in a JSON file written by `moescope plan --json`, checked against the loads.
 balancer::ExpertPlacement read_current_placement(const std::string& path,
                                                  const balancer::ExpertLoads& loads, int num_gpus) {
@@ -339,9 +365,15 @@ void run_plan(const PlanOptions& options) {
   if (options.loads_file.empty() == options.traces.empty()) {
     throw std::invalid_argument("give the loads either with --loads FILE or as TRACE files");
   }
-  const balancer::ExpertLoads loads = options.loads_file.empty()
-                                          ? load_expert_loads_from_traces(options.traces)
-                                          : balancer::read_expert_loads_file(options.loads_file);
+  std::optional<analysis::TraceModel> model;
+  if (!options.traces.empty()) {
+    model = analysis::load_traces(options.traces);
+    for (const analysis::LoadError& error : model->errors) {
+      std::cerr << "moescope plan: " << error.to_string() << "\n";
+    }
+  }
+  const balancer::ExpertLoads loads = model ? expert_loads_of_model(*model, options.traces)
+                                            : balancer::read_expert_loads_file(options.loads_file);
 
   balancer::PlacementConfig config;
   config.num_physical_experts = options.num_slots;
@@ -398,11 +430,28 @@ void run_plan(const PlanOptions& options) {
     }
   }
 
+  // From a trace: what this placement would save, from the expert cost measured there.
+  std::optional<analysis::PlacementPrediction> prediction;
+  std::string no_prediction;
+  if (model) {
+    std::vector<std::vector<double>> gpu_loads_after;
+    for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    try {
+      prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps);
+    } catch (const std::invalid_argument& error) {
+      no_prediction = error.what();
+    }
+  }
+  auto print_all = [&](bool with_slots) {
+    print_placement(std::cout, options, plan, balances, with_slots);
+    if (prediction) print_prediction(std::cout, *prediction);
+    if (!no_prediction.empty()) std::cout << "no prediction: " << no_prediction << "\n";
+  };
   if (options.json_output.empty()) {
-    print_placement(std::cout, options, plan, balances, /*with_slots=*/true);
+    print_all(/*with_slots=*/true);
     return;
   }
-  const std::string json = placement_json(options, plan, balances);
+  const std::string json = placement_json(options, plan, balances, prediction);
   if (options.json_output == "-") {
     std::cout << json;
     return;
@@ -411,7 +460,7 @@ void run_plan(const PlanOptions& options) {
   file << json;
   file.close();
   if (!file) throw std::runtime_error(options.json_output + ": cannot write the JSON output");
-  print_placement(std::cout, options, plan, balances, /*with_slots=*/false);
+  print_all(/*with_slots=*/false);
   std::cout << "placement written to " << options.json_output << "\n";
 }
 
@@ -455,6 +504,8 @@ void add_plan_command(CLI::App& app) {
                    "with --current: keep experts in place while max/mean per GPU stays at or "
                    "below this (default 1.02)")
       ->check(CLI::Range(1.0, 1000.0));
+  plan->add_option("--skip-steps", options->skip_steps,
+                   "from traces: warm-up steps the predicted gain leaves out (default 1)");
   plan->add_option("--json", options->json_output,
                    "write the placement as JSON to this file ('-' for stdout)");
   CLI::Option* loads_option = plan->add_option(

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 
+#include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/trace_loader.h"
@@ -45,15 +46,7 @@ void run_report(const ReportOptions& options) {
     throw CLI::RuntimeError(1);
   }
   analysis::Report report = analysis::build_report(model);
-  std::string text = analysis::render_report(model, report, format);
-  if (options.output.empty() || options.output == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return;
-  }
-  std::ofstream file(options.output, std::ios::binary);
-  file << text;
-  file.close();
-  if (!file) {
+  if (!write_command_output(analysis::render_report(model, report, format), options.output)) {
     std::fprintf(stderr, "moescope report: cannot write %s\n", options.output.c_str());
     throw CLI::RuntimeError(1);
   }

@@ -1,4 +1,5 @@
-// `moescope view TRACE... [--screenshot OUT.png] [--panel NAME] [--size WxH]`: replaces this
+// `moescope view TRACE... [--against TRACE...] [--screenshot OUT.png] [--panel NAME]
+// [--size WxH]`: replaces this
 // process with the desktop viewer, moescope-view, found next to the moescope binary (so an
 // installed or build-tree pair always matches), else on PATH.
 #include <CLI/CLI.hpp>
@@ -27,6 +28,7 @@ std::string viewer_next_to_this_binary() {
 
 struct ViewOptions {
   std::vector<std::string> traces;
+  std::vector<std::string> against;
   std::string screenshot;
   std::string panel;
   std::string size;
@@ -38,9 +40,12 @@ void add_view_command(CLI::App& app) {
   auto options = std::make_shared<ViewOptions>();
   CLI::App* view = app.add_subcommand("view", "Open traces in the desktop viewer (moescope-view)");
   view->add_option("traces", options->traces, "Trace files (one per rank)");
+  view->add_option("--against", options->against,
+                   "A second run's trace files: the Compare tab shows both (moescope diff)");
   view->add_option("--screenshot", options->screenshot, "Render headless and write this PNG");
   view->add_option("--panel", options->panel, "Panel for the screenshot")
-      ->check(CLI::IsMember({"timeline", "experts", "comm", "memory", "report", "stats"}));
+      ->check(
+          CLI::IsMember({"timeline", "experts", "comm", "memory", "report", "stats", "compare"}));
   view->add_option("--size", options->size, "Screenshot size WxH (default 1600x900)");
   view->callback([options] {
     std::string viewer = viewer_next_to_this_binary();
@@ -51,6 +56,10 @@ void add_view_command(CLI::App& app) {
       arguments.insert(arguments.end(), {"--screenshot", options->screenshot});
     if (!options->panel.empty()) arguments.insert(arguments.end(), {"--panel", options->panel});
     if (!options->size.empty()) arguments.insert(arguments.end(), {"--size", options->size});
+    if (!options->against.empty()) {  // last: every trace after --against is the second run
+      arguments.push_back("--against");
+      arguments.insert(arguments.end(), options->against.begin(), options->against.end());
+    }
     std::vector<char*> argv;
     for (std::string& argument : arguments) argv.push_back(argument.data());
     argv.push_back(nullptr);

@@ -70,6 +70,7 @@ bool DlopenCuptiApi::resolve(std::string* error) {
   resolve_symbol(handle_, "cuptiActivityGetNumDroppedRecords", dropped_records_, &missing);
   resolve_symbol(handle_, "cuptiGetCallbackName", callback_name_, &missing);
   resolve_symbol(handle_, "cuptiFinalize", finalize_, &missing);
+  resolve_symbol(handle_, "cuptiGetVersion", get_version_, &missing);
   resolve_symbol(handle_, "cuptiGetResultString", result_string_, &missing);
   if (missing.empty()) return true;
   if (error) *error = library_path_ + " lacks " + missing + " (CUPTI too old?)";
@@ -118,6 +119,10 @@ const char* DlopenCuptiApi::callback_name(CUpti_CallbackDomain domain, uint32_t 
 
 CUptiResult DlopenCuptiApi::finalize() {
   return finalize_();
+}
+
+CUptiResult DlopenCuptiApi::get_version(uint32_t* version) {
+  return get_version_(version);
 }
 
 std::string DlopenCuptiApi::error_text(CUptiResult result) {

@@ -34,6 +34,8 @@ class CuptiApi {
   // "cudaLaunchKernel_v7000" for a runtime/driver callback id, nullptr when unknown.
   virtual const char* callback_name(CUpti_CallbackDomain domain, uint32_t cbid) = 0;
   virtual CUptiResult finalize() = 0;
+  // CUPTI_API_VERSION of the loaded library (cuptiGetVersion).
+  virtual CUptiResult get_version(uint32_t* version) = 0;
   // Human-readable text for a result ("CUPTI_ERROR_UNKNOWN").
   virtual std::string error_text(CUptiResult result) = 0;
 };
@@ -60,6 +62,7 @@ class DlopenCuptiApi final : public CuptiApi {
   CUptiResult dropped_records(size_t* dropped) override;
   const char* callback_name(CUpti_CallbackDomain domain, uint32_t cbid) override;
   CUptiResult finalize() override;
+  CUptiResult get_version(uint32_t* version) override;
   std::string error_text(CUptiResult result) override;
 
  private:
@@ -78,6 +81,7 @@ class DlopenCuptiApi final : public CuptiApi {
   CUptiResult (*dropped_records_)(CUcontext, uint32_t, size_t*) = nullptr;
   CUptiResult (*callback_name_)(CUpti_CallbackDomain, uint32_t, const char**) = nullptr;
   CUptiResult (*finalize_)() = nullptr;
+  CUptiResult (*get_version_)(uint32_t*) = nullptr;
   CUptiResult (*result_string_)(CUptiResult, const char**) = nullptr;
 };
 

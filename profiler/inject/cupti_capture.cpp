@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cupti_compatibility.h"
 #include "moescope/recorder.h"
 
 namespace moescope::inject {
@@ -76,7 +77,8 @@ CuptiCaptureOptions CuptiCaptureOptions::from_environment() {
     long ms = std::strtol(value, nullptr, 10);
     if (ms > 0 && ms <= 60000) options.flush_interval_ms = static_cast<uint32_t>(ms);
   }
-  options.finalize_at_stop = env_flag("MOESCOPE_CUPTI_FINALIZE", true);
+  options.finalize_at_stop = env_flag("MOESCOPE_CUPTI_FINALIZE", false);
+  options.accept_any_version = env_flag("MOESCOPE_CUPTI_ANY_VERSION", false);
   options.keep_all_api_calls = env_flag("MOESCOPE_CUPTI_ALL_API", false);
   return options;
 }
@@ -110,6 +112,9 @@ bool CuptiCapture::start(std::string* error) {
     if (error) *error = message;
     return false;
   };
+  // First, before CUPTI is asked to do anything: records of another layout would be misread.
+  std::string version_error;
+  if (!check_version(&version_error)) return fail(version_error);
   // Before any kind is enabled, so every record uses the recorder's clock.
   if (CUptiResult result = api_.register_timestamp_callback(recorder_clock);
       result != CUPTI_SUCCESS) {
@@ -148,7 +153,30 @@ void CuptiCapture::flush(bool forced) {
   collect_dropped();
 }
 
+bool CuptiCapture::check_version(std::string* error) {
+  version_refused_ = false;
+  uint32_t loaded = 0;
+  if (CUptiResult result = api_.get_version(&loaded); result != CUPTI_SUCCESS) {
+    *error = "cuptiGetVersion failed: " + api_.error_text(result);
+    return false;
+  }
+  if (options_.accept_any_version || cupti_versions_compatible(loaded, kCompiledCuptiApiVersion)) {
+    return true;
+  }
+  version_refused_ = true;
+  *error = cupti_version_refusal(loaded, kCompiledCuptiApiVersion);
+  return false;
+}
+
 void CuptiCapture::stop() {
+  stop_with(options_.finalize_at_stop);
+}
+
+void CuptiCapture::stop_at_exit() {
+  stop_with(false);
+}
+
+void CuptiCapture::stop_with(bool finalize) {
   std::thread flush_thread;
   {
     std::lock_guard<std::mutex> state_lock(state_mutex_);
@@ -169,7 +197,7 @@ void CuptiCapture::stop() {
   std::lock_guard<std::mutex> state_lock(state_mutex_);
   for (CUpti_ActivityKind kind : enabled_) api_.disable(kind);
   enabled_.clear();
-  if (options_.finalize_at_stop) {
+  if (finalize) {
     if (CUptiResult result = api_.finalize(); result != CUPTI_SUCCESS) {
       warn("cuptiFinalize failed: " + api_.error_text(result));
     }
@@ -208,6 +236,16 @@ uint64_t CuptiCapture::dropped_records() const {
   return dropped_;
 }
 
+bool CuptiCapture::version_refused() const {
+  std::lock_guard<std::mutex> state_lock(state_mutex_);
+  return version_refused_;
+}
+
+uint64_t CuptiCapture::refused_records() const {
+  std::lock_guard<std::mutex> lock(translate_mutex_);
+  return refused_records_;
+}
+
 void CuptiCapture::buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *max_records = 0;  // as many records as fit
   *buffer = pool_.acquire();
@@ -226,17 +264,39 @@ void CuptiCapture::buffer_requested(uint8_t** buffer, size_t* size, size_t* max_
 
 void CuptiCapture::buffer_completed(uint8_t* buffer, size_t, size_t valid_bytes) {
   if (!buffer) return;
-  {
-    std::lock_guard<std::mutex> lock(translate_mutex_);
-    CUpti_Activity* record = nullptr;
-    while (valid_bytes > 0) {
-      CUptiResult result = api_.next_record(buffer, valid_bytes, &record);
-      if (result != CUPTI_SUCCESS) break;  // MAX_LIMIT_REACHED at the end, INVALID_KIND if torn
-      translator_.translate(*record);
-    }
-  }
+  translate_buffer(buffer, valid_bytes);
   pool_.release(buffer);
   collect_dropped();
+}
+
+void CuptiCapture::translate_buffer(uint8_t* buffer, size_t valid_bytes) {
+  std::lock_guard<std::mutex> lock(translate_mutex_);
+  // Each record spans from its start to the next record's (the last: to the end of the valid
+  // bytes); one shorter than the compiled struct of its kind has another layout.
+  CUpti_Activity* record = nullptr;
+  if (valid_bytes == 0 || api_.next_record(buffer, valid_bytes, &record) != CUPTI_SUCCESS) return;
+  while (record) {
+    CUpti_Activity* next = record;
+    // MAX_LIMIT_REACHED at the end, INVALID_KIND if torn: either way `record` is the last one.
+    if (api_.next_record(buffer, valid_bytes, &next) != CUPTI_SUCCESS) next = nullptr;
+    const uint8_t* end = next ? reinterpret_cast<uint8_t*>(next) : buffer + valid_bytes;
+    const size_t extent = static_cast<size_t>(end - reinterpret_cast<uint8_t*>(record));
+    if (!layout_refused_) {
+      std::string refusal = cupti_record_layout_refusal(record->kind, extent);
+      if (!refusal.empty()) {
+        layout_refused_ = true;
+        warn(refusal);
+        moescope_instant(moescope_intern("moescope"),
+                         moescope_intern(("gpu capture off: " + refusal).c_str()));
+      }
+    }
+    if (layout_refused_) {
+      ++refused_records_;
+    } else {
+      translator_.translate(*record);
+    }
+    record = next;
+  }
 }
 
 void CuptiCapture::flush_loop() {

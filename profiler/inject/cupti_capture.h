@@ -1,12 +1,20 @@
 // CUDA activity capture through CUPTI's activity API.
 //
-//   start():  timestamp callback = moescope_now_ns (GPU times land on the recorder's clock)
+//   start():  cuptiGetVersion must match the compiled CUPTI_API_VERSION (cupti_compatibility.h)
+//             timestamp callback = moescope_now_ns (GPU times land on the recorder's clock)
 //             buffer callbacks -> CuptiBufferPool (4 MB buffers, 128 MB cap)
 //             enable CONCURRENT_KERNEL (required) + MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
 //             RUNTIME, DRIVER, CONTEXT (each optional: a failure is warned and skipped)
 //             flush thread: cuptiActivityFlushAll(0) every flush_interval_ms
-//   CUPTI:    buffer completed -> CuptiRecordTranslator -> recorder; dropped count -> trace
-//   stop():   forced flush, disable every kind, cuptiFinalize (unless disabled)
+//   CUPTI:    buffer completed -> layout check -> CuptiRecordTranslator -> recorder;
+//             dropped count -> trace
+//   stop():   forced flush, disable every kind; cuptiFinalize only when asked for
+//             (MOESCOPE_CUPTI_FINALIZE=1), never at process exit (stop_at_exit)
+//
+// Why no cuptiFinalize by default: it races with any other thread inside a CUDA or CUPTI call
+// (Kineto saw SIGSEGVs in cuptiActivityFlushAll from exactly that and now finalizes only from a
+// CUPTI API exit callback); a recorded program's threads keep calling CUDA while the recording
+// stops. Disabling every kind already stops the records; what stays is CUPTI's subscription.
 //
 // CUPTI's callbacks are plain functions, so one capture at a time is active (the trampolines
 // forward to it). Nothing here throws or aborts: vendor errors become a returned false plus
@@ -30,10 +38,11 @@ struct CuptiCaptureOptions {
   size_t buffer_bytes = CuptiBufferPool::kDefaultBufferBytes;
   size_t max_buffer_pool_bytes = CuptiBufferPool::kDefaultMaxTotalBytes;
   uint32_t flush_interval_ms = 100;  // 0: no flush thread (tests flush by hand)
-  bool finalize_at_stop = true;      // cuptiFinalize: leaves no CUPTI overhead after stop
+  bool finalize_at_stop = false;     // cuptiFinalize at stop() (never in stop_at_exit())
+  bool accept_any_version = false;   // skip the version check (the layout check still runs)
   bool keep_all_api_calls = false;   // record cudaGetDevice & co too
   // MOESCOPE_CUPTI_BUFFER_MB, MOESCOPE_CUPTI_POOL_MB, MOESCOPE_FLUSH_MS,
-  // MOESCOPE_CUPTI_FINALIZE=0, MOESCOPE_CUPTI_ALL_API=1.
+  // MOESCOPE_CUPTI_FINALIZE=1, MOESCOPE_CUPTI_ALL_API=1, MOESCOPE_CUPTI_ANY_VERSION=1.
   static CuptiCaptureOptions from_environment();
 };
 
@@ -44,13 +53,17 @@ class CuptiCapture {
   CuptiCapture(const CuptiCapture&) = delete;
   CuptiCapture& operator=(const CuptiCapture&) = delete;
 
-  // Returns false (and sets *error) when another capture is active or the kernel activity
-  // kind cannot be enabled (e.g. CUPTI_ERROR_UNKNOWN without a GPU); CUPTI is then left off.
+  // Returns false (and sets *error) when another capture is active, the loaded CUPTI's version
+  // does not match the compiled one (version_refused() then), or the kernel activity kind
+  // cannot be enabled (e.g. CUPTI_ERROR_UNKNOWN without a GPU); CUPTI is then left off.
   bool start(std::string* error);
   // Delivers finished buffers now (forced: also partially filled ones).
   void flush(bool forced);
   // Idempotent. Delivers everything CUPTI still holds, then turns CUPTI off.
   void stop();
+  // The same from an exit handler: never cuptiFinalize, whatever the options say (other
+  // threads may still be inside CUDA calls that pass through CUPTI).
+  void stop_at_exit();
   // In a forked child: the flush thread does not exist there; never touch CUPTI again.
   void abandon_after_fork();
 
@@ -58,6 +71,11 @@ class CuptiCapture {
   std::vector<CUpti_ActivityKind> enabled_kinds() const;
   CuptiTranslationCounts counts() const;
   uint64_t dropped_records() const;  // reported by CUPTI so far (also in the trace's stats)
+  // The last start() failed because the loaded CUPTI's version is not the compiled one.
+  bool version_refused() const;
+  // Records not translated because their layout was not the compiled one (then every later
+  // record is refused too, and the trace says why once).
+  uint64_t refused_records() const;
   const CuptiBufferPool& pool() const { return pool_; }
 
   // CUPTI's buffer callbacks (reached through the trampolines while this capture is active).
@@ -65,6 +83,10 @@ class CuptiCapture {
   void buffer_completed(uint8_t* buffer, size_t size, size_t valid_bytes);
 
  private:
+  void stop_with(bool finalize);
+  bool check_version(std::string* error);
+  // Translates one completed buffer unless a record's layout is not the compiled one.
+  void translate_buffer(uint8_t* buffer, size_t valid_bytes);
   void flush_loop();
   void collect_dropped();
   void warn(const std::string& message);
@@ -77,10 +99,13 @@ class CuptiCapture {
   CuptiRecordTranslator translator_;
   uint64_t dropped_ = 0;
   bool warned_pool_full_ = false;
+  bool layout_refused_ = false;
+  uint64_t refused_records_ = 0;
 
   mutable std::mutex state_mutex_;
   bool running_ = false;
   bool abandoned_ = false;
+  bool version_refused_ = false;
   std::vector<CUpti_ActivityKind> enabled_;
 
   std::thread flush_thread_;

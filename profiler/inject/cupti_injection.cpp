@@ -70,6 +70,35 @@ void record_note(const char* text) {
   moescope_instant(moescope_intern("moescope"), moescope_intern(text));
 }
 
+// The last flush at exit, before CUDA and CUPTI tear themselves down.
+//
+// The shim's own exit handler (shim_session.cpp) is registered by its constructor, before the
+// program's main, so it runs after every later one: after the CUDA runtime's teardown and the
+// static destructors of libcupti itself (registered when it was loaded, later than the shim).
+// Flushing CUPTI from there would call into a torn-down library. This handler is registered
+// when CUPTI has started, so it runs before all of those: it delivers CUPTI's last records
+// (forced flush), disables the kinds, and stops the NCCL completion poller (its CUDA event
+// queries would otherwise race the runtime's teardown), while the recording stays open for the
+// program's own exit handlers. It never calls cuptiFinalize (cupti_capture.h says why). The
+// session's later stop then finds CUPTI stopped and touches neither library again.
+void flush_before_cuda_teardown() {
+  ProcessCapture& process = process_capture();
+  {
+    std::lock_guard<std::mutex> lock(process.mutex);
+    if (process.capture && process.state == CaptureState::kOn) {
+      process.capture->stop_at_exit();
+      process.state = CaptureState::kOff;
+      process.detail = "stopped at exit";
+    }
+  }
+  if (nccl_capture_shutdown) nccl_capture_shutdown();
+}
+
+void register_exit_flush_once() {
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit(&flush_before_cuda_teardown); });
+}
+
 // Loads CUPTI and starts the activity capture. Caller holds the mutex.
 void enable_cupti_locked(ProcessCapture& process) {
   if (process.state == CaptureState::kOn) return;
@@ -98,11 +127,14 @@ void enable_cupti_locked(ProcessCapture& process) {
     process.state = CaptureState::kFailed;
     process.detail = error;
     std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
-    record_note("gpu capture off: CUPTI could not be enabled");
+    // A version mismatch says which versions (the error is the whole sentence).
+    record_note(process.capture->version_refused() ? ("gpu capture off: " + error).c_str()
+                                                   : "gpu capture off: CUPTI could not be enabled");
     return;
   }
   process.state = CaptureState::kOn;
   process.detail = process.api->library_path();
+  register_exit_flush_once();
 }
 
 // Decides from the environment and the machine what the capture will do. Caller holds the

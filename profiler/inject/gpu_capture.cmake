@@ -7,9 +7,29 @@
 #
 # Included from profiler/inject/CMakeLists.txt. Needs only the CUPTI headers (CUDA toolkit);
 # CUPTI, the CUDA runtime and NCCL are all found with dlopen/dlsym at run time.
-find_path(MOESCOPE_CUPTI_INCLUDE_DIR cupti_activity.h
-  HINTS ${CUDAToolkit_INCLUDE_DIRS} ${MOESCOPE_NVTX_INCLUDE_DIR}
-  PATHS /usr/local/cuda/include /usr/local/cuda/extras/CUPTI/include)
+#
+# Where toolkits put the CUPTI headers: next to the CUDA headers (CUDA 12+ Linux packages), under
+# <toolkit>/extras/CUPTI/include (runfile installs, older toolkits, Windows), and in the PyPI
+# wheels torch depends on (nvidia-cuda-cupti: nvidia/cu13/include, nvidia/cuda_cupti/include for
+# CUDA 12). The toolkit's come first; the shim checks at run time that the loaded libcupti has
+# the version of the headers found here (cupti_compatibility.h).
+set(_cupti_hints ${CUDAToolkit_INCLUDE_DIRS} ${MOESCOPE_NVTX_INCLUDE_DIR})
+foreach(root ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_ROOT} $ENV{CUDA_HOME} $ENV{CUDA_PATH}
+             /usr/local/cuda)
+  list(APPEND _cupti_hints ${root}/include ${root}/extras/CUPTI/include)
+endforeach()
+foreach(dir ${CUDAToolkit_INCLUDE_DIRS})
+  list(APPEND _cupti_hints ${dir}/../extras/CUPTI/include)
+endforeach()
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c
+            "import nvidia, os; print(';'.join(os.path.join(p, d, 'include') for p in nvidia.__path__ for d in ('cu13', 'cuda_cupti')))"
+    OUTPUT_VARIABLE _cupti_wheel_includes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  list(APPEND _cupti_hints ${_cupti_wheel_includes})
+endif()
+find_path(MOESCOPE_CUPTI_INCLUDE_DIR cupti_activity.h HINTS ${_cupti_hints})
 if(NOT MOESCOPE_CUPTI_INCLUDE_DIR)
   set(MOESCOPE_GPU_CAPTURE_REASON "CUPTI headers (cupti_activity.h) not found" PARENT_SCOPE)
   message(STATUS "moescope: CUPTI headers not found: the shim has no GPU capture")
@@ -18,6 +38,7 @@ endif()
 
 add_library(moescope_gpu_capture OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/cupti_api.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cupti_compatibility.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cupti_buffer_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cupti_record_translator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cupti_capture.cpp

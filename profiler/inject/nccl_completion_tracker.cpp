@@ -1,6 +1,9 @@
 #include "nccl_completion_tracker.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <iterator>
 #include <new>
 
 namespace moescope::inject {
@@ -80,6 +83,7 @@ NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi:
   GpuEventApi::Event event = take_event(device);
   if (!event) return mark;
   mark.device = device;
+  mark.stream = stream;
   mark.event = event;
   if (!events_.record(event, stream)) {
     give_back(mark);
@@ -92,17 +96,34 @@ NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi:
 void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Mark end) {
   PendingOp pending{std::move(ops), std::move(start), std::move(end)};
   bool emit_now = false;
+  bool note_full = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!pending.end.valid() || pending_.size() >= options_.max_pending) {
+    const bool full = pending_.size() >= options_.max_pending;
+    if (!pending.end.valid() || full) {
       give_back(pending.start);
       give_back(pending.end);
       emit_now = true;
+      note_full = full && !queue_full_noted_;
+      queue_full_noted_ = queue_full_noted_ || full;
     } else {
       pending_.push_back(std::move(pending));
     }
   }
+  if (note_full) {
+    write_note(std::to_string(options_.max_pending) +
+               " NCCL ops wait for the GPU (the program does not synchronize?): later ops are "
+               "written without GPU times until the queue drains");
+  }
   if (emit_now) emit_resolved(pending, false);
+}
+
+void NcclCompletionTracker::write_note(const std::string& text) {
+  if (options_.note) {
+    options_.note(text);
+  } else {
+    moescope_instant(moescope_intern("NCCL"), moescope_intern(text.c_str()));
+  }
 }
 
 uint64_t NcclCompletionTracker::host_time_of(const Mark& mark) {
@@ -136,10 +157,18 @@ size_t NcclCompletionTracker::poll() {
   std::vector<std::pair<PendingOp, bool>> ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Events on one stream complete in submission order: after the first one still pending,
+    // the later ones on its stream are not queried (one query per stream for a long queue).
+    std::vector<std::pair<int, GpuEventApi::Stream>> blocked_streams;
     size_t kept = 0;
     for (size_t i = 0; i < pending_.size(); ++i) {
-      GpuEventState state = events_.query(pending_[i].end.event);
+      const Mark& end = pending_[i].end;
+      const std::pair<int, GpuEventApi::Stream> stream{end.device, end.stream};
+      const bool blocked = std::find(blocked_streams.begin(), blocked_streams.end(), stream) !=
+                           blocked_streams.end();
+      GpuEventState state = blocked ? GpuEventState::kPending : events_.query(end.event);
       if (state == GpuEventState::kPending) {
+        if (!blocked) blocked_streams.push_back(stream);
         if (kept != i) pending_[kept] = std::move(pending_[i]);
         ++kept;
         continue;
@@ -147,6 +176,9 @@ size_t NcclCompletionTracker::poll() {
       ready.emplace_back(std::move(pending_[i]), state == GpuEventState::kDone);
     }
     pending_.resize(kept);
+    if (queue_full_noted_ && pending_.size() <= options_.max_pending / 2) {
+      queue_full_noted_ = false;
+    }
   }
   for (auto& [op, completed] : ready) emit_resolved(op, completed);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -164,12 +196,50 @@ void NcclCompletionTracker::drain() {
     std::lock_guard<std::mutex> lock(mutex_);
     remaining.swap(pending_);
   }
+  size_t unfinished = 0;
   for (PendingOp& op : remaining) {
     emit_resolved(op, false);
+    unfinished += op.ops.size();
     // Still in flight on the GPU: destroyed, not reused (CUDA frees it once it completes).
     events_.destroy_event(op.start.device, op.start.event);
     events_.destroy_event(op.end.device, op.end.event);
   }
+  if (unfinished > 0) {
+    write_note(std::to_string(unfinished) +
+               " NCCL ops had not finished on the GPU when the recording stopped: written with "
+               "end = 0");
+  }
+}
+
+size_t NcclCompletionTracker::abort_comm(uint64_t comm_id, const char* call_name) {
+  std::vector<PendingOp> aborted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto on_comm = [comm_id](const PendingOp& pending) {
+      return std::any_of(pending.ops.begin(), pending.ops.end(),
+                         [comm_id](const NcclOpRecord& op) { return op.info.comm_id == comm_id; });
+    };
+    auto first = std::stable_partition(pending_.begin(), pending_.end(),
+                                       [&](const PendingOp& pending) { return !on_comm(pending); });
+    std::move(first, pending_.end(), std::back_inserter(aborted));
+    pending_.erase(first, pending_.end());
+  }
+  size_t ops = 0;
+  for (PendingOp& pending : aborted) {
+    // Not queried, not destroyed: the events sit behind the aborted communicator's kernels.
+    pending.start.event = nullptr;
+    pending.end.event = nullptr;
+    emit_resolved(pending, false);
+    ops += pending.ops.size();
+  }
+  if (ops > 0) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(comm_id));
+    write_note(std::string(call_name ? call_name : "ncclCommAbort") + ": " + std::to_string(ops) +
+               " NCCL ops of communicator " + id +
+               " had not finished on the GPU: written as aborted (end = 0)");
+  }
+  return ops;
 }
 
 size_t NcclCompletionTracker::pending() const {

@@ -13,6 +13,14 @@
 // milliseconds, so references are renewed every `reference_lifetime_ns` to keep the float's
 // resolution (10 s -> < 1 us). An op whose timing failed (graph capture, CUDA error, shutdown)
 // is still emitted, with end_ns = 0 ("unknown").
+//
+// Programs that never synchronize: the poller queries, per stream, only up to the first op not
+// done yet (events on one stream complete in order), so a long queue costs one query per
+// stream and poll; the queue is bounded (Options::max_pending: later ops are emitted at once
+// without GPU times, with a note) and whatever completed is emitted as it completes. Ops still
+// running when the recording stops are written with end = 0 and a note saying how many.
+// An aborted communicator (ncclCommAbort): its pending ops are written at once with end = 0
+// and a note, and their events are never queried again (the comm's stream may never finish).
 #pragma once
 
 #include <atomic>
@@ -21,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,16 +51,21 @@ class NcclCompletionTracker {
   struct Mark {
     GpuEventApi::Event event = nullptr;
     int device = -1;
+    GpuEventApi::Stream stream = nullptr;
     std::shared_ptr<Reference> reference;
     bool valid() const { return event != nullptr; }
   };
   using Clock = std::function<uint64_t()>;
   using Emit = std::function<void(const NcclOpRecord&)>;
+  // A line for the trace about ops written without GPU times (default: an instant in the
+  // "NCCL" domain).
+  using Note = std::function<void(const std::string&)>;
 
   struct Options {
     uint32_t poll_interval_ms = 2;
     uint64_t reference_lifetime_ns = 10'000'000'000ull;
     size_t max_pending = 1u << 16;  // beyond it ops are emitted at once without GPU times
+    Note note;                      // empty: moescope_instant in the "NCCL" domain
   };
 
   NcclCompletionTracker(GpuEventApi& events, Clock host_clock, Emit emit, Options options);
@@ -72,8 +86,13 @@ class NcclCompletionTracker {
   void submit(std::vector<NcclOpRecord> ops, Mark start, Mark end);
   // Emits every op whose end event completed; returns how many. Called by the poller.
   size_t poll();
-  // Emits every pending op now: completed ones with GPU times, the rest with end = 0.
+  // Emits every pending op now: completed ones with GPU times, the rest with end = 0 (and a
+  // note counting them).
   void drain();
+  // The communicator `comm_id` was aborted: its pending ops are emitted now with end = 0 and a
+  // note, without querying their events (they are leaked, not destroyed: no CUDA call touches
+  // the dead communicator's stream). Returns how many ops.
+  size_t abort_comm(uint64_t comm_id, const char* call_name);
   size_t pending() const;
 
   // Restartable: a stop_poller() followed by start_poller() runs a new poller thread.
@@ -96,6 +115,7 @@ class NcclCompletionTracker {
   // Host time of a completed mark's event; 0 when it cannot be measured.
   uint64_t host_time_of(const Mark& mark);
   void emit_resolved(PendingOp& pending, bool completed);
+  void write_note(const std::string& text);
   void poller_loop();
 
   GpuEventApi& events_;
@@ -107,6 +127,7 @@ class NcclCompletionTracker {
   std::vector<PendingOp> pending_;
   std::vector<std::shared_ptr<Reference>> references_;        // current one per device
   std::vector<std::vector<GpuEventApi::Event>> free_events_;  // per device
+  bool queue_full_noted_ = false;                             // until the queue drains to half
 
   std::thread poller_;
   std::mutex poller_mutex_;

@@ -303,6 +303,9 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommAbort(nccl::CommHandle comm) {
   auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommAbort");
   if (!real) return moescope::inject::missing("ncclCommAbort");
   uint64_t begin = moescope_now_ns();
+  // Before the call: the communicator's pending ops must not have their events queried while
+  // NCCL tears its streams down.
+  capture().recorder.comm_aborting(comm);
   nccl::Result result = real(comm);
   capture().recorder.comm_destroyed(comm, "ncclCommAbort", begin);
   return result;

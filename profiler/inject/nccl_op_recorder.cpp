@@ -1,6 +1,7 @@
 #include "nccl_op_recorder.h"
 
 #include <atomic>
+#include <cstring>
 #include <string>
 
 namespace moescope::inject {
@@ -79,8 +80,22 @@ void NcclOpRecorder::comm_created(nccl::CommHandle comm, uint64_t comm_id, int r
   if (emit_) emit_(info);
 }
 
+void NcclOpRecorder::comm_aborting(nccl::CommHandle comm) {
+  uint64_t comm_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    auto found = comms_.find(comm);
+    if (found == comms_.end()) return;  // never seen: no op of it can be pending
+    comm_id = found->second.comm_id;
+  }
+  tracker_.abort_comm(comm_id, "ncclCommAbort");
+}
+
 void NcclOpRecorder::comm_destroyed(nccl::CommHandle comm, const char* call_name,
                                     uint64_t begin_ns) {
+  // The interposer reports an abort only after the real call returned; the ops still pending
+  // then are written as aborted here (comm_aborting before the call closes that window).
+  if (call_name && std::strcmp(call_name, "ncclCommAbort") == 0) comm_aborting(comm);
   moescope_comm_op_info info{};
   {
     std::lock_guard<std::mutex> lock(comms_mutex_);

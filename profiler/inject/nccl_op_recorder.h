@@ -53,7 +53,12 @@ class NcclOpRecorder {
   // ---- communicators ----
   void comm_created(nccl::CommHandle comm, uint64_t comm_id, int rank, int num_ranks,
                     const char* call_name, uint64_t begin_ns);
+  // After ncclCommDestroy / ncclCommAbort returned. For "ncclCommAbort", ops of the
+  // communicator still pending are written as aborted (comm_aborting) if that was not done.
   void comm_destroyed(nccl::CommHandle comm, const char* call_name, uint64_t begin_ns);
+  // Before the real ncclCommAbort: the communicator's pending ops are written at once with
+  // end = 0 and a note, and their CUDA events are never queried (nccl_completion_tracker.h).
+  void comm_aborting(nccl::CommHandle comm);
   // Comm id of a split child: equal on every rank that passes the same color, because NCCL
   // requires all ranks to split a communicator in the same order.
   uint64_t next_split_id(nccl::CommHandle parent, int color);

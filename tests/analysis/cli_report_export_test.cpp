@@ -1,41 +1,22 @@
 // `moescope report` and `moescope export` as a user runs them.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_support.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using testing::CommandResult;
+using testing::joined;
 
 CommandResult run(const std::string& arguments) {
-  CommandResult result;
-  std::string command = std::string(MOESCOPE_CLI_PATH) + " " + arguments + " 2>&1";
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t got;
-  while ((got = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.out.append(buffer.data(), got);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string joined(const std::vector<std::string>& paths) {
-  std::string text;
-  for (const auto& path : paths) text += " '" + path + "'";
-  return text;
+  return testing::run_cli(arguments);
 }
 
 TEST(CliReport, JsonReportToFileFindsThePlantedProblem) {

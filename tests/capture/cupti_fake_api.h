@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cupti_api.h"
+#include "cupti_compatibility.h"
 
 namespace moescope::testing {
 
@@ -30,6 +31,7 @@ class FakeCuptiApi final : public inject::CuptiApi {
   std::set<CUpti_ActivityKind> failing_kinds;  // enable() returns CUPTI_ERROR_UNKNOWN for them
   size_t dropped_to_report = 0;                // reported once by dropped_records()
   std::map<uint64_t, std::string> names;       // (domain << 32 | cbid) -> callback name
+  uint32_t version = CUPTI_API_VERSION;        // what cuptiGetVersion reports
 
   CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc request,
                                  CUpti_BuffersCallbackCompleteFunc complete) override {
@@ -60,14 +62,21 @@ class FakeCuptiApi final : public inject::CuptiApi {
     std::lock_guard<std::mutex> lock(flush_mutex);
     return static_cast<size_t>(std::count(flush_flags.begin(), flush_flags.end(), flag));
   }
+  // Steps through the records of the buffer being delivered, at the offsets deliver() packed
+  // them (as CUPTI does: each record as long as its struct in that CUPTI's version).
   CUptiResult next_record(uint8_t* buffer, size_t valid_bytes, CUpti_Activity** record) override {
-    size_t offset = 0;
+    size_t index = 0;
     if (*record) {
-      offset = static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer);
-      offset += record_size((*record)->kind);
+      const size_t offset = static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer);
+      index =
+          static_cast<size_t>(std::find(record_offsets_.begin(), record_offsets_.end(), offset) -
+                              record_offsets_.begin()) +
+          1;
     }
-    if (offset >= valid_bytes) return CUPTI_ERROR_MAX_LIMIT_REACHED;
-    *record = reinterpret_cast<CUpti_Activity*>(buffer + offset);
+    if (index >= record_offsets_.size() || record_offsets_[index] >= valid_bytes) {
+      return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    }
+    *record = reinterpret_cast<CUpti_Activity*>(buffer + record_offsets_[index]);
     return CUPTI_SUCCESS;
   }
   CUptiResult dropped_records(size_t* dropped) override {
@@ -83,40 +92,18 @@ class FakeCuptiApi final : public inject::CuptiApi {
     ++finalize_calls;
     return CUPTI_SUCCESS;
   }
+  CUptiResult get_version(uint32_t* reported) override {
+    *reported = version;
+    return CUPTI_SUCCESS;
+  }
   std::string error_text(CUptiResult result) override {
     return "FAKE_CUPTI_ERROR_" + std::to_string(static_cast<int>(result));
   }
 
-  // Size of each record kind in a buffer (CUPTI pads records to 8 bytes).
+  // Size of each record kind in a buffer: the compiled struct (CUPTI pads records to 8 bytes).
   static size_t record_size(CUpti_ActivityKind kind) {
-    size_t size = sizeof(CUpti_Activity);
-    switch (kind) {
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-      case CUPTI_ACTIVITY_KIND_KERNEL:
-        size = sizeof(CUpti_ActivityKernel10);
-        break;
-      case CUPTI_ACTIVITY_KIND_MEMCPY:
-        size = sizeof(CUpti_ActivityMemcpy6);
-        break;
-      case CUPTI_ACTIVITY_KIND_MEMSET:
-        size = sizeof(CUpti_ActivityMemset4);
-        break;
-      case CUPTI_ACTIVITY_KIND_MEMORY2:
-        size = sizeof(CUpti_ActivityMemory4);
-        break;
-      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-        size = sizeof(CUpti_ActivitySynchronization2);
-        break;
-      case CUPTI_ACTIVITY_KIND_RUNTIME:
-      case CUPTI_ACTIVITY_KIND_DRIVER:
-        size = sizeof(CUpti_ActivityAPI);
-        break;
-      case CUPTI_ACTIVITY_KIND_CONTEXT:
-        size = sizeof(CUpti_ActivityContext3);
-        break;
-      default:
-        break;
-    }
+    size_t size = inject::compiled_record_size(kind);
+    if (size == 0) size = sizeof(CUpti_Activity);
     return (size + 7) / 8 * 8;
   }
 
@@ -130,14 +117,61 @@ class FakeCuptiApi final : public inject::CuptiApi {
     requested(&buffer, &size, &max_records);
     if (!buffer) return false;
     size_t offset = 0;
+    record_offsets_.clear();
     auto pack = [&](const auto& record) {
       std::memcpy(buffer + offset, &record, sizeof(record));
+      record_offsets_.push_back(offset);
       offset += record_size(record.kind);
     };
     (pack(records), ...);
     completed(nullptr, 0, buffer, size, offset);
     return true;
   }
+
+  // Plays a CUPTI of another version whose record of `kind` is `extent` bytes: the first
+  // `extent` bytes of `record` are packed, followed by one `next` record.
+  template <typename Record, typename Next>
+  bool deliver_shortened(const Record& record, size_t extent, const Next& next) {
+    uint8_t* buffer = nullptr;
+    size_t size = 0;
+    size_t max_records = 0;
+    requested(&buffer, &size, &max_records);
+    if (!buffer) return false;
+    record_offsets_ = {0, extent};
+    std::memcpy(buffer, &record, extent);
+    std::memcpy(buffer + extent, &next, sizeof(next));
+    completed(nullptr, 0, buffer, size, extent + record_size(next.kind));
+    return true;
+  }
+
+  // Plays a buffer whose valid bytes end `valid_bytes` into its only record.
+  template <typename Record>
+  bool deliver_truncated(const Record& record, size_t valid_bytes) {
+    uint8_t* buffer = nullptr;
+    size_t size = 0;
+    size_t max_records = 0;
+    requested(&buffer, &size, &max_records);
+    if (!buffer) return false;
+    record_offsets_ = {0};
+    std::memcpy(buffer, &record, sizeof(record));
+    completed(nullptr, 0, buffer, size, valid_bytes);
+    return true;
+  }
+
+ private:
+  std::vector<size_t> record_offsets_;  // of the buffer being delivered
 };
+
+// A concurrent-kernel record as CUPTI 13.0 delivers it (times 1000 + id, 2000 + id).
+inline CUpti_ActivityKernel10 fake_kernel_record(uint32_t correlation) {
+  CUpti_ActivityKernel10 kernel;
+  std::memset(&kernel, 0, sizeof(kernel));
+  kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  kernel.name = "moe_grouped_gemm";
+  kernel.start = 1000 + correlation;
+  kernel.end = 2000 + correlation;
+  kernel.correlationId = correlation;
+  return kernel;
+}
 
 }  // namespace moescope::testing

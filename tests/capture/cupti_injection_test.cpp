@@ -10,11 +10,13 @@
 #include <cstdlib>
 
 #include <cupti_runtime_cbid.h>
+#include <cupti_version.h>
 #include "../profiler/trace_test_reading.h"
 
 #include <algorithm>
 
 #include "cupti_api.h"
+#include "cupti_compatibility.h"
 #include "cupti_injection.h"
 #include "moescope/recorder.h"
 
@@ -29,15 +31,6 @@ using inject::gpu_capture_stop;
 
 // A library every machine has, standing in for libcuda.so.1 ("a driver is installed").
 constexpr const char* kLoadableStandInForTheDriver = "libz.so.1";
-
-std::vector<std::string> instants(const LoadedTrace& loaded) {
-  std::vector<std::string> texts;
-  for (const auto& record : loaded.of_kind(trace::RecordKind::kInstant)) {
-    auto found = loaded.strings.find(record.header().name);
-    if (found != loaded.strings.end()) texts.push_back(found->second);
-  }
-  return texts;
-}
 
 bool contains(const std::vector<std::string>& texts, const std::string& text) {
   return std::find(texts.begin(), texts.end(), text) != texts.end();
@@ -74,7 +67,7 @@ TEST_F(GpuCaptureSwitch, WithoutADriverNothingIsEnabledAndTheTraceSaysWhy) {
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
   EXPECT_TRUE(
-      contains(instants(loaded), "gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
+      contains(loaded.instant_names(), "gpu capture off: no CUDA driver (libcuda.so.1 not found)"));
 }
 
 TEST_F(GpuCaptureSwitch, OffMeansOff) {
@@ -97,7 +90,7 @@ TEST_F(GpuCaptureSwitch, WithCudaInjectionPathCuptiWaitsForCuInit) {
   EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
 }
 
 TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
@@ -105,6 +98,11 @@ TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
   auto api = inject::DlopenCuptiApi::load(&error);
   if (!api) GTEST_SKIP() << "no libcupti.so.13 on this machine: " << error;
   EXPECT_EQ(api->error_text(CUPTI_ERROR_UNKNOWN), "CUPTI_ERROR_UNKNOWN");
+  // The toolkit's libcupti reports the version of the headers the shim was built with.
+  uint32_t version = 0;
+  ASSERT_EQ(api->get_version(&version), CUPTI_SUCCESS);
+  EXPECT_TRUE(inject::cupti_versions_compatible(version, inject::kCompiledCuptiApiVersion))
+      << "loaded " << api->library_path() << " reports " << version;
   EXPECT_NE(api->callback_name(CUPTI_CB_DOMAIN_RUNTIME_API,
                                CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
             nullptr);
@@ -117,8 +115,32 @@ TEST_F(GpuCaptureSwitch, TheRealCuptiLoadsButCannotEnableWithoutAGpu) {
   // Without a driver CUPTI refuses the first call already (the timestamp callback).
   EXPECT_NE(metadata.find("CUPTI_ERROR_UNKNOWN"), std::string::npos) << metadata;
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: CUPTI could not be enabled"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: CUPTI could not be enabled"));
 }
+
+#ifdef MOESCOPE_TEST_OLDER_CUPTI
+// A real libcupti of CUDA 12 (Triton's wheel carries one): its records have other layouts, so
+// the shim refuses it by version, says which versions in the trace, and enables nothing.
+TEST_F(GpuCaptureSwitch, AnotherVersionOfTheRealCuptiIsRefusedWithBothVersionsInTheTrace) {
+  setenv("MOESCOPE_CUPTI", "eager", 1);
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  setenv("MOESCOPE_CUPTI_PATH", MOESCOPE_TEST_OLDER_CUPTI, 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "failed");
+  const std::string suffix = " does not match the compiled " + std::to_string(CUPTI_API_VERSION) +
+                             ": GPU activity not recorded";
+  std::string metadata = gpu_capture_metadata_json();
+  EXPECT_NE(metadata.find(suffix), std::string::npos) << metadata;
+  LoadedTrace loaded = finish();
+  std::vector<std::string> notes = loaded.instant_names();
+  auto refusal = std::find_if(notes.begin(), notes.end(), [&](const std::string& note) {
+    return note.rfind("gpu capture off: CUPTI ", 0) == 0 && note.size() > suffix.size() &&
+           note.compare(note.size() - suffix.size(), suffix.size(), suffix) == 0;
+  });
+  ASSERT_NE(refusal, notes.end()) << "no version refusal among " << notes.size() << " notes";
+  EXPECT_EQ(refusal->find("CUPTI 13"), std::string::npos) << *refusal;  // CUDA 12's numbering
+}
+#endif
 
 // A program may record, stop and record again: the second start must look for CUPTI as a
 // fresh process would, not reuse what the first start loaded.
@@ -142,7 +164,7 @@ TEST_F(GpuCaptureSwitch, AStartAfterAStopLooksForCuptiAgain) {
   EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
       << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
-  EXPECT_TRUE(contains(instants(loaded), "gpu capture off: libcupti not found"));
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
 }
 
 }  // namespace

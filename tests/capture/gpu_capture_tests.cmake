@@ -13,6 +13,7 @@ endif()
 moescope_add_test(NAME cupti_capture_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_translator_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/cupti_capture_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/cupti_compatibility_test.cpp
   LIBS moescope_gpu_capture moescope_recorder trace_test_reading LABELS capture)
 
 # The process-level switch (driver check, eager/lazy/off, the real libcupti without a GPU); its
@@ -20,6 +21,20 @@ moescope_add_test(NAME cupti_capture_test
 moescope_add_test(NAME cupti_injection_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_injection_test.cpp
   LIBS moescope_gpu_capture moescope_recorder trace_test_reading LABELS capture)
+
+# A real CUPTI of another version (CUDA 12's, as Triton's wheel carries it) must be refused by
+# version, before anything is enabled.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_EXECUTABLE)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c
+            "import glob, os, triton; found = sorted(glob.glob(os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'lib', 'cupti', 'libcupti.so.1[0-2]'))); print(found[0] if found else '')"
+    OUTPUT_VARIABLE _older_cupti OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_older_cupti)
+    target_compile_definitions(cupti_injection_test PRIVATE
+      MOESCOPE_TEST_OLDER_CUPTI="${_older_cupti}")
+  endif()
+endif()
 
 # NCCL op recording and GPU completion timing with a fake event layer and clock.
 moescope_add_test(NAME nccl_completion_test

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "nccl_completion_tracker.h"
@@ -42,6 +43,7 @@ struct Harness {
   std::vector<moescope_comm_op_info> ops;
   std::vector<std::vector<uint64_t>> op_splits;
   std::vector<moescope_comm_op_info> comm_events;
+  std::vector<std::string> notes;  // the tracker's notes for the trace
   NcclCompletionTracker tracker;
   NcclOpRecorder recorder;
 
@@ -53,7 +55,7 @@ struct Harness {
               ops.push_back(op.info);
               op_splits.push_back(op.split_bytes);
             },
-            options),
+            with_notes(options)),
         recorder(
             queries, tracker, [this] { return host_now; },
             [this](const moescope_comm_op_info& info) { comm_events.push_back(info); }) {}
@@ -61,6 +63,14 @@ struct Harness {
   size_t emitted() {
     std::lock_guard<std::mutex> lock(emitted_mutex);
     return ops.size();
+  }
+
+  NcclCompletionTracker::Options with_notes(NcclCompletionTracker::Options options) {
+    options.note = [this](const std::string& text) {
+      std::lock_guard<std::mutex> lock(emitted_mutex);
+      notes.push_back(text);
+    };
+    return options;
   }
 
   void issue(uint32_t kind, const char* name, uint64_t count, int dtype, int peer, int root,
@@ -273,6 +283,169 @@ TEST(NcclCompletion, DrainEmitsOpsStillOnTheGpuWithUnknownEnd) {
   EXPECT_EQ(h.ops[1].sequence, 1u);
 }
 
+TEST(NcclCompletion, DrainNotesHowManyOpsHadNotFinished) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  for (int i = 0; i < 3; ++i) {
+    h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  }
+  auto events = h.gpu.recorded_events();
+  h.gpu.complete(events[1], 1'500'000);  // the first op's end
+  h.tracker.drain();
+  ASSERT_EQ(h.ops.size(), 3u);
+  EXPECT_NE(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.ops[1].end_ns, 0u);
+  EXPECT_EQ(h.ops[2].end_ns, 0u);
+  ASSERT_EQ(h.notes.size(), 1u);
+  EXPECT_EQ(h.notes[0].rfind("2 NCCL ops had not finished on the GPU", 0), 0u) << h.notes[0];
+  h.tracker.drain();  // nothing left: no second note
+  EXPECT_EQ(h.notes.size(), 1u);
+}
+
+// A program that never synchronizes: the host runs far ahead of the GPU.
+TEST(NcclCompletion, WithoutSynchronizationTheQueueStaysBoundedAndCompletedOpsAreEmitted) {
+  NcclCompletionTracker::Options options;
+  options.max_pending = 4;
+  Harness h(options);
+  h.queries.comms[kComm] = {0, 2, 0};
+  for (int i = 0; i < 6; ++i) {
+    h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  }
+  EXPECT_EQ(h.tracker.pending(), 4u);
+  ASSERT_EQ(h.ops.size(), 2u);  // beyond the bound: at once, without GPU times
+  EXPECT_EQ(h.ops[0].sequence, 4u);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.ops[0].start_ns, h.ops[0].enqueue_ns);
+  ASSERT_EQ(h.notes.size(), 1u);  // once, not per op
+  EXPECT_NE(h.notes[0].find("4 NCCL ops wait for the GPU"), std::string::npos) << h.notes[0];
+
+  auto events = h.gpu.recorded_events();
+  // Start and end of the 4 queued ops, then of the 2 beyond the bound (given back at once).
+  ASSERT_EQ(events.size(), 12u);
+  h.gpu.complete(events[0], 2'000'000);
+  h.gpu.complete(events[1], 2'100'000);
+  h.gpu.complete(events[2], 2'200'000);
+  h.gpu.complete(events[3], 2'300'000);
+  EXPECT_EQ(h.tracker.poll(), 2u);  // what completed is emitted
+  EXPECT_EQ(h.tracker.pending(), 2u);
+  EXPECT_NEAR(static_cast<double>(h.ops[3].end_ns), 2'300'000.0, 200.0);
+  // The third op's end was asked about once; the fourth, behind it on the stream, not at all.
+  EXPECT_EQ(events[5]->queries, 1);
+  EXPECT_EQ(events[7]->queries, 0);
+
+  // Drained to half the bound: a new overflow is noted again.
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.notes.size(), 2u);
+}
+
+TEST(NcclCompletion, EachPollQueriesOnlyTheFirstPendingOpOfEachStream) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  for (int i = 0; i < 3; ++i) {
+    h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  }
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm,
+          kOtherStream);
+  EXPECT_EQ(h.tracker.poll(), 0u);
+  auto events = h.gpu.recorded_events();
+  int queries = 0;
+  for (auto* event : events) queries += event->queries;
+  EXPECT_EQ(queries, 2);  // one per stream
+  EXPECT_EQ(events[1]->queries, 1);
+  EXPECT_EQ(events[7]->queries, 1);
+  // Out of order on another stream is fine: the other stream's op completes first.
+  h.gpu.complete(events[6], 1'100'000);
+  h.gpu.complete(events[7], 1'200'000);
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  EXPECT_EQ(h.ops[0].stream, 0x6000u);
+}
+
+TEST(NcclCompletion, AnAbortedCommunicatorsPendingOpsAreWrittenAsAbortedWithoutQueries) {
+  Harness h;
+  const nccl::CommHandle other = fake_comm(0xC1);
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.queries.comms[other] = {0, 2, 0};
+  h.recorder.comm_created(kComm, 41, 0, 2, "ncclCommInitRank", h.host_now);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, other,
+          kOtherStream);
+  auto events = h.gpu.recorded_events();
+  ASSERT_EQ(events.size(), 6u);
+
+  h.recorder.comm_aborting(kComm);  // before the real ncclCommAbort
+  ASSERT_EQ(h.ops.size(), 2u);
+  for (const auto& op : h.ops) {
+    EXPECT_EQ(op.comm_id, 41u);
+    EXPECT_EQ(op.end_ns, 0u);
+    EXPECT_EQ(op.start_ns, op.enqueue_ns);
+  }
+  ASSERT_EQ(h.notes.size(), 1u);
+  EXPECT_NE(h.notes[0].find("ncclCommAbort: 2 NCCL ops of communicator 0000000000000029"),
+            std::string::npos)
+      << h.notes[0];
+  EXPECT_NE(h.notes[0].find("aborted (end = 0)"), std::string::npos) << h.notes[0];
+  EXPECT_EQ(h.tracker.pending(), 1u);  // the other communicator's op is untouched
+
+  // Whatever the dead comm's stream does later, its events are never asked about again.
+  for (auto* event : events) h.gpu.complete(event, 3'000'000);
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  h.tracker.drain();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(events[i]->queries, 0) << "event " << i;
+  EXPECT_EQ(h.gpu.destroyed, 0);  // nor destroyed: leaked behind the aborted kernels
+  ASSERT_EQ(h.ops.size(), 3u);
+  EXPECT_NE(h.ops[2].end_ns, 0u);
+
+  // The interposer's call after the real abort: the comm closes, nothing is written twice.
+  h.recorder.comm_destroyed(kComm, "ncclCommAbort", h.host_now);
+  EXPECT_EQ(h.ops.size(), 3u);
+  EXPECT_EQ(h.notes.size(), 1u);
+  ASSERT_EQ(h.comm_events.size(), 2u);
+  EXPECT_EQ(h.comm_events[1].kind, MOESCOPE_COMM_DESTROY);
+}
+
+TEST(NcclCompletion, AnAbortReportedOnlyAfterTheRealCallStillWritesThePendingOps) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.recorder.comm_destroyed(kComm, "ncclCommAbort", h.host_now);
+  ASSERT_EQ(h.ops.size(), 1u);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  EXPECT_EQ(h.tracker.pending(), 0u);
+  ASSERT_EQ(h.notes.size(), 1u);
+  // A plain destroy leaves pending ops to complete normally.
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  h.recorder.comm_destroyed(kComm, "ncclCommDestroy", h.host_now);
+  EXPECT_EQ(h.tracker.pending(), 1u);
+}
+
+TEST(NcclCompletion, AnOpOnACommunicatorNcclKnowsNothingAboutIsStillRecorded) {
+  Harness h;  // no answers: created before recording and NCCL cannot say more (or not yet)
+  const nccl::CommHandle stranger = fake_comm(0xBEEF);
+  h.issue(MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 8, nccl::kInt32, -1, 0, stranger, kStream);
+  ASSERT_EQ(h.ops.size(), 1u);  // at once: without a device there are no GPU events
+  EXPECT_TRUE(h.gpu.recorded_events().empty());
+  EXPECT_EQ(h.ops[0].rank, -1);
+  EXPECT_EQ(h.ops[0].num_ranks, -1);
+  EXPECT_EQ(h.ops[0].device, -1);
+  EXPECT_EQ(h.ops[0].bytes, 32u);
+  EXPECT_EQ(h.ops[0].root, 0);
+  EXPECT_NE(h.ops[0].comm_id, 0u);
+  EXPECT_EQ(h.ops[0].end_ns, 0u);
+  // Once NCCL can answer (a non-blocking comm finished initializing), later ops get them.
+  h.queries.comms[stranger] = {3, 8, 1};
+  h.issue(MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 8, nccl::kInt32, -1, 0, stranger, kStream);
+  h.tracker.drain();
+  ASSERT_EQ(h.ops.size(), 2u);
+  EXPECT_EQ(h.ops[1].rank, 3);
+  EXPECT_EQ(h.ops[1].num_ranks, 8);
+  EXPECT_EQ(h.ops[1].device, 1);
+  EXPECT_EQ(h.ops[1].comm_id, h.ops[0].comm_id);
+  EXPECT_EQ(h.ops[1].sequence, 1u);
+}
+
 TEST(NcclCompletion, TheReferenceIsRenewedSoFloatMillisecondsStayPrecise) {
   NcclCompletionTracker::Options options;
   options.reference_lifetime_ns = 1'000'000;
@@ -289,14 +462,16 @@ TEST(NcclCompletion, TheReferenceIsRenewedSoFloatMillisecondsStayPrecise) {
   auto events = h.gpu.recorded_events();
   ASSERT_EQ(events.size(), 6u);
   uint64_t start = h.host_now + 1'234'567;
+  // One stream: the GPU finishes the ops in order (the first two long before the third).
+  for (int i = 0; i < 4; ++i) h.gpu.complete(events[i], 1'000'000 + 100'000 * i);
   h.gpu.complete(events[4], start);
   h.gpu.complete(events[5], start + 777);
-  EXPECT_EQ(h.tracker.poll(), 1u);  // only the third op finished
-  ASSERT_EQ(h.ops.size(), 1u);
-  EXPECT_EQ(h.ops[0].sequence, 2u);
+  EXPECT_EQ(h.tracker.poll(), 3u);
+  ASSERT_EQ(h.ops.size(), 3u);
+  EXPECT_EQ(h.ops[2].sequence, 2u);
   // Against a reference an hour old a float would be off by hundreds of microseconds.
-  EXPECT_NEAR(static_cast<double>(h.ops[0].start_ns), static_cast<double>(start), 200.0);
-  EXPECT_NEAR(static_cast<double>(h.ops[0].end_ns), static_cast<double>(start + 777), 200.0);
+  EXPECT_NEAR(static_cast<double>(h.ops[2].start_ns), static_cast<double>(start), 200.0);
+  EXPECT_NEAR(static_cast<double>(h.ops[2].end_ns), static_cast<double>(start + 777), 200.0);
 }
 
 TEST(NcclCompletion, FailedCallsAreNotRecordedAsOps) {

@@ -23,6 +23,7 @@ class FakeGpuEvents final : public inject::GpuEventApi {
     bool done = false;
     bool failed = false;
     uint64_t gpu_ns = 0;
+    int queries = 0;  // how often query() asked about it
   };
 
   explicit FakeGpuEvents(uint64_t* host_now, uint64_t gpu_offset_ns = 5'000'000'000ull)
@@ -73,6 +74,7 @@ class FakeGpuEvents final : public inject::GpuEventApi {
   inject::GpuEventState query(Event event) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto* fake = static_cast<FakeEvent*>(event);
+    ++fake->queries;
     if (fake->failed) return inject::GpuEventState::kError;
     return fake->done ? inject::GpuEventState::kDone : inject::GpuEventState::kPending;
   }

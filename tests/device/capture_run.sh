@@ -1,49 +1,39 @@
 #!/usr/bin/env bash
-# GPU check of the capture (part "capture" of tests/device/run.sh; one H200, ~1 minute):
-#   1. a torch CUDA program under `moescope record`: kernels, memcpys, allocations and syncs,
-#      each kernel/memcpy correlated to its launch API call, GPU times on the host clock
-#   2. a 1-rank NCCL communicator (torch.distributed) under `moescope record`: init, three
-#      all-reduces and an all-to-all, with GPU start/end times from CUDA events that line up
-#      with the CUPTI kernel times
-# Usage: tests/device/capture_run.sh [BUILD]   (default build-device; builds with capture_build.sh)
-# Needs .device/include from tests/device/prepare.sh. Exit status non-zero if a check failed.
+# Parts "capture" and "nccl" of tests/device/run.sh (one H200, under a minute each): a program
+# under `moescope record` (the CLI preloads the shim), then capture_verify on its trace.
+#   capture   a torch CUDA program: kernels, memcpys, allocations and syncs, each kernel/memcpy
+#             correlated to its launch API call, GPU times on the host clock
+#   nccl      a 1-rank NCCL communicator (torch.distributed): init, three all-reduces and an
+#             all-to-all, GPU start/end times from CUDA events that line up with CUPTI's kernels
+# Usage: tests/device/capture_run.sh capture|nccl BUNDLE WORK_DIR
+#   BUNDLE: what tests/device/prepare.sh built (bin/moescope, bin/capture_verify, lib/ shims)
+# Exit status: 0 all checks passed, 77 no CUDA device, else a failure.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=$(mkdir -p "${1:-$root/build-device}" && cd "${1:-$root/build-device}" && pwd)
-out=$build/capture
-mkdir -p "$out"
-rm -f "$out"/*.moetrace
+mode=${1:?usage: capture_run.sh capture|nccl BUNDLE WORK_DIR}
+bundle=${2:?bundle folder}
+work=${3:?work folder}
+case "$mode" in
+  capture) program=$root/tests/device/capture_torch_program.py verify_mode=torch ;;
+  nccl) program=$root/tests/device/capture_nccl_program.py verify_mode=nccl ;;
+  *) echo "capture_run.sh: unknown part '$mode' (expected capture or nccl)" >&2; exit 2 ;;
+esac
+for needed in "$bundle/bin/moescope" "$bundle/bin/capture_verify" "$bundle/lib/libmoescope_inject.so"; do
+  [ -e "$needed" ] || { echo "capture_run.sh: $needed is missing (run tests/device/prepare.sh)"; exit 3; }
+done
+mkdir -p "$work"
+trace=$work/$mode.moetrace
+rm -f "$trace"
 
-"$root/tests/device/capture_build.sh" "$build" || { echo "capture: build failed"; exit 1; }
-shim=$build/lib/libmoescope_inject.so
-
-# record TRACE COMMAND...: through the CLI when it built, else the environment it would set.
-record() {
-  local trace=$1; shift
-  if [ -x "$build/bin/moescope" ]; then
-    echo "\$ moescope record -o $trace -- $*"
-    "$build/bin/moescope" record -o "$trace" -- "$@"
-  else
-    echo "\$ LD_PRELOAD=$shim CUDA_INJECTION64_PATH=$shim MOESCOPE_OUTPUT=$trace $*"
-    LD_PRELOAD="$shim" NVTX_INJECTION64_PATH="$shim" CUDA_INJECTION64_PATH="$shim" \
-      MOESCOPE_OUTPUT="$trace" "$@"
-  fi
-}
-
-failed=0
-start=$SECONDS
-bytes=$(record "$out/torch.moetrace" python3 "$root/tests/device/capture_torch_program.py" |
-  tee "$out/torch.log" | sed -n 's/^CAPTURE_BYTES //p' | tail -1)
-cat "$out/torch.log"
-echo "capture: torch program done in $((SECONDS - start)) s (tensor bytes: $bytes)"
-"$build/capture_verify" torch "$out/torch.moetrace" "${bytes:-0}" || failed=1
-
-start=$SECONDS
-bytes=$(record "$out/nccl.moetrace" python3 "$root/tests/device/capture_nccl_program.py" |
-  tee "$out/nccl.log" | sed -n 's/^CAPTURE_BYTES //p' | tail -1)
-cat "$out/nccl.log"
-echo "capture: NCCL program done in $((SECONDS - start)) s (all-reduce bytes: $bytes)"
-"$build/capture_verify" nccl "$out/nccl.moetrace" "${bytes:-0}" || failed=1
-
-[ $failed -eq 0 ] && echo "capture: all checks passed" || echo "capture: some checks FAILED"
-exit $failed
+echo "\$ moescope record -o $trace -- python3 $program"
+"$bundle/bin/moescope" record -o "$trace" -- python3 "$program" | tee "$work/$mode.program.log"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ]; then
+  echo "$mode: the program exited with $status"
+  # Also then: what the shim recorded, and why there is no GPU activity (no driver, ...).
+  [ -f "$trace" ] && "$bundle/bin/moescope" info "$trace" | grep -E '^ *(gpu|capture|events)' | head -5
+  exit "$status"
+fi
+bytes=$(sed -n 's/^CAPTURE_BYTES //p' "$work/$mode.program.log" | tail -1)
+"$bundle/bin/moescope" info "$trace" | head -20
+"$bundle/bin/capture_verify" "$verify_mode" "$trace" "${bytes:-0}"

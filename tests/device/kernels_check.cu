@@ -6,8 +6,8 @@
 //      router microseconds (16k tokens x 256 experts, top-8), cuBLAS grouped GEMM TFLOP/s
 //      against a dense bf16 cuBLAS GEMM of the same FLOPs on DeepSeek-like shapes.
 // Prints a table last; exits 1 when any correctness check fails (targets are reported, not
-// enforced). Build: tests/device/kernels_build.sh (nvcc only) or the CMake target
-// kernels_device_check.
+// enforced), 77 without a CUDA device (no_cuda_device.h). Build: the CMake target
+// kernels_device_check (tests/device/CMakeLists.txt, part of device_bundle).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +24,7 @@
 
 #include "moescope/kernels/cpu_reference.h"
 #include "moescope/kernels/launchers.h"
+#include "no_cuda_device.h"
 
 namespace mk = moescope::kernels;
 namespace ref = moescope::kernels::reference;
@@ -612,6 +613,12 @@ void measure_grouped_gemm(std::mt19937& rng, cublasHandle_t handle) {
 
 int main(int argc, char** argv) {
   const bool skip_performance = argc > 1 && std::string(argv[1]) == "--correctness-only";
+  int device_count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&device_count);
+      status != cudaSuccess || device_count == 0) {
+    return moescope::device_checks::report_no_cuda_device(
+        "kernels_device_check", status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
+  }
   cudaDeviceProp properties{};
   check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties", __LINE__);
   const unsigned seed = std::random_device{}();

@@ -39,6 +39,15 @@ std::vector<OwnedRecord> LoadedTrace::of_kind(trace::RecordKind kind) const {
   return out;
 }
 
+std::vector<std::string> LoadedTrace::instant_names() const {
+  std::vector<std::string> names;
+  for (const auto& record : of_kind(trace::RecordKind::kInstant)) {
+    auto found = strings.find(record.header().name);
+    if (found != strings.end()) names.push_back(found->second);
+  }
+  return names;
+}
+
 LoadedTrace load_trace(const std::string& path) {
   trace::TraceReader reader;
   bool opened = reader.open(path);

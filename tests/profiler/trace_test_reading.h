@@ -38,6 +38,8 @@ struct LoadedTrace {
   std::map<uint32_t, std::string> strings;
   std::vector<trace::ReadError> errors;
   std::vector<OwnedRecord> of_kind(trace::RecordKind kind) const;
+  // The names of the instant records, in file order.
+  std::vector<std::string> instant_names() const;
 };
 
 LoadedTrace load_trace(const std::string& path);

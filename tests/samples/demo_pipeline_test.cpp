@@ -88,6 +88,18 @@ TEST(DemoPipelineTest, ReportFlagsTheSkewedLayerAndAuxFreeBalancingLowersItsLoad
   EXPECT_TRUE(std::filesystem::exists(out + "/skewed/trace.json")) << run.output;
   auto chrome = read_json(out + "/skewed/trace.json");
   EXPECT_TRUE(chrome.is_object() || chrome.is_array()) << "trace.json is not JSON";
+
+  // The demo ends with `moescope diff` of the skewed and the rebalanced run: the rank imbalance
+  // of layer 1 is lower beyond the noise, and the plan's prediction is checked.
+  const nlohmann::json diff = read_json(out + "/diff.json");
+  ASSERT_TRUE(diff.is_object()) << run.output;
+  std::string verdict;
+  for (const auto& row : diff["rows"]) {
+    if (row["name"] == "layer 1 ranks max/mean") verdict = row["verdict"];
+  }
+  EXPECT_EQ(verdict, "lower") << diff.dump(2);
+  EXPECT_TRUE(diff.contains("prediction")) << run.output;
+  EXPECT_NE(run.output.find("Predicted by the plan vs measured"), std::string::npos);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Track stacking, collapse, hit testing by height, heatmap grid and colour scale.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "moescope/viewer/heatmap_layout.h"
+#include "moescope/viewer/run_comparison.h"
 #include "moescope/viewer/track_layout.h"
 
 namespace moescope::viewer {
@@ -50,6 +53,18 @@ TEST(HeatColour, IsMonotonicInBrightnessAndClamped) {
   EXPECT_EQ(top.g, beyond.g);
   EXPECT_EQ(top.b, beyond.b);
   EXPECT_EQ(packed_rgba({1, 2, 3}), 0xff030201u);
+}
+
+TEST(DeltaColour, GreyAtZeroRedForMoreBlueForFewerAndClamped) {
+  const Rgb zero = delta_colour(0.0), more = delta_colour(1.0), fewer = delta_colour(-1.0);
+  EXPECT_LT(std::abs(int(zero.r) - int(zero.g)), 16);  // grey
+  EXPECT_GT(more.r, more.b + 100);
+  EXPECT_GT(fewer.b, fewer.r + 100);
+  // Stronger with the size of the difference, and clamped beyond +-1.
+  EXPECT_GT(delta_colour(0.8).r, delta_colour(0.4).r);
+  EXPECT_GT(delta_colour(-0.8).b, delta_colour(-0.4).b);
+  EXPECT_EQ(packed_rgba(delta_colour(5.0)), packed_rgba(more));
+  EXPECT_EQ(packed_rgba(delta_colour(-5.0)), packed_rgba(fewer));
 }
 
 TEST(GridLayout, CellsFitAndHitTestInverts) {

@@ -21,6 +21,7 @@
 #include <stb/stb_image.h>
 
 #include "moescope/analysis/report.h"
+#include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/heatmap_layout.h"
@@ -398,6 +399,96 @@ TEST_F(ViewerScreenshots, FileBrowserOpensTickedRanks) {
   EXPECT_FALSE(layout["browser_open"].get<bool>());
   EXPECT_EQ(layout["files"].get<int>(), 2);
   EXPECT_EQ(layout["ranks"].get<int>(), 2);
+}
+
+// Two runs (`moescope view BASE --against NEW`): the base's hot expert moved to another expert
+// in the new run. The Compare tab shows both heatmaps on one scale and their difference (the
+// new hot cell red, the old one blue), and both runs' step times on one chart; every number
+// drawn is the analysis library's.
+TEST_F(ViewerScreenshots, CompareTabShowsBothRunsAndTheirDifference) {
+  testing::SampleTraceShape moved = shape_;
+  moved.hot_expert = 3;
+  moved.seed = 2;
+  moved.step_ns = 3'000'000;  // 1.5x the base's step: the two lines are apart
+  // Outside the suite's folder: the file browser test lists that folder's traces.
+  const std::string other = directory_ + "_new";
+  fs::create_directories(other);
+  const testing::SampleTrace next = testing::write_sample_trace(other, moved);
+  std::string against = "--against";
+  for (const std::string& file : next.files) against += " " + file;
+  Image image;
+  nlohmann::json layout;
+  render("compare", image, layout, /*via_cli=*/true, against, "_two_runs");
+  const analysis::TraceModel base_model = analysis::load_traces(trace_.files);
+  const analysis::TraceModel next_model = analysis::load_traces(next.files);
+  fs::remove_all(other);
+  ASSERT_EQ(next_model.processes.size(), size_t(shape_.num_ranks));
+  const analysis::ExpertLoadMatrix base_tokens = analysis::expert_load_matrix(base_model);
+  const analysis::ExpertLoadMatrix next_tokens = analysis::expert_load_matrix(next_model);
+  const auto& shown = layout["shown"];
+  ASSERT_EQ(shown["compare_layers"].get<std::vector<uint32_t>>(), base_tokens.layer_ids);
+  const auto delta = shown["compare_delta"].get<std::vector<double>>();
+  ASSERT_EQ(delta.size(), size_t(shape_.num_layers) * size_t(shape_.num_experts));
+  for (int row = 0; row < shape_.num_layers; ++row) {
+    for (int expert = 0; expert < shape_.num_experts; ++expert) {
+      const double expected = next_tokens.at(row, expert) / double(next_tokens.num_steps) -
+                              base_tokens.at(row, expert) / double(base_tokens.num_steps);
+      EXPECT_NEAR(delta[size_t(row * shape_.num_experts + expert)], expected, 1e-9);
+    }
+  }
+  const auto& heatmaps = layout["compare_heatmaps"];
+  ASSERT_EQ(heatmaps.size(), 3u);
+  for (const auto& heatmap : heatmaps) {
+    EXPECT_EQ(heatmap["rows"].get<int>(), shape_.num_layers);
+    EXPECT_EQ(heatmap["columns"].get<int>(), shape_.num_experts);
+  }
+  const GridLayout base_grid = grid_from(heatmaps[0]), next_grid = grid_from(heatmaps[1]),
+                   delta_grid = grid_from(heatmaps[2]);
+  EXPECT_LT(base_grid.cell_x(shape_.num_experts), next_grid.left) << "side by side";
+  EXPECT_LT(next_grid.cell_x(shape_.num_experts), delta_grid.left);
+  // One colour scale: the hotter of the two hot cells has the top colour, and each run's hot
+  // cell is far brighter than every other cell of its heatmap.
+  const int layer = shape_.hot_layer;
+  const Rgb base_hot = image.at(base_grid.centre_x(shape_.hot_expert), base_grid.centre_y(layer));
+  const Rgb next_hot = image.at(next_grid.centre_x(moved.hot_expert), next_grid.centre_y(layer));
+  EXPECT_TRUE(
+      near(brightness(base_hot) > brightness(next_hot) ? base_hot : next_hot, heat_colour(1.0), 3));
+  for (int row = 0; row < shape_.num_layers; ++row) {
+    for (int expert = 0; expert < shape_.num_experts; ++expert) {
+      if (row == layer && expert == shape_.hot_expert) continue;
+      EXPECT_LT(brightness(image.at(base_grid.centre_x(expert), base_grid.centre_y(row))),
+                brightness(base_hot) - 60.0);
+    }
+    for (int expert = 0; expert < shape_.num_experts; ++expert) {
+      if (row == layer && expert == moved.hot_expert) continue;
+      EXPECT_LT(brightness(image.at(next_grid.centre_x(expert), next_grid.centre_y(row))),
+                brightness(next_hot) - 60.0);
+    }
+  }
+  const Rgb gained = image.at(delta_grid.centre_x(moved.hot_expert), delta_grid.centre_y(layer));
+  const Rgb lost = image.at(delta_grid.centre_x(shape_.hot_expert), delta_grid.centre_y(layer));
+  EXPECT_GT(gained.r, gained.b + 100) << "more tokens: red";
+  EXPECT_GT(lost.b, lost.r + 100) << "fewer tokens: blue";
+
+  // The step chart: both series are the analysis's per-step time, both lines are drawn.
+  const analysis::RunDiff diff = analysis::diff_runs(base_model, next_model);
+  EXPECT_EQ(shown["compare_base_step_ms"].get<std::vector<double>>(), diff.base.step_ms);
+  EXPECT_EQ(shown["compare_next_step_ms"].get<std::vector<double>>(), diff.next.step_ms);
+  ASSERT_EQ(diff.base.step_ms.size(), size_t(shape_.num_steps));
+  EXPECT_GT(diff.next.step_ms.back(), diff.base.step_ms.back() * 1.3);
+  const auto chart = layout["compare_chart"].get<std::vector<float>>();
+  ASSERT_EQ(chart.size(), 4u);
+  auto count_in_chart = [&](Rgb colour) {
+    size_t n = 0;
+    for (float y = chart[1]; y < chart[1] + chart[3]; y += 1.0f) {
+      for (float x = chart[0]; x < chart[0] + chart[2]; x += 1.0f) {
+        n += near(image.at(x, y), colour, 40) ? 1 : 0;
+      }
+    }
+    return n;
+  };
+  EXPECT_GT(count_in_chart({110, 170, 255}), 100u) << "the base line";
+  EXPECT_GT(count_in_chart({255, 150, 60}), 100u) << "the new line";
 }
 
 TEST_F(ViewerScreenshots, MoescopeViewExecsTheViewer) {

@@ -14,9 +14,10 @@ namespace {
 void print_usage() {
   std::fprintf(
       stderr,
-      "usage: moescope-view [TRACE...] [--screenshot OUT.png] "
-      "[--panel timeline|experts|comm|memory|report|stats] [--size WxH]\n"
+      "usage: moescope-view [TRACE...] [--against TRACE...] [--screenshot OUT.png] "
+      "[--panel timeline|experts|comm|memory|report|stats|compare] [--size WxH]\n"
       "       [--finding N] [--search TEXT] [--input SCRIPT]\n"
+      "  --against: the traces after it are a second run, compared with the first (Compare)\n"
       "  screenshot mode: --finding clicks report row N, --search searches, --input plays\n"
       "  'move X Y; click X Y; wheel X Y N; drag X0 Y0 X1 Y1 [right]; key W|A|S|D FRAMES'\n");
 }
@@ -26,6 +27,7 @@ void print_usage() {
 int main(int argc, char** argv) {
   using moescope::viewer::ViewerOptions;
   ViewerOptions options;
+  bool after_against = false;  // trace arguments after --against belong to the second run
   for (int i = 1; i < argc; ++i) {
     std::string argument = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       if (!moescope::viewer::parse_panel(name, options.panel)) {
         std::fprintf(
             stderr,
-            "moescope-view: unknown panel '%s' (timeline, experts, comm, memory, report, stats)\n",
+            "moescope-view: unknown panel '%s' (timeline, experts, comm, memory, report, stats, "
+            "compare)\n",
             name);
         return 2;
       }
@@ -62,6 +65,8 @@ int main(int argc, char** argv) {
       }
     } else if (argument == "--input") {
       options.input = value("--input");
+    } else if (argument == "--against") {
+      after_against = true;
     } else if (argument == "--search") {
       options.search = value("--search");
     } else if (argument == "-h" || argument == "--help") {
@@ -72,10 +77,20 @@ int main(int argc, char** argv) {
       print_usage();
       return 2;
     } else {
-      options.files.push_back(argument);
+      (after_against ? options.against : options.files).push_back(argument);
     }
   }
-  for (const std::string& file : options.files) {
+  if (after_against && options.against.empty()) {
+    std::fprintf(stderr, "moescope-view: --against needs the second run's trace files\n");
+    return 2;
+  }
+  if (!options.against.empty() && options.files.empty()) {
+    std::fprintf(stderr, "moescope-view: --against needs a first run to compare with\n");
+    return 2;
+  }
+  std::vector<std::string> all_files = options.files;
+  all_files.insert(all_files.end(), options.against.begin(), options.against.end());
+  for (const std::string& file : all_files) {
     if (!std::filesystem::exists(file)) {
       std::fprintf(stderr, "moescope-view: cannot open %s: no such file\n", file.c_str());
       return 2;

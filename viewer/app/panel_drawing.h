@@ -66,6 +66,14 @@ struct LayoutProbe {
     double est_ms_per_step = 0;
   };
   std::vector<ShownFinding> findings;
+  // The comparison tab: heatmaps (base, new, new - base), the layers and differences drawn
+  // ([layer row][expert] row-major, tokens per step), the step chart's rectangle (x, y, width,
+  // height) and the two series it drew.
+  std::vector<GridLayout> compare_heatmaps;
+  std::vector<uint32_t> compare_layers;
+  std::vector<double> compare_delta;
+  std::vector<float> compare_chart;
+  std::vector<double> compare_base_step_ms, compare_next_step_ms;
 };
 LayoutProbe& layout_probe();
 

@@ -82,6 +82,10 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                         {"evidence", finding.evidence},
                         {"est_ms_per_step", finding.est_ms_per_step}});
   }
+  nlohmann::json compare_heatmaps = nlohmann::json::array();
+  for (const GridLayout& grid : probe.compare_heatmaps) compare_heatmaps.push_back(grid_json(grid));
+  json["compare_heatmaps"] = compare_heatmaps;
+  json["compare_chart"] = probe.compare_chart;
   json["shown"] = {{"heatmap_layers", probe.heatmap_layers},
                    {"heatmap_tokens", probe.heatmap_tokens},
                    {"imbalance_steps", probe.imbalance_steps},
@@ -94,7 +98,11 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                    {"memory_peak_bytes", probe.memory_peak_bytes},
                    {"memory_peak_by_category", probe.memory_peak_by_category},
                    {"memory_live_at_peak", probe.memory_live_at_peak},
-                   {"findings", findings}};
+                   {"findings", findings},
+                   {"compare_layers", probe.compare_layers},
+                   {"compare_delta", probe.compare_delta},
+                   {"compare_base_step_ms", probe.compare_base_step_ms},
+                   {"compare_next_step_ms", probe.compare_next_step_ms}};
   std::ofstream out(path);
   out << json.dump(2) << "\n";
   if (!out) {

@@ -34,6 +34,8 @@ const char* panel_name(Panel panel) {
       return "report";
     case Panel::kStats:
       return "stats";
+    case Panel::kCompare:
+      return "compare";
     default:
       return "?";
   }
@@ -65,6 +67,8 @@ const char* panel_title(Panel panel) {
       return "Report";
     case Panel::kStats:
       return "Statistics";
+    case Panel::kCompare:
+      return "Compare";
     default:
       return "?";
   }
@@ -273,6 +277,7 @@ void ViewerApp::draw_panels() {
   if (ImGui::BeginTabBar("panels")) {
     for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
       Panel panel = static_cast<Panel>(i);
+      if (panel == Panel::kCompare && !comparison_) continue;
       ImGuiTabItemFlags flags = 0;
       // Programmatic switches (finding clicks, screenshot mode) select the tab once.
       if (state_.switch_to && *state_.switch_to == panel) flags |= ImGuiTabItemFlags_SetSelected;
@@ -297,6 +302,9 @@ void ViewerApp::draw_panels() {
           case Panel::kStats:
             stats_.draw(*trace_, state_);
             break;
+          case Panel::kCompare:
+            compare_.draw(*trace_, *against_, *comparison_);
+            break;
           default:
             break;
         }
@@ -308,8 +316,22 @@ void ViewerApp::draw_panels() {
   state_.switch_to.reset();
 }
 
+void ViewerApp::update_comparison() {
+  if (against_loading_ && against_loading_->done()) {
+    against_ = against_loading_->take_result();
+    against_loading_.reset();
+    comparison_.reset();
+  }
+  if (comparison_ && compared_trace_ != trace_.get()) comparison_.reset();  // the trace changed
+  if (!comparison_ && against_ && trace_ && !trace_->preview) {
+    comparison_ = std::make_unique<RunComparison>(compare_runs(trace_->model, against_->model));
+    compared_trace_ = trace_.get();
+  }
+}
+
 void ViewerApp::frame() {
   glfwPollEvents();
+  update_comparison();
   if (tables_ && tables_->done()) {
     tables_->move_into(*trace_);
     tables_.reset();
@@ -407,6 +429,10 @@ bool ViewerApp::write_screenshot() {
 int ViewerApp::run() {
   if (!create_window()) return 1;
   if (!options_.files.empty()) start_loading(options_.files);
+  if (!options_.against.empty()) {
+    // Read whole (no preview): the comparison needs every step.
+    against_loading_ = std::make_unique<TraceLoadingJob>(options_.against, 0);
+  }
   if (options_.screenshot_path.empty()) {
     while (!glfwWindowShouldClose(window_)) frame();
     return 0;
@@ -415,7 +441,7 @@ int ViewerApp::run() {
   // and read back the last one.
   state_.switch_to = options_.panel;
   auto started = std::chrono::steady_clock::now();
-  while (loading_) {
+  while (loading_ || against_loading_) {
     frame();
     if (std::chrono::steady_clock::now() - started > std::chrono::minutes(5)) {
       std::fprintf(stderr, "moescope-view: loading took longer than 5 minutes\n");

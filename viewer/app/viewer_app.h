@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compare_panel.h"
 #include "file_browser.h"
 #include "moe_panels.h"
 #include "moescope/viewer/loaded_trace.h"
@@ -20,7 +21,8 @@ namespace moescope::viewer {
 
 struct ViewerOptions {
   std::vector<std::string> files;
-  std::string screenshot_path;  // non-empty: render, write the PNG and exit
+  std::vector<std::string> against;  // a second run to compare with (the Compare tab)
+  std::string screenshot_path;       // non-empty: render, write the PNG and exit
   Panel panel = Panel::kTimeline;
   int width = 1600, height = 900;
   int finding = 0;     // screenshot mode: act as if report row N (1-based) was clicked
@@ -45,6 +47,8 @@ class ViewerApp {
   void draw_menu_and_toolbar();
   void draw_loading_overlay();
   void draw_panels();
+  // Takes the second run once loaded and compares it with the first once both are whole.
+  void update_comparison();
   bool write_screenshot();
 
   ViewerOptions options_;
@@ -61,6 +65,12 @@ class ViewerApp {
   MemoryPanel memory_;
   ReportPanel report_;
   StatsPanel stats_;
+  // The run given with --against and its comparison with trace_ (null until both are loaded).
+  std::unique_ptr<TraceLoadingJob> against_loading_;
+  std::unique_ptr<LoadedTrace> against_;
+  std::unique_ptr<RunComparison> comparison_;
+  const LoadedTrace* compared_trace_ = nullptr;  // the trace_ comparison_ was made with
+  ComparePanel compare_;
   FileBrowser browser_;
   ScriptedInput scripted_input_;
   bool playing_script_ = false;

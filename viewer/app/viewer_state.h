@@ -11,7 +11,17 @@
 
 namespace moescope::viewer {
 
-enum class Panel : int { kTimeline = 0, kExperts, kComm, kMemory, kReport, kStats, kCount };
+// kCompare is shown only with a second run (--against).
+enum class Panel : int {
+  kTimeline = 0,
+  kExperts,
+  kComm,
+  kMemory,
+  kReport,
+  kStats,
+  kCompare,
+  kCount
+};
 const char* panel_name(Panel panel);
 // "timeline" -> Panel::kTimeline ...; false when unknown.
 bool parse_panel(const char* text, Panel& panel);

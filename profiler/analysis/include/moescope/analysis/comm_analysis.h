@@ -53,6 +53,16 @@ struct CommAnalysis {
 // filter's rank (every rank by default).
 CommAnalysis analyze_communication(const TraceModel& model, const StepRankFilter& filter = {});
 
+// Per collective kind and step, on a rank (the mean over the ranks that have the step): ops,
+// bytes and time, by the rules above (an op belongs to the step it starts in; time only from
+// ops with a completion time). `moescope diff` compares these series.
+struct CommKindSteps {
+  uint32_t kind = 0;                   // moescope_comm_kind
+  std::vector<int64_t> steps;          // every step of the run (known_steps), ascending
+  std::vector<double> ops, bytes, ms;  // [steps]
+};
+std::vector<CommKindSteps> communication_per_step(const TraceModel& model);
+
 const char* comm_kind_name(uint32_t kind);
 
 }  // namespace moescope::analysis

@@ -72,6 +72,9 @@ struct LayerLoad {
   // fewer than two ranks recorded received rows.
   double rank_max_over_mean = 0;
   uint32_t ranks = 0;
+  // The same per step (steps with received rows on at least two ranks).
+  std::vector<double> rank_max_over_mean_by_step;
+  std::vector<int64_t> rank_steps;
 };
 
 struct Percentiles {
@@ -93,6 +96,17 @@ struct ExpertLoadAnalysis {
   RebalanceSummary rebalances;
   bool empty() const { return layers.empty(); }
 };
+
+// Rows each rank's experts computed in one (layer, step): the sum of its RECEIVED sample.
+struct RankStepRows {
+  uint32_t layer = 0;
+  int64_t step = 0;
+  int32_t rank = 0;
+  double rows = 0;
+};
+// Sorted by (layer, step, rank).
+std::vector<RankStepRows> received_rows_by_rank(const TraceModel& model,
+                                                const StepRankFilter& filter = {});
 
 // The statistics above over the filter's steps and rank (rank_max_over_mean: its steps, every
 // rank, since it compares ranks).

@@ -1,0 +1,89 @@
+// What a new expert placement would save, predicted from one trace before anyone runs it.
+//
+// Cost model (fit_expert_cost), per rank r and step s of the measured run:
+//   busy_ms(r, s) = fixed_ms + ms_per_row * rows(r, s)
+// busy_ms = step - exposed communication - idle (time_breakdown.h: the work the rank did
+// itself, forward and backward), rows = the rows the rank's experts computed (its RECEIVED
+// expert-load samples summed over layers). Least squares over every (rank, step) after the
+// warm-up steps; ms_per_row is the measured cost of one routed token on one expert, forward and
+// backward. It needs rows that vary across ranks or steps; without RECEIVED samples there is no
+// model (`valid` false, `problem` says why).
+//
+// Prediction (predict_placement), given the per-GPU loads [layer][gpu] of a plan (tokens per
+// step, `moescope plan`'s gpu_loads_after) for a run with one GPU per rank:
+//   expert_ms_after(g) = ms_per_row * sum over layers of load(layer, g)
+//   busy_ms_after(g)   = busy_ms_before(g) + ms_per_row * (rows_after(g) - rows_before(g))
+//   step change        = ms_per_row * sum over layers of (max_g load_after - max_r rows_before)
+// Every rank waits for the busiest one at each layer's all-to-all, so a layer costs its busiest
+// rank's expert time; rows_before(r, layer) is the measured mean per step. Not modelled:
+// communication volume, replica synchronization and migration costs, noise in the per-step max.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moescope/analysis/trace_model.h"
+
+namespace moescope::analysis {
+
+struct ExpertCostModel {
+  bool valid = false;
+  std::string problem;  // why not valid
+  double fixed_ms = 0;
+  double ms_per_row = 0;
+  double r_squared = 0;
+  size_t samples = 0;  // (rank, step) pairs fitted
+};
+
+// `skip_steps`: the first steps of the run (warm-up) left out.
+ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps = 1);
+
+struct RankPrediction {
+  int32_t rank = 0;
+  std::vector<double> rows_before;  // [layers] measured mean rows per step
+  std::vector<double> rows_after;   // [layers] the plan's load on this GPU
+  double busy_ms_before = 0;        // measured mean per step
+  double busy_ms_after = 0;         // predicted
+  double expert_ms_before = 0;      // ms_per_row * rows (model)
+  double expert_ms_after = 0;
+  double total_rows_before() const;
+  double total_rows_after() const;
+};
+
+struct PlacementPrediction {
+  ExpertCostModel cost;
+  std::vector<uint32_t> layers;  // trace layer ids, in the plan's layer order
+  std::vector<RankPrediction> ranks;
+  double step_ms_before = 0;  // measured mean per step (mean over ranks)
+  double step_ms_change = 0;  // predicted
+  double step_ms_after() const { return step_ms_before + step_ms_change; }
+};
+
+// `gpu_loads_after[layer][gpu]` in the plan's layer order (the trace's layer ids ascending).
+// Throws std::invalid_argument when the plan's GPUs are not the trace's ranks, its layers are
+// not the trace's, or the cost model is not valid.
+PlacementPrediction predict_placement(const TraceModel& model,
+                                      const std::vector<std::vector<double>>& gpu_loads_after,
+                                      size_t skip_steps = 1);
+
+// JSON object text (the "prediction" of `moescope plan --json`) and back. The parser throws
+// std::invalid_argument naming what is missing.
+std::string prediction_to_json(const PlacementPrediction& prediction);
+PlacementPrediction prediction_from_json(const std::string& json_object_text);
+
+// Measured in a run (for `moescope diff --predicted`): per rank the mean rows per step of each
+// of `layers` (RECEIVED samples) and the mean busy time per step, after `skip_steps`.
+struct RankMeasurement {
+  int32_t rank = 0;
+  std::vector<double> rows;  // [layers]
+  double busy_ms = 0;
+};
+std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
+                                               const std::vector<uint32_t>& layers,
+                                               size_t skip_steps = 1);
+
+// The steps of a run left after its first `skip_steps` (known_steps order).
+std::vector<int64_t> steps_after_warmup(const TraceModel& model, size_t skip_steps);
+
+}  // namespace moescope::analysis

@@ -1,0 +1,242 @@
+// Expert cost model and placement prediction (definitions in placement_prediction.h).
+#include "moescope/analysis/placement_prediction.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/step_detection.h"
+#include "moescope/analysis/time_breakdown.h"
+
+namespace moescope::analysis {
+namespace {
+
+// (rank, step) -> busy ms, over the kept steps.
+std::map<std::pair<int32_t, int64_t>, double> busy_by_rank_step(const TraceModel& model,
+                                                                const std::set<int64_t>& kept) {
+  std::map<std::pair<int32_t, int64_t>, double> busy;
+  for (const RankBreakdown& rank : compute_time_breakdown(model).ranks) {
+    for (const StepBreakdown& step : rank.steps) {
+      if (kept.count(step.step)) busy[{rank.rank, step.step}] = step.busy_ms();
+    }
+  }
+  return busy;
+}
+
+std::set<int64_t> kept_steps(const TraceModel& model, size_t skip_steps) {
+  const std::vector<int64_t> steps = steps_after_warmup(model, skip_steps);
+  return {steps.begin(), steps.end()};
+}
+
+}  // namespace
+
+std::vector<int64_t> steps_after_warmup(const TraceModel& model, size_t skip_steps) {
+  std::vector<int64_t> steps = known_steps(model);
+  steps.erase(steps.begin(), steps.begin() + std::min(skip_steps, steps.size()));
+  return steps;
+}
+
+double RankPrediction::total_rows_before() const {
+  double total = 0;
+  for (double rows : rows_before) total += rows;
+  return total;
+}
+
+double RankPrediction::total_rows_after() const {
+  double total = 0;
+  for (double rows : rows_after) total += rows;
+  return total;
+}
+
+ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps) {
+  ExpertCostModel cost;
+  const std::set<int64_t> kept = kept_steps(model, skip_steps);
+  std::map<std::pair<int32_t, int64_t>, double> rows;
+  for (const RankStepRows& entry : received_rows_by_rank(model)) {
+    if (kept.count(entry.step)) rows[{entry.rank, entry.step}] += entry.rows;
+  }
+  if (rows.empty()) {
+    cost.problem = "no received-rows samples (RECEIVED expert load per rank) after the warm-up";
+    return cost;
+  }
+  const auto busy = busy_by_rank_step(model, kept);
+  double n = 0, sum_x = 0, sum_y = 0, sum_xx = 0, sum_xy = 0, sum_yy = 0;
+  for (const auto& [key, x] : rows) {
+    auto found = busy.find(key);
+    if (found == busy.end()) continue;
+    const double y = found->second;
+    n += 1, sum_x += x, sum_y += y, sum_xx += x * x, sum_xy += x * y, sum_yy += y * y;
+  }
+  cost.samples = size_t(n);
+  const double var_x = sum_xx - sum_x * sum_x / std::max(n, 1.0);
+  const double var_y = sum_yy - sum_y * sum_y / std::max(n, 1.0);
+  const double cov_xy = sum_xy - sum_x * sum_y / std::max(n, 1.0);
+  if (n < 3 || var_x <= 1e-9 * std::max(1.0, sum_xx)) {
+    cost.problem = "the rows per rank and step do not vary (" + std::to_string(cost.samples) +
+                   " samples): the cost per row cannot be told from the fixed time";
+    return cost;
+  }
+  cost.ms_per_row = cov_xy / var_x;
+  cost.fixed_ms = (sum_y - cost.ms_per_row * sum_x) / n;
+  cost.r_squared = var_y > 0 ? cov_xy * cov_xy / (var_x * var_y) : 0.0;
+  if (!(cost.ms_per_row > 0)) {
+    cost.problem = "busy time does not grow with the rows computed (slope " +
+                   std::to_string(cost.ms_per_row) + " ms per row)";
+    return cost;
+  }
+  cost.valid = true;
+  return cost;
+}
+
+std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
+                                               const std::vector<uint32_t>& layers,
+                                               size_t skip_steps) {
+  const std::set<int64_t> kept = kept_steps(model, skip_steps);
+  std::map<int32_t, RankMeasurement> ranks;
+  std::map<int32_t, std::set<int64_t>> row_steps;
+  for (const ProcessTrack& process : model.processes) {
+    ranks[process.rank].rank = process.rank;
+    ranks[process.rank].rows.assign(layers.size(), 0.0);
+  }
+  for (const RankStepRows& entry : received_rows_by_rank(model)) {
+    auto layer = std::find(layers.begin(), layers.end(), entry.layer);
+    if (!kept.count(entry.step) || layer == layers.end()) continue;
+    RankMeasurement& rank = ranks[entry.rank];
+    rank.rank = entry.rank;
+    rank.rows.resize(layers.size(), 0.0);
+    rank.rows[size_t(layer - layers.begin())] += entry.rows;
+    row_steps[entry.rank].insert(entry.step);
+  }
+  std::map<int32_t, std::pair<double, double>> busy;  // rank -> (sum, steps)
+  for (const auto& [key, ms] : busy_by_rank_step(model, kept)) {
+    busy[key.first].first += ms;
+    busy[key.first].second += 1;
+  }
+  std::vector<RankMeasurement> result;
+  for (auto& [rank, measurement] : ranks) {
+    const double steps = double(std::max<size_t>(1, row_steps[rank].size()));
+    for (double& rows : measurement.rows) rows /= steps;
+    const auto& [sum, count] = busy[rank];
+    measurement.busy_ms = count > 0 ? sum / count : 0.0;
+    result.push_back(std::move(measurement));
+  }
+  return result;
+}
+
+PlacementPrediction predict_placement(const TraceModel& model,
+                                      const std::vector<std::vector<double>>& gpu_loads_after,
+                                      size_t skip_steps) {
+  PlacementPrediction prediction;
+  prediction.cost = fit_expert_cost(model, skip_steps);
+  if (!prediction.cost.valid) {
+    throw std::invalid_argument("no expert cost model from this trace: " + prediction.cost.problem);
+  }
+  const ExpertLoadAnalysis load = analyze_expert_load(model);
+  for (const LayerLoad& layer : load.layers) prediction.layers.push_back(layer.layer);
+  if (gpu_loads_after.size() != prediction.layers.size()) {
+    throw std::invalid_argument("the plan has " + std::to_string(gpu_loads_after.size()) +
+                                " layers, the trace " + std::to_string(prediction.layers.size()));
+  }
+  const std::vector<RankMeasurement> measured =
+      measure_rank_load(model, prediction.layers, skip_steps);
+  for (const auto& loads : gpu_loads_after) {
+    if (loads.size() != measured.size()) {
+      throw std::invalid_argument("the plan places experts on " + std::to_string(loads.size()) +
+                                  " GPUs, the trace has " + std::to_string(measured.size()) +
+                                  " ranks: plan with --gpus " + std::to_string(measured.size()));
+    }
+  }
+  const double ms_per_row = prediction.cost.ms_per_row;
+  for (size_t g = 0; g < measured.size(); ++g) {
+    RankPrediction rank;
+    rank.rank = measured[g].rank;
+    rank.rows_before = measured[g].rows;
+    for (const auto& loads : gpu_loads_after) rank.rows_after.push_back(loads[g]);
+    rank.busy_ms_before = measured[g].busy_ms;
+    rank.expert_ms_before = ms_per_row * rank.total_rows_before();
+    rank.expert_ms_after = ms_per_row * rank.total_rows_after();
+    rank.busy_ms_after = rank.busy_ms_before + rank.expert_ms_after - rank.expert_ms_before;
+    prediction.ranks.push_back(std::move(rank));
+  }
+  for (size_t layer = 0; layer < prediction.layers.size(); ++layer) {
+    double max_before = 0, max_after = 0;
+    for (const RankPrediction& rank : prediction.ranks) {
+      max_before = std::max(max_before, rank.rows_before[layer]);
+      max_after = std::max(max_after, rank.rows_after[layer]);
+    }
+    prediction.step_ms_change += ms_per_row * (max_after - max_before);
+  }
+  // Measured step time: the mean over kept steps of the mean over ranks.
+  const std::set<int64_t> kept = kept_steps(model, skip_steps);
+  double step_sum = 0, step_count = 0;
+  for (const RankBreakdown& rank : compute_time_breakdown(model).ranks) {
+    for (const StepBreakdown& step : rank.steps) {
+      if (kept.count(step.step)) step_sum += step.step_ms, step_count += 1;
+    }
+  }
+  prediction.step_ms_before = step_count > 0 ? step_sum / step_count : 0.0;
+  return prediction;
+}
+
+std::string prediction_to_json(const PlacementPrediction& prediction) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const RankPrediction& rank : prediction.ranks) {
+    ranks.push_back({{"rank", rank.rank},
+                     {"rows_before", rank.rows_before},
+                     {"rows_after", rank.rows_after},
+                     {"busy_ms_before", rank.busy_ms_before},
+                     {"busy_ms_after", rank.busy_ms_after},
+                     {"expert_ms_before", rank.expert_ms_before},
+                     {"expert_ms_after", rank.expert_ms_after}});
+  }
+  const ExpertCostModel& cost = prediction.cost;
+  nlohmann::ordered_json object = {
+      {"cost_model",
+       {{"model", "busy_ms = fixed_ms + ms_per_row * rows (least squares over rank x step)"},
+        {"fixed_ms", cost.fixed_ms},
+        {"ms_per_row", cost.ms_per_row},
+        {"r_squared", cost.r_squared},
+        {"samples", cost.samples}}},
+      {"layers", prediction.layers},
+      {"step_ms_before", prediction.step_ms_before},
+      {"step_ms_change", prediction.step_ms_change},
+      {"step_ms_after", prediction.step_ms_after()},
+      {"ranks", ranks}};
+  return object.dump();
+}
+
+PlacementPrediction prediction_from_json(const std::string& json_object_text) {
+  PlacementPrediction prediction;
+  try {
+    const nlohmann::json object = nlohmann::json::parse(json_object_text);
+    const auto& cost = object.at("cost_model");
+    prediction.cost.valid = true;
+    prediction.cost.fixed_ms = cost.at("fixed_ms").get<double>();
+    prediction.cost.ms_per_row = cost.at("ms_per_row").get<double>();
+    prediction.cost.r_squared = cost.at("r_squared").get<double>();
+    prediction.cost.samples = cost.at("samples").get<size_t>();
+    prediction.layers = object.at("layers").get<std::vector<uint32_t>>();
+    prediction.step_ms_before = object.at("step_ms_before").get<double>();
+    prediction.step_ms_change = object.at("step_ms_change").get<double>();
+    for (const auto& entry : object.at("ranks")) {
+      RankPrediction rank;
+      rank.rank = entry.at("rank").get<int32_t>();
+      rank.rows_before = entry.at("rows_before").get<std::vector<double>>();
+      rank.rows_after = entry.at("rows_after").get<std::vector<double>>();
+      rank.busy_ms_before = entry.at("busy_ms_before").get<double>();
+      rank.busy_ms_after = entry.at("busy_ms_after").get<double>();
+      rank.expert_ms_before = entry.at("expert_ms_before").get<double>();
+      rank.expert_ms_after = entry.at("expert_ms_after").get<double>();
+      prediction.ranks.push_back(std::move(rank));
+    }
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(std::string("not a placement prediction: ") + error.what());
+  }
+  return prediction;
+}
+
+}  // namespace moescope::analysis

@@ -1,0 +1,132 @@
+// `moescope diff BASE... --against NEW... [--format text|markdown|json] [-o FILE]
+//  [--skip-steps N] [--confidence C] [--predicted PLAN.json]`: compares two runs step by step
+// (analysis/run_diff.h) and, given the JSON of `moescope plan` on the base run, checks the
+// plan's predicted rank load and step-time change against the new run.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+#include "command_output.h"
+#include "commands.h"
+#include "moescope/analysis/run_diff.h"
+#include "moescope/analysis/trace_loader.h"
+
+namespace moescope::cli {
+namespace {
+
+struct DiffCommandOptions {
+  std::vector<std::string> base_traces;
+  std::vector<std::string> next_traces;
+  std::string format = "text";
+  std::string output;
+  std::string predicted;
+  size_t skip_steps = 1;
+  double confidence = 0.95;
+  size_t max_batches = 10;
+};
+
+analysis::TraceModel load_run(const std::vector<std::string>& traces, const char* which) {
+  analysis::TraceModel model = analysis::load_traces(traces);
+  for (const auto& error : model.errors) {
+    std::fprintf(stderr, "moescope diff: %s run: %s\n", which, error.to_string().c_str());
+  }
+  if (model.processes.empty()) {
+    std::fprintf(stderr, "moescope diff: nothing readable in the %s run's trace(s)\n", which);
+    throw CLI::RuntimeError(1);
+  }
+  return model;
+}
+
+// The "prediction" object of a `moescope plan --json` file.
+analysis::PlacementPrediction read_prediction(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error(path + ": cannot open the plan");
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::runtime_error(path + ": invalid JSON: " + error.what());
+  }
+  if (!document.is_object() || !document.contains("prediction")) {
+    throw std::runtime_error(path +
+                             ": no \"prediction\" in this plan (write it with `moescope plan "
+                             "--json PLAN.json BASE_TRACES...`, planned from the base run's "
+                             "traces with --gpus equal to its ranks)");
+  }
+  try {
+    return analysis::prediction_from_json(document["prediction"].dump());
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(path + ": " + error.what());
+  }
+}
+
+void run_diff(const DiffCommandOptions& options) {
+  analysis::DiffFormat format;
+  if (!analysis::parse_diff_format(options.format, format)) {
+    throw CLI::ValidationError("--format",
+                               "must be text, markdown or json, got '" + options.format + "'");
+  }
+  std::optional<analysis::PlacementPrediction> prediction;
+  if (!options.predicted.empty()) prediction = read_prediction(options.predicted);
+  const analysis::TraceModel base = load_run(options.base_traces, "base");
+  const analysis::TraceModel next = load_run(options.next_traces, "new");
+  analysis::DiffOptions diff_options;
+  diff_options.skip_steps = options.skip_steps;
+  diff_options.confidence = options.confidence;
+  diff_options.max_batches = options.max_batches;
+  analysis::RunDiff diff = analysis::diff_runs(base, next, diff_options);
+  if (prediction) analysis::check_prediction(diff, next, std::move(*prediction));
+  if (!write_command_output(analysis::render_diff(diff, format), options.output)) {
+    throw std::runtime_error("cannot write " + options.output);
+  }
+}
+
+}  // namespace
+
+void add_diff_command(CLI::App& app) {
+  auto options = std::make_shared<DiffCommandOptions>();
+  auto* command = app.add_subcommand(
+      "diff",
+      "Compare two runs: step time and its breakdown, phases, spans, collectives, expert load, "
+      "stragglers and findings, with confidence intervals from each run's step-to-step noise");
+  command->add_option("base", options->base_traces, "The base run's trace files (one per rank)")
+      ->required();
+  command->add_option("--against", options->next_traces, "The new run's trace files")->required();
+  command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
+  command->add_option("-o,--output", options->output, "Write the comparison to FILE");
+  command
+      ->add_option("--skip-steps", options->skip_steps,
+                   "Warm-up steps left out at the start of each run")
+      ->capture_default_str();
+  command
+      ->add_option("--confidence", options->confidence,
+                   "Confidence of the intervals, together over every row compared")
+      ->check(CLI::Range(0.5, 0.9999))
+      ->capture_default_str();
+  command
+      ->add_option("--batches", options->max_batches,
+                   "At most this many batches of consecutive steps per run (batch means)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  command->add_option("--predicted", options->predicted,
+                      "A `moescope plan --json` file planned from the base run: compare its "
+                      "predicted rank load and step time change with the new run");
+  command->callback([options] {
+    try {
+      run_diff(*options);
+    } catch (const std::runtime_error& error) {
+      if (dynamic_cast<const CLI::Error*>(&error)) throw;
+      std::fprintf(stderr, "moescope diff: error: %s\n", error.what());
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace moescope::cli

@@ -1,0 +1,111 @@
+// `moescope diff` and `moescope plan`'s prediction as a user runs them: plan from a skewed run,
+// compare it with a balanced run given the plan, and the errors for bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_support.h"
+#include "diff_run_writer.h"
+#include "synthetic_moe_trace.h"
+
+namespace moescope::analysis {
+namespace {
+
+using testing::CommandResult;
+using testing::joined;
+
+CommandResult run(const std::string& arguments) {
+  return testing::run_cli(arguments);
+}
+
+TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
+  const std::string directory = testing::test_directory("cli_diff");
+  testing::DiffRunOptions skewed;
+  skewed.hot_layer = 1;
+  skewed.hot_factor = 4.0;  // expert 0, on rank 0
+  const auto before = testing::write_diff_run(directory, "skewed", skewed);
+  testing::DiffRunOptions balanced = skewed;
+  balanced.seed = 2;
+  balanced.balanced_rows = true;
+  const auto after = testing::write_diff_run(directory, "balanced", balanced);
+
+  const std::string plan_path = directory + "/plan.json";
+  CommandResult plan = run("plan --gpus 2 --slots 10 --json " + plan_path + joined(before));
+  ASSERT_EQ(plan.exit_code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("prediction (cost model from the trace: busy = "), std::string::npos)
+      << plan.out;
+  std::ifstream plan_file(plan_path);
+  const nlohmann::json plan_json = nlohmann::json::parse(plan_file);
+  const auto& prediction = plan_json.at("prediction");
+  EXPECT_NEAR(prediction["cost_model"]["ms_per_row"].get<double>(), skewed.ms_per_row,
+              0.1 * skewed.ms_per_row);
+  EXPECT_LT(prediction["step_ms_change"].get<double>(), -1.0);  // rank 0's extra rows go
+  ASSERT_EQ(prediction["ranks"].size(), 2u);
+
+  CommandResult text =
+      run("diff" + joined(before) + " --against" + joined(after) + " --predicted " + plan_path);
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  for (const char* expected :
+       {"moescope diff", "Ranked changes", "layer 1 ranks max/mean", "lower",
+        "Predicted by the plan vs measured in the new run", "step time change: predicted"}) {
+    EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
+  }
+  const std::string json_path = directory + "/diff.json";
+  CommandResult json = run("diff --format json -o " + json_path + joined(before) + " --against" +
+                           joined(after) + " --predicted " + plan_path);
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  std::ifstream diff_file(json_path);
+  const nlohmann::json diff = nlohmann::json::parse(diff_file);
+  EXPECT_GT(diff["significant"].get<int>(), 0);
+  bool step_faster = false;
+  for (const auto& row : diff["rows"]) {
+    if (row["name"] == "step time") step_faster = row["verdict"] == "faster";
+  }
+  EXPECT_TRUE(step_faster);
+  // Each rank computes what the plan said (its rows per step summed over layers), within 3%.
+  const auto& check = diff.at("prediction");
+  for (size_t rank = 0; rank < 2; ++rank) {
+    double predicted = 0, measured = 0;
+    for (double rows : check["predicted"]["ranks"][rank]["rows_after"]) predicted += rows;
+    for (double rows : check["measured_ranks"][rank]["rows"]) measured += rows;
+    EXPECT_NEAR(measured, predicted, 0.03 * predicted) << "rank " << rank;
+  }
+  const double predicted_change = check["predicted"]["step_ms_change"];
+  const double measured_change = check["measured_step_ms_change"];
+  EXPECT_NEAR(measured_change, predicted_change, 0.25 * std::abs(predicted_change));
+  EXPECT_TRUE(check["inside_interval"].get<bool>());
+}
+
+TEST(CliDiff, BadInputGivesClearErrors) {
+  const std::string directory = testing::test_directory("cli_diff_errors");
+  const auto run_paths = testing::write_diff_run(directory, "run", testing::DiffRunOptions{});
+  CommandResult missing = run("diff" + joined(run_paths));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.out.find("--against"), std::string::npos) << missing.out;
+
+  CommandResult unreadable = run("diff" + joined(run_paths) + " --against " + directory + "/none");
+  EXPECT_EQ(unreadable.exit_code, 1) << unreadable.out;
+  EXPECT_NE(unreadable.out.find("nothing readable in the new run"), std::string::npos)
+      << unreadable.out;
+
+  // A plan made from a loads file has no prediction to check.
+  const std::string loads = directory + "/loads.json";
+  std::ofstream(loads) << "[[4, 1, 1, 2]]";
+  const std::string plan = directory + "/plan.json";
+  ASSERT_EQ(run("plan --gpus 2 --slots 4 --json " + plan + " --loads " + loads).exit_code, 0);
+  CommandResult no_prediction =
+      run("diff" + joined(run_paths) + " --against" + joined(run_paths) + " --predicted " + plan);
+  EXPECT_EQ(no_prediction.exit_code, 1);
+  EXPECT_NE(no_prediction.out.find("no \"prediction\" in this plan"), std::string::npos)
+      << no_prediction.out;
+
+  CommandResult format =
+      run("diff --format yaml" + joined(run_paths) + " --against" + joined(run_paths));
+  EXPECT_NE(format.exit_code, 0);
+  EXPECT_NE(format.out.find("must be text, markdown or json"), std::string::npos) << format.out;
+}
+
+}  // namespace
+}  // namespace moescope::analysis

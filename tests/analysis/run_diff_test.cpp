@@ -1,0 +1,238 @@
+// `moescope diff`'s analysis: the interval arithmetic, a planted difference found exactly (sign
+// and size), no difference between runs that differ only by noise (false-positive rate over
+// seeded pairs), and the placement prediction's cost model against a run built from it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "diff_run_writer.h"
+#include "moescope/analysis/difference_interval.h"
+#include "moescope/analysis/placement_prediction.h"
+#include "moescope/analysis/run_diff.h"
+#include "moescope/analysis/trace_loader.h"
+#include "synthetic_moe_trace.h"
+
+namespace moescope::analysis {
+namespace {
+
+using testing::DiffRunOptions;
+
+TraceModel load_run(const std::string& directory, const std::string& stem,
+                    const DiffRunOptions& options) {
+  TraceModel model = load_traces(testing::write_diff_run(directory, stem, options));
+  EXPECT_TRUE(model.errors.empty());
+  EXPECT_EQ(model.processes.size(), size_t(options.num_ranks));
+  return model;
+}
+
+const DiffRow* find_row(const RunDiff& diff, const std::string& section, const std::string& name) {
+  for (const DiffRow& row : diff.rows) {
+    if (row.section == section && row.name == name) return &row;
+  }
+  return nullptr;
+}
+
+std::set<std::string> significant_rows(const RunDiff& diff) {
+  std::set<std::string> rows;
+  for (const DiffRow& row : diff.rows) {
+    if (row.interval.significant) rows.insert(row.section + "/" + row.name);
+  }
+  return rows;
+}
+
+TEST(DifferenceInterval, StudentTQuantilesMatchTables) {
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.7062, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 10), 2.2281, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.995, 30), 2.7500, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.975, 1e7), 1.95996, 1e-4);
+  EXPECT_NEAR(student_t_quantile(0.025, 10), -2.2281, 1e-4);
+  EXPECT_NEAR(student_t_cdf(2.2281389, 10), 0.975, 1e-6);
+  // Fractional degrees of freedom (Welch): values from numerical integration of the t density
+  // (mpmath, 30 digits).
+  EXPECT_NEAR(student_t_quantile(0.975, 7.5), 2.33303962686, 1e-8);
+  EXPECT_NEAR(student_t_quantile(0.9995, 3.3), 11.1066951899, 1e-6);
+}
+
+TEST(DifferenceInterval, BatchMeansAndWelch) {
+  // Four steps, four batches: plain standard error s / sqrt(n).
+  SampleMean plain = batch_mean({1, 2, 3, 4}, 10);
+  EXPECT_EQ(plain.batches, 4u);
+  EXPECT_DOUBLE_EQ(plain.mean, 2.5);
+  EXPECT_NEAR(plain.standard_error, std::sqrt(5.0 / 3.0 / 4.0), 1e-12);
+  // Eight steps in two batches of four: the batch means are 1.5 and 5.5.
+  SampleMean batched = batch_mean({1, 2, 1, 2, 5, 6, 5, 6}, 2);
+  EXPECT_EQ(batched.batches, 2u);
+  EXPECT_NEAR(batched.standard_error, std::sqrt(8.0 / 1.0 / 2.0), 1e-12);
+  // Equal variances and sizes: Welch's df is 2(n - 1).
+  SampleMean a = batch_mean({1, 2, 3, 4}, 10), b = batch_mean({11, 12, 13, 14}, 10);
+  DifferenceInterval interval = difference_interval(a, b, 0.05);
+  EXPECT_NEAR(interval.degrees_of_freedom, 6.0, 1e-9);
+  EXPECT_DOUBLE_EQ(interval.difference, 10.0);
+  const double half = student_t_quantile(0.975, 6.0) * std::sqrt(2 * 5.0 / 12.0);
+  EXPECT_NEAR(interval.low, 10.0 - half, 1e-9);
+  EXPECT_TRUE(interval.significant);
+  // Deterministic numbers: equal is not a difference, unequal is.
+  EXPECT_FALSE(difference_interval(batch_mean({4, 4, 4}), batch_mean({4, 4, 4}), 0.05).significant);
+  EXPECT_TRUE(difference_interval(batch_mean({4, 4, 4}), batch_mean({5, 5, 5}), 0.05).significant);
+  // One step: no interval.
+  EXPECT_FALSE(difference_interval(batch_mean({4}), batch_mean({5, 6}), 0.05).known);
+}
+
+// Forward +2 ms, layer 1's expert 0 takes 80% of expert 1's tokens (same rank), the gradient
+// all-reduce sends 1.5x the bytes: exactly these rows (and the step time and compute that the
+// longer forward adds to) differ, with the planted signs and sizes.
+TEST(RunDiff, FindsExactlyThePlantedDifferences) {
+  const std::string directory = testing::test_directory("run_diff_planted");
+  DiffRunOptions base_options;
+  base_options.seed = 11;
+  DiffRunOptions next_options = base_options;
+  next_options.seed = 12;
+  next_options.forward_extra_ms = 2.0;
+  next_options.moved_layer = 1;
+  next_options.moved_share = 0.8;
+  next_options.allreduce_bytes = base_options.allreduce_bytes * 3 / 2;
+  const TraceModel base = load_run(directory, "base", base_options);
+  const TraceModel next = load_run(directory, "next", next_options);
+  const RunDiff diff = diff_runs(base, next);
+
+  EXPECT_EQ(
+      significant_rows(diff),
+      (std::set<std::string>{"step/step time", "step/compute", "phase/forward",
+                             "collective/all_reduce bytes", "layer/layer 1 experts max/mean"}));
+  for (const char* name : {"step time", "compute"}) {
+    const DiffRow* row = find_row(diff, "step", name);
+    ASSERT_NE(row, nullptr) << name;
+    EXPECT_LE(row->interval.low, 2.0) << name;
+    EXPECT_GE(row->interval.high, 2.0) << name;
+    EXPECT_NEAR(row->interval.difference, 2.0, 0.5) << name;
+  }
+  const DiffRow* forward = find_row(diff, "phase", "forward");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_NEAR(forward->interval.difference, 2.0, 0.3);
+  EXPECT_LE(forward->interval.low, 2.0);
+  EXPECT_GE(forward->interval.high, 2.0);
+  const DiffRow* bytes = find_row(diff, "collective", "all_reduce bytes");
+  ASSERT_NE(bytes, nullptr);
+  EXPECT_DOUBLE_EQ(bytes->interval.difference, double(base_options.allreduce_bytes / 2));
+  // Expert 0 holds 1.8x the mean (tokens move, the mean stays): max/mean ~1.03 -> ~1.8.
+  const DiffRow* imbalance = find_row(diff, "layer", "layer 1 experts max/mean");
+  ASSERT_NE(imbalance, nullptr);
+  EXPECT_NEAR(imbalance->next.mean, 1.8, 0.03);
+  EXPECT_NEAR(imbalance->interval.difference, 0.8 - (imbalance->base.mean - 1.0), 0.03);
+  EXPECT_GT(imbalance->interval.low, 0.7);
+  // The untouched layer and the rank load are inside the noise.
+  EXPECT_FALSE(find_row(diff, "layer", "layer 0 experts max/mean")->interval.significant);
+  EXPECT_FALSE(find_row(diff, "layer", "layer 1 ranks max/mean")->interval.significant);
+  // Ranked: the time rows only, largest first; every one slower.
+  ASSERT_EQ(diff.ranked.size(), 3u);
+  for (size_t index : diff.ranked) EXPECT_EQ(diff.rows[index].unit, "ms");
+  EXPECT_GT(diff.rows[diff.ranked[0]].interval.difference, 0);
+  // The findings: layer 1's imbalance appeared (max/mean 1.8 >= 1.5), nothing disappeared.
+  bool imbalance_appeared = false;
+  for (const FindingChange& change : diff.findings) {
+    EXPECT_NE(change.status, "disappeared") << change.kind << " " << change.where;
+    if (change.kind == "expert_imbalance" && change.where == "all ranks, layer 1") {
+      imbalance_appeared = change.status == "appeared";
+    }
+  }
+  EXPECT_TRUE(imbalance_appeared);
+  // JSON and text carry the same verdicts.
+  const std::string text = render_diff(diff, DiffFormat::kText);
+  EXPECT_NE(text.find("phase"), std::string::npos);
+  EXPECT_NE(text.find("slower"), std::string::npos);
+  EXPECT_NE(render_diff(diff, DiffFormat::kJson).find("\"significant\": 5"), std::string::npos);
+}
+
+// Same program, different seeds: 100 pairs, each with ~45 rows compared. With the intervals
+// holding together at 95%, at most 5% of the pairs should show any difference; measured: 5 of
+// 100. The bound of 10 fails a method whose rate doubled.
+TEST(RunDiff, SeedsAloneAreNoise) {
+  const std::string directory = testing::test_directory("run_diff_noise");
+  constexpr int kPairs = 100;
+  int pairs_with_a_difference = 0;
+  size_t rows_compared = 0;
+  for (int pair = 0; pair < kPairs; ++pair) {
+    DiffRunOptions base_options, next_options;
+    base_options.seed = 1000 + 2 * pair;
+    next_options.seed = 1001 + 2 * pair;
+    const TraceModel base = load_run(directory, "base" + std::to_string(pair), base_options);
+    const TraceModel next = load_run(directory, "next" + std::to_string(pair), next_options);
+    const RunDiff diff = diff_runs(base, next);
+    rows_compared = diff.rows_compared;
+    if (diff.significant() > 0) {
+      ++pairs_with_a_difference;
+      for (const std::string& row : significant_rows(diff)) {
+        std::printf("pair %d (seeds %d, %d): %s\n", pair, 1000 + 2 * pair, 1001 + 2 * pair,
+                    row.c_str());
+      }
+    }
+  }
+  EXPECT_GT(rows_compared, 20u);
+  EXPECT_LE(pairs_with_a_difference, 10) << "of " << kPairs << " pairs";
+}
+
+// A run whose experts cost 0.002 ms per row, skewed so that rank 0 computes more rows: the cost
+// model recovers the cost, and a balanced placement's prediction matches a run built with it.
+TEST(PlacementPrediction, CostModelAndStepChangeMatchABalancedRun) {
+  const std::string directory = testing::test_directory("placement_prediction");
+  DiffRunOptions skewed;
+  skewed.seed = 21;
+  skewed.hot_layer = 1;
+  skewed.hot_factor = 4.0;  // expert 0 (rank 0) gets 4x its tokens on layer 1
+  const TraceModel before = load_run(directory, "skewed", skewed);
+  const ExpertCostModel cost = fit_expert_cost(before);
+  ASSERT_TRUE(cost.valid) << cost.problem;
+  // Busy time on a rank = its layers' spans + backward + optimizer; expert rows cost 0.002 ms.
+  EXPECT_NEAR(cost.ms_per_row, skewed.ms_per_row, 0.1 * skewed.ms_per_row);
+  EXPECT_GT(cost.r_squared, 0.9);
+
+  // Plan: every GPU gets the same rows per layer (the mean).
+  const std::vector<RankMeasurement> measured = measure_rank_load(before, {0, 1});
+  ASSERT_EQ(measured.size(), 2u);
+  std::vector<std::vector<double>> balanced(2);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const double mean = 0.5 * (measured[0].rows[layer] + measured[1].rows[layer]);
+    balanced[layer] = {mean, mean};
+  }
+  const PlacementPrediction prediction = predict_placement(before, balanced);
+  ASSERT_EQ(prediction.ranks.size(), 2u);
+  // Layer 1: rank 0 computes 4 of 8 + 3 extra quarters... i.e. (4+3) x 2 x 256 vs 4 x 2 x 256.
+  EXPECT_GT(prediction.ranks[0].rows_before[1], prediction.ranks[1].rows_before[1] * 1.5);
+  const double expected_change =
+      -cost.ms_per_row * (prediction.ranks[0].rows_before[1] - balanced[1][0]);
+  EXPECT_NEAR(prediction.step_ms_change, expected_change, 0.05 * std::abs(expected_change) + 0.02);
+  EXPECT_LT(prediction.ranks[0].busy_ms_after, prediction.ranks[0].busy_ms_before);
+  EXPECT_GT(prediction.ranks[1].busy_ms_after, prediction.ranks[1].busy_ms_before);
+  // The JSON round trip keeps every number.
+  const PlacementPrediction copy = prediction_from_json(prediction_to_json(prediction));
+  EXPECT_DOUBLE_EQ(copy.step_ms_change, prediction.step_ms_change);
+  EXPECT_EQ(copy.ranks[1].rows_after, prediction.ranks[1].rows_after);
+
+  // The run with that placement: the measured change lies in the prediction's neighbourhood.
+  DiffRunOptions rebalanced = skewed;
+  rebalanced.seed = 22;
+  rebalanced.balanced_rows = true;
+  const TraceModel after = load_run(directory, "balanced", rebalanced);
+  RunDiff diff = diff_runs(before, after);
+  check_prediction(diff, after, prediction);
+  ASSERT_TRUE(diff.prediction.has_value());
+  EXPECT_LT(diff.prediction->measured_step_change, 0);
+  EXPECT_TRUE(diff.prediction->inside_interval)
+      << "predicted " << prediction.step_ms_change << " measured "
+      << diff.prediction->measured_step_change << " [" << diff.prediction->measured_interval.low
+      << ", " << diff.prediction->measured_interval.high << "]";
+  for (size_t rank = 0; rank < 2; ++rank) {
+    // The new run's tokens differ by their own noise (another seed).
+    EXPECT_NEAR(diff.prediction->measured[rank].rows[1], balanced[1][rank],
+                0.01 * balanced[1][rank]);
+  }
+  // Bad input: a plan for another number of GPUs.
+  EXPECT_THROW(predict_placement(before, {{1, 2, 3}, {1, 2, 3}}), std::invalid_argument);
+  EXPECT_THROW(prediction_from_json("{\"ranks\": []}"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moescope::analysis
