@@ -3,19 +3,31 @@ BUILD       ?= build
 ASAN_BUILD  ?= build-asan
 JOBS        ?= 2
 CMAKE_FLAGS ?=
-GENERATOR   := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+# Decided when a recipe runs, not when make starts: on a fresh machine setup installs Ninja.
+GENERATOR    = $$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all setup configure build test test-asan fuzz demo bench format clean
+# The Python environment the build, the tests and the demo use: $MOESCOPE_PYTHON, else the active
+# virtual/conda environment when it has torch, else the project's .venv (scripts/setup.sh makes
+# it). Its bin/ comes first on PATH for every recipe, so `python3`, `torchrun` and `pip` are its.
+MOESCOPE_PYTHON := $(shell bash scripts/setup.sh --print-python)
+export MOESCOPE_PYTHON
+export PATH := $(dir $(MOESCOPE_PYTHON)):$(PATH)
+
+.PHONY: all setup configure build test test-asan fuzz demo demo-build bench format clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
-
-configure: $(BUILD)/CMakeCache.txt
+# Configures when there is no cache yet, and again when the chosen Python changed.
+configure:
+	@if [ ! -f $(BUILD)/CMakeCache.txt ]; then \
+	  cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON) $(CMAKE_FLAGS); \
+	elif ! grep -qxF "MOESCOPE_PYTHON:FILEPATH=$(MOESCOPE_PYTHON)" $(BUILD)/CMakeCache.txt; then \
+	  cmake -S . -B $(BUILD) -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON) $(CMAKE_FLAGS); \
+	fi
 
 build: setup configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -27,14 +39,19 @@ test: build
 test-asan: setup
 	cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DMOESCOPE_SANITIZE=ON \
 	  -DMOESCOPE_WITH_TORCH=OFF -DMOESCOPE_WITH_CUDA=OFF -DMOESCOPE_WITH_VIEWER=OFF \
-	  -DMOESCOPE_BUILD_BENCH=OFF
+	  -DMOESCOPE_BUILD_BENCH=OFF -DMOESCOPE_PYTHON=$(MOESCOPE_PYTHON)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 fuzz: setup
 	bash scripts/run_fuzz.sh $(FUZZ_SECONDS)
 
-demo: build
+# The demo builds only what it runs (cmake/MoescopeDemo.cmake: the CLI, both shims, the viewer,
+# moe_train and the torch capture library), not the tests and benchmarks.
+demo-build: setup configure
+	cmake --build $(BUILD) -j $(JOBS) --target moescope_demo
+
+demo: demo-build
 	bash scripts/demo.sh $(BUILD)
 
 bench: build

@@ -36,13 +36,52 @@ function(moescope_detected part found found_text missing_text)
   endif()
 endfunction()
 
-# CUDA toolkit (headers for CUPTI/NVTX are used by the profiler even without nvcc).
+# The Python environment the build, the tests and the demo use (scripts/setup.sh chooses it and
+# the Makefile passes it): LibTorch comes from its torch wheel, and NVTX, CUPTI and NCCL headers
+# from the NVIDIA wheels torch depends on.
+set(MOESCOPE_PYTHON "" CACHE FILEPATH "Python interpreter whose torch and NVIDIA wheels the build uses")
+if(MOESCOPE_PYTHON)
+  set(Python3_EXECUTABLE ${MOESCOPE_PYTHON})
+endif()
+find_package(Python3 COMPONENTS Interpreter QUIET)
+set(MOESCOPE_PYTHON_INCLUDE_HINTS "")
+if(Python3_Interpreter_FOUND)
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c
+    "import nvidia, os; print(';'.join(os.path.join(p, d, 'include') for p in nvidia.__path__ for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, 'include'))))"
+    OUTPUT_VARIABLE MOESCOPE_PYTHON_INCLUDE_HINTS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+moescope_detected(PYTHON Python3_Interpreter_FOUND
+  "${Python3_EXECUTABLE} (Python ${Python3_VERSION}): tests and the demo run with it"
+  "no Python 3 interpreter: no torch, no Python tests")
+
+# CUDA toolkit (headers for CUPTI/NVTX are used by the profiler even without nvcc). Without an
+# installed toolkit, scripts/setup.sh assembles one from PyPI's NVIDIA wheels in
+# .cache/cuda-toolkit (links into the Python environment): used when nothing else is found.
+set(_pip_toolkit ${PROJECT_SOURCE_DIR}/.cache/cuda-toolkit)
+if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND NOT CUDAToolkit_ROOT
+   AND EXISTS ${_pip_toolkit}/bin/nvcc)
+  find_program(_installed_nvcc nvcc PATHS /usr/local/cuda/bin NO_CACHE)
+  if(NOT _installed_nvcc)
+    set(CMAKE_CUDA_COMPILER ${_pip_toolkit}/bin/nvcc CACHE FILEPATH "nvcc from PyPI's NVIDIA wheels")
+    set(CUDAToolkit_ROOT ${_pip_toolkit})
+    # torch's own CUDA detection (its FindCUDA) reads this one.
+    set(CUDA_TOOLKIT_ROOT_DIR ${_pip_toolkit} CACHE PATH "CUDA toolkit from PyPI's NVIDIA wheels")
+  endif()
+endif()
+# Debian 12's CMake 3.25.1 stops in FindCUDAToolkit on CUDA >= 12, which has no libnvToolsExt,
+# in projects that require CMake 3.25: it sets a property on CUDA::nvToolsExt without checking
+# that the target exists (fixed in CMake 3.25.2). NVTX3, which superseded that library, is
+# header-only, so an empty interface target is what the name stands for now.
+if(CMAKE_VERSION VERSION_LESS 3.25.2 AND NOT TARGET CUDA::nvToolsExt)
+  add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+endif()
 find_package(CUDAToolkit QUIET)
 find_path(MOESCOPE_NVTX_INCLUDE_DIR nvtx3/nvToolsExt.h
-          HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)
+          HINTS ${CUDAToolkit_INCLUDE_DIRS} ${MOESCOPE_PYTHON_INCLUDE_HINTS} PATHS /usr/local/cuda/include)
 if(NOT MOESCOPE_NVTX_INCLUDE_DIR)
   message(FATAL_ERROR "The shim and the runtime need the header-only NVTX3 (nvtx3/nvToolsExt.h "
-                      "from the CUDA toolkit); set MOESCOPE_NVTX_INCLUDE_DIR to its include folder")
+                      "from the CUDA toolkit or PyPI's nvidia-nvtx: scripts/setup.sh installs it); "
+                      "set MOESCOPE_NVTX_INCLUDE_DIR to its include folder")
 endif()
 include(CheckLanguage)
 check_language(CUDA)
@@ -67,31 +106,63 @@ if(NOT DEFINED CMAKE_CUDA_STANDARD)
   set(CMAKE_CUDA_STANDARD 17)
 endif()
 set(_torch_found OFF)
-if(NOT MOESCOPE_WITH_TORCH STREQUAL "OFF")
-  find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(Python3_Interpreter_FOUND)
-    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.utils.cmake_prefix_path)"
-                    OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
-                    RESULT_VARIABLE _torch_rc ERROR_QUIET)
-    if(_torch_rc EQUAL 0)
+set(_torch_found_text "")
+if(NOT MOESCOPE_WITH_TORCH STREQUAL "OFF" AND Python3_Interpreter_FOUND)
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c
+    "import os, torch; print(torch.utils.cmake_prefix_path, torch.version.cuda or '-', os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__.split('+')[0], sep=';')"
+    OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc ERROR_QUIET)
+  if(_torch_rc EQUAL 0)
+    list(GET _torch_info 0 _torch_prefix)
+    list(GET _torch_info 1 _torch_cuda)
+    list(GET _torch_info 2 _torch_dir)
+    list(GET _torch_info 3 _torch_cxx11_abi)
+    list(GET _torch_info 4 _torch_version)
+    if(NOT _torch_cuda STREQUAL "-" AND NOT _cuda_found)
+      # A CUDA build of torch without a CUDA toolkit here: torch's CMake config would stop the
+      # configure ("cannot find the CUDA libraries"). The runtime on CPU needs only LibTorch's
+      # CPU side, so link that (libtorch_cpu, libc10) with torch's headers.
+      add_library(moescope_libtorch_cpu INTERFACE IMPORTED)
+      set_target_properties(moescope_libtorch_cpu PROPERTIES
+        INTERFACE_INCLUDE_DIRECTORIES "${_torch_dir}/include;${_torch_dir}/include/torch/csrc/api/include"
+        INTERFACE_LINK_LIBRARIES "${_torch_dir}/lib/libtorch_cpu.so;${_torch_dir}/lib/libc10.so")
+      set(TORCH_LIBRARIES moescope_libtorch_cpu)
+      set(TORCH_CXX_FLAGS -D_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi})
+      set(Torch_VERSION ${_torch_version})
+      set(CAFFE2_USE_CUDA OFF)
+      set(_torch_found ON)
+      string(CONCAT _torch_found_text "LibTorch ${_torch_version}, CPU side only (the wheel is "
+        "built for CUDA ${_torch_cuda} but no CUDA toolkit is here: scripts/setup.sh installs "
+        "one): runtime, moe_train, runtime tests")
+    else()
       list(APPEND CMAKE_PREFIX_PATH ${_torch_prefix})
       # Torch's config looks for cuDNN/nvToolsExt noise we do not need; keep it quiet.
       set(CAFFE2_USE_CUDNN OFF)
       find_package(Torch QUIET)
       if(Torch_FOUND)
         set(_torch_found ON)
+        set(_torch_found_text
+            "LibTorch ${Torch_VERSION} from the torch wheel: runtime, moe_train, runtime tests")
       endif()
     endif()
   endif()
 endif()
-moescope_decide(TORCH "${MOESCOPE_WITH_TORCH}" _torch_found
-  "LibTorch ${Torch_VERSION} from the torch wheel: runtime, moe_train, runtime tests"
-  "python3 cannot import torch (pip install torch): no runtime, moe_train or runtime tests")
+moescope_decide(TORCH "${MOESCOPE_WITH_TORCH}" _torch_found "${_torch_found_text}"
+  "${Python3_EXECUTABLE} cannot import torch (scripts/setup.sh installs it): no runtime, moe_train or runtime tests")
 if(MOESCOPE_HAVE_TORCH)
   # torch's flags carry -D_GLIBCXX_USE_CXX11_ABI; keep them on torch targets only.
   add_library(moescope_torch INTERFACE)
   target_link_libraries(moescope_torch INTERFACE ${TORCH_LIBRARIES})
   target_compile_options(moescope_torch INTERFACE ${TORCH_CXX_FLAGS})
+  # Full debug info doubles the compile time of a translation unit that includes torch's headers
+  # (runtime/src/router.cpp: 50 s with -O2 -g, 25 s with -O2 -g1; docs/performance.md), and there
+  # are some 35 of them in `make demo`. Line tables (-g1) keep backtraces and file:line in
+  # profilers and debuggers; MOESCOPE_TORCH_DEBUG_INFO=full (or a Debug build) gives variables.
+  set(MOESCOPE_TORCH_DEBUG_INFO lines CACHE STRING
+      "Debug info of torch translation units in RelWithDebInfo builds: lines (-g1) or full (-g)")
+  if(MOESCOPE_TORCH_DEBUG_INFO STREQUAL "lines")
+    target_compile_options(moescope_torch INTERFACE
+      $<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:CXX>>:-g1>)
+  endif()
 endif()
 
 # Viewer: Debian's libimgui-dev (with GLFW + OpenGL3 backends inside libimgui.a) and GLFW.
@@ -116,7 +187,7 @@ moescope_decide(VIEWER "${MOESCOPE_WITH_VIEWER}" _viewer_found
 
 # nccl.h: multi-GPU moe_train and the NCCL interposition tests.
 find_path(MOESCOPE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS}
-          PATHS /usr/local/cuda/include)
+          ${MOESCOPE_PYTHON_INCLUDE_HINTS} PATHS /usr/local/cuda/include)
 moescope_detected(NCCL MOESCOPE_NCCL_INCLUDE_DIR
   "nccl.h in ${MOESCOPE_NCCL_INCLUDE_DIR}: NCCL interposition tests, multi-GPU moe_train"
   "no nccl.h: no NCCL interposition tests or multi-GPU moe_train")

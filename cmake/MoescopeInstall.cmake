@@ -23,13 +23,28 @@ foreach(headers profiler/trace profiler/recorder profiler/analysis profiler/torc
                 runtime kernels)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${headers}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
+# `pip install .` (pyproject.toml, scikit-build-core): the component `wheel` holds only the
+# torch-free tools a profiling user runs, in the same layout (bin/, lib/, share/moescope/python)
+# under the wheel's data folder, which pip installs into the Python environment's prefix.
+set(_wheel_root "")
+if(SKBUILD)
+  set(_wheel_root "${SKBUILD_DATA_DIR}/")
+endif()
+foreach(t moescope moescope-view)
+  if(TARGET ${t})
+    install(TARGETS ${t} RUNTIME DESTINATION ${_wheel_root}${CMAKE_INSTALL_BINDIR} COMPONENT wheel)
+  endif()
+endforeach()
+install(TARGETS moescope_inject moescope_inject_no_nccl
+        LIBRARY DESTINATION ${_wheel_root}${CMAKE_INSTALL_LIBDIR} COMPONENT wheel)
+
 # The Python annotation module (ctypes, no build step) under share/moescope/python, with a
 # generated _install_layout.py telling it where the shim is relative to itself. `moescope
 # record` appends that directory to PYTHONPATH; other runs add it themselves (docs/capture.md).
 set(MOESCOPE_INSTALL_PYTHONDIR ${CMAKE_INSTALL_DATADIR}/moescope/python)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope
                   ${PROJECT_SOURCE_DIR}/profiler/python/moescope_startup
-        DESTINATION ${MOESCOPE_INSTALL_PYTHONDIR}
+        DESTINATION ${_wheel_root}${MOESCOPE_INSTALL_PYTHONDIR} COMPONENT wheel
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 file(RELATIVE_PATH _moescope_python_to_libdir
      ${CMAKE_INSTALL_FULL_DATADIR}/moescope/python/moescope ${CMAKE_INSTALL_FULL_LIBDIR})
@@ -37,7 +52,7 @@ file(WRITE ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
      "# Written by cmake/MoescopeInstall.cmake: the library directory relative to this file.\n"
      "LIBRARY_DIR = \"${_moescope_python_to_libdir}\"\n")
 install(FILES ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
-        DESTINATION ${MOESCOPE_INSTALL_PYTHONDIR}/moescope)
+        DESTINATION ${_wheel_root}${MOESCOPE_INSTALL_PYTHONDIR}/moescope COMPONENT wheel)
 install(EXPORT moescopeTargets NAMESPACE moescope:: DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/moescopeConfig.cmake.in
   ${CMAKE_BINARY_DIR}/moescopeConfig.cmake INSTALL_DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})

@@ -10,10 +10,16 @@ function(moescope_add_test)
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main moescope_warnings)
   # Tests find the tree and the built tools through these variables. They are set by running
   # the test under `cmake -E env` (CTest's ENVIRONMENT property cannot carry two variables
-  # through gtest_discover_tests).
+  # through gtest_discover_tests). The configured Python's folder comes first on PATH, so the
+  # `python3` that tests start is the build's (MOESCOPE_PYTHON).
+  set(_python_path "")
+  if(Python3_EXECUTABLE)
+    get_filename_component(_python_bin "${Python3_EXECUTABLE}" DIRECTORY)
+    set(_python_path "--modify;PATH=path_list_prepend:${_python_bin};")
+  endif()
   set_target_properties(${T_NAME} PROPERTIES
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
-    CROSSCOMPILING_EMULATOR "${CMAKE_COMMAND};-E;env;MOESCOPE_BUILD_DIR=${CMAKE_BINARY_DIR};MOESCOPE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    CROSSCOMPILING_EMULATOR "${CMAKE_COMMAND};-E;env;${_python_path}MOESCOPE_BUILD_DIR=${CMAKE_BINARY_DIR};MOESCOPE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})

@@ -21,7 +21,7 @@ build=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || { echo "demo: build folder
 out=${MOESCOPE_DEMO_OUT:-$root/demo-output}
 steps=${MOESCOPE_DEMO_STEPS:-200}
 skew=${MOESCOPE_DEMO_SKEW:-3}
-python=${PYTHON:-python3}
+python=${PYTHON:-${MOESCOPE_PYTHON:-python3}}
 moescope=$build/bin/moescope
 moe_train=$build/bin/moe_train
 

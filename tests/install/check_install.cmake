@@ -32,7 +32,9 @@ endif()
 
 # The installed Python module: it finds the installed shim by itself, and `moescope record`
 # from the prefix puts it on PYTHONPATH, so `import moescope` records with nothing set up.
-find_program(PYTHON3 python3)
+if(NOT PYTHON3)  # the build's interpreter (tests/install/CMakeLists.txt passes it)
+  find_program(PYTHON3 python3)
+endif()
 if(NOT PYTHON3)
   message(FATAL_ERROR "python3 not found: cannot check the installed Python module")
 endif()

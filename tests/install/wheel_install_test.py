@@ -1,0 +1,132 @@
+"""`pip install .` the way a PyTorch user who only profiles does it: build moescope's wheel
+(pyproject.toml, scikit-build-core), install it into a new virtual environment that sees the
+environment's torch, and record a small PyTorch training with the installed `moescope`. The
+trace must hold the training's 30 steps (the zero-code capture's step markers), which proves
+that the installed command found the installed shim and Python module.
+
+    python wheel_install_test.py SOURCE_DIR WORK_DIR
+
+Exit 77 (CTest: skipped) with the reason when this cannot run here: no torch in this Python, no
+venv module, or the build backend cannot be installed (no network and nothing in pip's cache).
+"""
+import json
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+
+SKIPPED = 77
+TRAINING_STEPS = 30  # tests/compat/programs/torch_cpu_training.py
+
+
+def skip(reason):
+    print(f"SKIPPED: {reason}")
+    sys.exit(SKIPPED)
+
+
+def run(command, **kwargs):
+    print("$", " ".join(command), flush=True)
+    return subprocess.run(command, text=True, capture_output=True, **kwargs)
+
+
+def check(result, what):
+    if result.returncode != 0:
+        print(result.stdout[-4000:], result.stderr[-4000:], sep="\n")
+        sys.exit(f"FAILED: {what} (exit {result.returncode})")
+    return result
+
+
+def build_requirements(source_dir):
+    """The [build-system] requires list of pyproject.toml."""
+    with open(os.path.join(source_dir, "pyproject.toml"), "rb") as pyproject:
+        text = pyproject.read().decode()
+    try:
+        import tomllib
+        return tomllib.loads(text)["build-system"]["requires"]
+    except ImportError:  # Python < 3.11: the one line is simple enough
+        line = re.search(r"^requires\s*=\s*\[(.*)\]", text, re.M).group(1)
+        return re.findall(r'"([^"]+)"', line)
+
+
+def make_venv(path):
+    """A new virtual environment that sees this environment's packages (torch): through
+    --system-site-packages, and a .pth file when this Python is itself a virtual environment
+    (whose packages --system-site-packages would not reach)."""
+    result = run([sys.executable, "-m", "venv", "--system-site-packages", path])
+    if result.returncode != 0:
+        skip(f"cannot create a virtual environment ({result.stderr.strip()[-300:]}); "
+             "apt-get install python3-venv")
+    bin_dir = os.path.join(path, "bin")
+    purelib = check(run([f"{bin_dir}/python", "-c",
+                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
+                    "reading the new environment's site-packages").stdout.strip()
+    with open(os.path.join(purelib, "build_environment_packages.pth"), "w") as pth:
+        pth.write("\n".join(site.getsitepackages()) + "\n")
+    return bin_dir
+
+
+def main():
+    source_dir, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    if run([sys.executable, "-c", "import torch"]).returncode != 0:
+        skip(f"{sys.executable} cannot import torch (scripts/setup.sh installs it)")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+
+    # The build backend and the header wheels the build needs, in an environment of their own.
+    build_bin = make_venv(os.path.join(work, "build-env"))
+    requirements = build_requirements(source_dir)
+    result = run([f"{build_bin}/python", "-m", "pip", "install", "-q", *requirements])
+    if result.returncode != 0:
+        skip(f"cannot install the build backend ({' '.join(requirements)}): "
+             f"{result.stderr.strip()[-300:]}")
+
+    dist = os.path.join(work, "dist")
+    check(run([f"{build_bin}/python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+               "-w", dist, f"--config-settings=build-dir={work}/cmake-build", source_dir]),
+          "pip wheel")
+    wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
+    if len(wheels) != 1 or not wheels[0].startswith("moescope-"):
+        sys.exit(f"FAILED: expected one moescope wheel in {dist}, found {wheels}")
+    print("built", wheels[0])
+
+    # A user's environment: torch from the environment it was made from, moescope from the wheel.
+    user = os.path.join(work, "user-env")
+    user_bin = make_venv(user)
+    check(run([f"{user_bin}/python", "-m", "pip", "install", "-q", "--no-deps",
+               os.path.join(dist, wheels[0])]), "pip install of the wheel")
+    for path in ("bin/moescope", "lib/libmoescope_inject.so", "lib/libmoescope_inject_no_nccl.so",
+                 "share/moescope/python/moescope/__init__.py",
+                 "share/moescope/python/moescope_startup/sitecustomize.py"):
+        if not os.path.exists(os.path.join(user, path)):
+            sys.exit(f"FAILED: the installed wheel lacks {path}")
+
+    # Nothing from the build tree: a clean environment, the installed command found on PATH.
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("MOESCOPE_") and key != "PYTHONPATH"}
+    environment["PATH"] = f"{user_bin}:{environment.get('PATH', '/usr/bin:/bin')}"
+    environment["OMP_NUM_THREADS"] = "1"
+    moescope = shutil.which("moescope", path=environment["PATH"])
+    if moescope != os.path.join(user_bin, "moescope"):
+        sys.exit(f"FAILED: `moescope` on PATH is {moescope}, not the installed one")
+    program = os.path.join(source_dir, "tests", "compat", "programs", "torch_cpu_training.py")
+    recorded = check(run(["moescope", "record", "-o", f"{work}/run.%r.moetrace", "--",
+                          "python", program], env=environment, cwd=work), "moescope record")
+    if f"step {TRAINING_STEPS - 1} loss" not in recorded.stdout:
+        sys.exit(f"FAILED: the program's output is missing under record:\n{recorded.stdout}")
+    traces = sorted(name for name in os.listdir(work) if name.endswith(".moetrace"))
+    if len(traces) != 1:
+        sys.exit(f"FAILED: expected one trace in {work}, found {traces}")
+    report = check(run(["moescope", "report", "--format", "json", traces[0]], env=environment,
+                       cwd=work), "moescope report")
+    summary = json.loads(report.stdout)["summary"]
+    print("report summary:", summary)
+    if summary["steps"] != TRAINING_STEPS or "marker" not in summary["step_source"]:
+        sys.exit(f"FAILED: expected {TRAINING_STEPS} steps from step markers, "
+                 f"found {summary['steps']} ({summary['step_source']})")
+    print(f"OK: the installed moescope recorded {summary['steps']} steps")
+
+
+if __name__ == "__main__":
+    main()
