@@ -3,31 +3,8 @@
 namespace moescope::kernels::detail {
 
 void check_router_config(const char* op, const RouterConfig& config) {
-  if (config.num_experts < 1) {
-    fail_argument(op, "num_experts must be >= 1, got " + std::to_string(config.num_experts));
-  }
-  if (config.top_k < 1 || config.top_k > config.num_experts) {
-    fail_argument(op, "top_k must be in [1, num_experts=" + std::to_string(config.num_experts) +
-                          "], got " + std::to_string(config.top_k));
-  }
-  if (config.score_function != ScoreFunction::kSoftmax &&
-      config.score_function != ScoreFunction::kSigmoid) {
-    fail_argument(op, "score_function must be softmax or sigmoid");
-  }
-  if (config.num_groups < 1 || config.num_experts % config.num_groups != 0) {
-    fail_argument(
-        op, "num_groups must be >= 1 and divide num_experts=" + std::to_string(config.num_experts) +
-                ", got " + std::to_string(config.num_groups));
-  }
-  if (config.group_top_k < 1 || config.group_top_k > config.num_groups) {
-    fail_argument(op, "group_top_k must be in [1, num_groups=" + std::to_string(config.num_groups) +
-                          "], got " + std::to_string(config.group_top_k));
-  }
-  const int experts_per_group = config.num_experts / config.num_groups;
-  if (config.top_k > config.group_top_k * experts_per_group) {
-    fail_argument(op, "top_k=" + std::to_string(config.top_k) +
-                          " exceeds the experts left by group_top_k * experts_per_group=" +
-                          std::to_string(config.group_top_k * experts_per_group));
+  if (const std::string error = router_config_error(config); !error.empty()) {
+    fail_argument(op, error);
   }
 }
 

@@ -27,12 +27,7 @@ bool cuda_kernels_built() {
 }
 
 bool supports_router(const RouterConfig& config) {
-  if (config.num_experts < 1 || config.num_experts > 1024) return false;
-  if (config.top_k < 1 || config.top_k > 64 || config.top_k > config.num_experts) return false;
-  if (config.num_groups < 1 || config.num_experts % config.num_groups != 0) return false;
-  if (config.group_top_k < 1 || config.group_top_k > config.num_groups) return false;
-  const int experts_per_group = config.num_experts / config.num_groups;
-  return config.top_k <= config.group_top_k * experts_per_group;
+  return config.num_experts <= 1024 && config.top_k <= 64 && router_config_error(config).empty();
 }
 
 bool supports_routing_map(std::int64_t num_assignments, int num_experts, int row_alignment) {

@@ -3,6 +3,11 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "cuda_kernel_path.h"
 
 namespace moescope::runtime {
 
@@ -11,11 +16,17 @@ void validate_moe_config(const MoEConfig& config, int64_t ep_size) {
               config.hidden_size);
   TORCH_CHECK(config.ffn_hidden_size > 0, "MoEConfig.ffn_hidden_size must be > 0, got ",
               config.ffn_hidden_size);
-  TORCH_CHECK(config.num_experts > 0, "MoEConfig.num_experts must be > 0, got ",
-              config.num_experts);
-  TORCH_CHECK(config.top_k >= 1 && config.top_k <= config.num_experts,
-              "MoEConfig.top_k must be in [1, num_experts=", config.num_experts, "], got ",
-              config.top_k);
+  // The router rules are the kernels' (kernels::router_config_error), checked once the fields fit
+  // the kernels' int.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (const auto& [name, value] :
+       {std::pair{"num_experts", config.num_experts}, std::pair{"top_k", config.top_k},
+        std::pair{"num_groups", config.num_groups}, std::pair{"group_top_k", config.group_top_k}}) {
+    TORCH_CHECK(value >= -kIntMax && value <= kIntMax, "MoEConfig.", name, " is out of range, got ",
+                value);
+  }
+  const std::string router_error = kernels::router_config_error(kernel_path::router_config(config));
+  TORCH_CHECK(router_error.empty(), "MoEConfig.", router_error);
   TORCH_CHECK(ep_size >= 1, "expert-parallel group size must be >= 1, got ", ep_size);
   TORCH_CHECK(config.num_redundant_experts >= 0,
               "MoEConfig.num_redundant_experts must be >= 0, got ", config.num_redundant_experts);
@@ -27,18 +38,6 @@ void validate_moe_config(const MoEConfig& config, int64_t ep_size) {
   TORCH_CHECK(config.dispatch_buffer_headroom >= 1.0,
               "MoEConfig.dispatch_buffer_headroom must be >= 1, got ",
               config.dispatch_buffer_headroom);
-  TORCH_CHECK(config.num_groups >= 1, "MoEConfig.num_groups must be >= 1, got ", config.num_groups);
-  TORCH_CHECK(config.num_experts % config.num_groups == 0, "MoEConfig.num_groups (",
-              config.num_groups, ") must divide num_experts (", config.num_experts, ")");
-  TORCH_CHECK(config.group_top_k >= 1 && config.group_top_k <= config.num_groups,
-              "MoEConfig.group_top_k must be in [1, num_groups=", config.num_groups, "], got ",
-              config.group_top_k);
-  if (config.num_groups > 1) {
-    const int64_t experts_per_group = config.num_experts / config.num_groups;
-    TORCH_CHECK(config.group_top_k * experts_per_group >= config.top_k, "MoEConfig: group_top_k (",
-                config.group_top_k, ") groups of ", experts_per_group,
-                " experts hold fewer than top_k (", config.top_k, ") experts");
-  }
   TORCH_CHECK(std::isfinite(config.routed_scaling_factor) && config.routed_scaling_factor > 0,
               "MoEConfig.routed_scaling_factor must be finite and > 0, got ",
               config.routed_scaling_factor);

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moescope/kernels/cpu_reference.h"
@@ -344,6 +345,32 @@ TEST(KernelsArguments, BadInputNamesTheArgument) {
       "host_group_offsets");
   expect_message([&] { ref::permute_tokens(buffer, mk::DType::kFloat32, 1, 0, 1, ids, 1, buffer); },
                  "hidden");
+}
+
+TEST(KernelsRouterConfig, EachRuleNamesTheFieldAndTheArgumentChecksAndSupportsAgree) {
+  const auto config_with = [](int experts, int top_k, int groups, int group_top_k) {
+    mk::RouterConfig config;
+    config.num_experts = experts;
+    config.top_k = top_k;
+    config.num_groups = groups;
+    config.group_top_k = group_top_k;
+    return config;
+  };
+  const std::pair<mk::RouterConfig, std::string> invalid[] = {
+      {config_with(0, 1, 1, 1), "num_experts must be >= 1, got 0"},
+      {config_with(8, 9, 1, 1), "top_k must be in [1, num_experts=8], got 9"},
+      {config_with(8, 2, 0, 1), "num_groups must be >= 1, got 0"},
+      {config_with(8, 2, 3, 1), "num_groups (3) must divide num_experts (8)"},
+      {config_with(8, 2, 4, 5), "group_top_k must be in [1, num_groups=4], got 5"},
+      {config_with(16, 4, 8, 1), "group_top_k (1) groups of 2 experts hold fewer than top_k (4)"},
+  };
+  for (const auto& [config, message] : invalid) {
+    EXPECT_NE(mk::router_config_error(config).find(message), std::string::npos)
+        << mk::router_config_error(config);
+    EXPECT_FALSE(mk::supports_router(config)) << message;
+  }
+  EXPECT_EQ(mk::router_config_error(config_with(16, 4, 8, 2)), "");
+  EXPECT_TRUE(mk::supports_router(config_with(16, 4, 8, 2)));
 }
 
 TEST(KernelsSupports, LimitsMatchTheDocumentedOnes) {

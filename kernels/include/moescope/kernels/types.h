@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace moescope::kernels {
 
@@ -58,6 +59,12 @@ struct RouterConfig {
   /// Multiplies the final weights (DeepSeek-V3's routed_scaling_factor).
   float scaling_factor = 1.0f;
 };
+
+/// The one statement of what makes a router config valid, used by the kernels' argument checks,
+/// supports_router() and the runtime's MoEConfig validation: an empty string when `config` is
+/// valid, else what is wrong with the first invalid field ("top_k must be in [1, num_experts=8],
+/// got 9"). CUDA size limits are not rules of validity (see supports_router).
+std::string router_config_error(const RouterConfig& config);
 
 /// Added to the sum of the selected scores before normalizing, so an all-zero selection
 /// (sigmoid underflow) gives zero weights instead of NaN.
