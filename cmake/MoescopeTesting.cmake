@@ -20,8 +20,11 @@ function(moescope_add_test)
   set_target_properties(${T_NAME} PROPERTIES
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
     CROSSCOMPILING_EMULATOR "${CMAKE_COMMAND};-E;env;${_python_path}MOESCOPE_BUILD_DIR=${CMAKE_BINARY_DIR};MOESCOPE_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  # Listing the tests loads the executable's libraries (LibTorch: seconds on a busy machine),
+  # so discovery gets more than CMake's default 5 s.
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
 endfunction()
 
