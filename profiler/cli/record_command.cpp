@@ -119,8 +119,9 @@ void set_python_environment(const RecordOptions& options, const std::string& lib
   ::setenv("MOESCOPE_STEP_MARKER", options.step_marker.c_str(), 1);
   ::setenv("MOESCOPE_MODULE_DEPTH", std::to_string(options.module_depth).c_str(), 1);
   ::setenv("MOESCOPE_TORCH_OPS", options.torch_ops ? "1" : "0", 1);
+  // The library next to the shim, unless the user named another one.
   std::string torch_capture = directory_of(library) + "/libmoescope_torch_capture.so";
-  ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), 1);
+  ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), /*overwrite=*/0);
 }
 
 std::string absolute_pattern(const std::string& pattern) {

@@ -112,8 +112,12 @@ def hf_model_case(family):
                f"no module span of the decoder layers: {sorted(modules)}")
         findings = imbalance_findings(report)
         hot = [f for f in findings if f["where"]["layer"] == 1 and 3 in f["where"]["experts"]]
-        expect(hot and hot[0]["severity"] == "critical",
-               f"no critical expert_imbalance on layer 1 naming expert 3: {findings}")
+        # Severity is the share of the step a finding costs (docs/analysis.md), small on a tiny
+        # CPU model; what the bias must show is the imbalance itself, and that it ranks first.
+        expect(hot and hot[0]["metrics"]["max_over_mean"] >= 3.0,
+               f"no expert_imbalance on layer 1 naming expert 3 with max/mean >= 3: {findings}")
+        expect(hot and all(f["est_ms_per_step"] <= hot[0]["est_ms_per_step"] for f in findings),
+               f"layer 1's imbalance is not the costliest: {findings}")
         expect(not any(3 in f["where"]["experts"] for f in findings if f["where"]["layer"] != 1),
                f"expert 3 is named on a layer whose router was not biased: {findings}")
     case.__doc__ = hf_model_case.__doc__

@@ -10,9 +10,10 @@
 //      (layer, step) is there once, tagged with its own step, with the counts the forward
 //      returned.
 //   3. time: recorded / plain step time (median of interleaved blocks), printed, not judged.
-// Exit status 1 when a check fails or no CUDA device is visible.
-// Build: a CUDA-enabled LibTorch build of this tree with CMake, target sync_count_check
-// (tests/device/sync_count_check.cmake); run: <build>/bin/sync_count_check
+// Exit status 1 when a check fails, 77 with a "no CUDA device" line when none is visible
+// (no_cuda_device.h).
+// Built by tests/device/CMakeLists.txt (target sync_count_check, in the bundle prepare.sh makes);
+// run: <build>/bin/sync_count_check, or part `sync` of tests/device/run.sh.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
@@ -32,6 +33,7 @@
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"
+#include "no_cuda_device.h"
 
 using namespace moescope::runtime;
 
@@ -173,8 +175,8 @@ TraceContent read_trace(const std::string& path) {
 
 int main() {
   if (!torch::cuda::is_available()) {
-    std::printf("sync_count_check: FAIL, no CUDA device visible to torch\n");
-    return 1;
+    return moescope::device_checks::report_no_cuda_device("sync_count_check",
+                                                          "torch::cuda::is_available() is false");
   }
   Model model = make_model();
   for (int64_t step = 0; step < 3; ++step) train_step(model, step);  // warm-up (allocator, cuBLAS)
