@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"
+#include "moescope/trace/trace_reader.h"
 #include "no_cuda_device.h"
 
 using namespace moescope::runtime;
