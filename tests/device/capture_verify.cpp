@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "moescope/recorder.h"
 #include "moescope/trace/trace_format.h"
 #include "moescope/trace/trace_reader.h"
-#include "moescope/recorder.h"
 
 namespace trace = moescope::trace;
 

@@ -17,12 +17,12 @@
 #include <tuple>
 #include <vector>
 
-#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/host_transfers.h"
 #include "moescope/runtime/layer_statistics.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::runtime {
 namespace {

@@ -20,7 +20,6 @@
 
 #include "moescope/balancer/expert_placement.h"
 #include "moescope/balancer/load_predictor.h"
-#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_optimizer_offload.h"
@@ -30,6 +29,7 @@
 #include "moescope/runtime/receive_cap.h"
 #include "moescope/runtime/router.h"
 #include "moescope/runtime/token_dispatcher.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::runtime {
 namespace {

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "moe_reference.h"
-#include "moescope/trace/trace_reader.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/layer_statistics.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/moe_layer.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::runtime {
 namespace {
