@@ -11,6 +11,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -124,23 +125,32 @@ def hf_model_case(family):
     return case
 
 
+def gradient_bytes(context, family):
+    """Bytes of each fp32 gradient of hf_moe_train.py's tiny model, the size of its all_reduces."""
+    import transformers
+    sys.path.insert(0, context.programs)
+    import hf_moe_train
+    model = transformers.AutoModelForCausalLM.from_config(hf_moe_train.tiny_config(family))
+    return [p.numel() * 4 for p in model.parameters() if p.requires_grad]
+
+
+def record_hf_torchrun(context, steps):
+    """hf_moe_train.py's tiny Mixtral on 2 Gloo ranks under torchrun, plain and recorded."""
+    # Two ranks print to one pipe: their lines may interleave, even within a line.
+    context.record([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", context.program("hf_moe_train.py"), "mixtral", str(steps)],
+                   normalize=lambda text: sorted(re.findall(r"step \d+ loss [\d.]+", text)))
+
+
 def torchrun_gloo_training(context):
     """2 ranks, gradients averaged with Gloo all_reduce by hand: every all_reduce on each rank
     with the bytes of its gradient."""
     need("torch", "transformers")
     steps = 3
-    # Two ranks print to one pipe: their lines may interleave, even within a line.
-    context.record([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                    "2", context.program("hf_moe_train.py"), "mixtral", str(steps)],
-                   normalize=lambda text: sorted(re.findall(r"step \d+ loss [\d.]+", text)))
+    record_hf_torchrun(context, steps)
     traces = context.traces()
     expect(len(traces) == 2, f"expected 2 traces, got {traces}")
-    import torch
-    import transformers
-    sys.path.insert(0, context.programs)
-    import hf_moe_train
-    model = transformers.AutoModelForCausalLM.from_config(hf_moe_train.tiny_config("mixtral"))
-    grads = [p.numel() * 4 for p in model.parameters() if p.requires_grad]
+    grads = gradient_bytes(context, "mixtral")
     for trace in traces:
         ops = [event for event in chrome_events(context, trace) if event.get("ph") == "X"
                and event.get("args", {}).get("kind") == "all_reduce"]
@@ -214,6 +224,54 @@ def chained_sitecustomize(context):
     expect(recorded.stdout == "their sitecustomize ran\nprogram ran\n", recorded.stdout)
 
 
+def viewer_screenshots(context):
+    """The viewer on an autocaptured 2-rank run (real window under xvfb-run): the expert
+    heatmap's layer-1 cell of the biased expert is the hottest, the imbalance plot has every
+    step, and the timeline finds the module spans, the phases and the Gloo all_reduces."""
+    need("torch", "transformers", "PIL")
+    from PIL import Image
+    viewer = os.path.join(os.path.dirname(context.moescope), "moescope-view")
+    if not os.path.exists(viewer):
+        raise Skip("moescope-view is not built (MOESCOPE_WITH_VIEWER=OFF)")
+    if shutil.which("xvfb-run") is None:
+        raise Skip("xvfb-run is missing; scripts/setup.sh installs xvfb")
+    steps = 4
+    record_hf_torchrun(context, steps)
+    traces = context.traces()
+
+    def render(panel, *extra):
+        png = os.path.join(context.work, "_".join((panel, *extra[1:])) + ".png")
+        done = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24", viewer, *traces,
+                               "--screenshot", png, "--panel", panel, "--size", "1280x800",
+                               *extra], capture_output=True, text=True, timeout=300)
+        expect(done.returncode == 0, f"moescope-view {panel} {extra}: {done.stdout}{done.stderr}")
+        with open(png + ".layout.json") as handle:
+            layout = json.load(handle)
+        return Image.open(png).convert("RGB"), layout
+
+    image, layout = render("experts")
+    shown = layout["shown"]
+    expect(shown["heatmap_layers"] == [0, 1], f"heatmap layers {shown['heatmap_layers']}")
+    expect(shown["imbalance_steps"] == list(range(steps)),
+           f"imbalance plot steps {shown['imbalance_steps']}, {steps} run")
+    grid = layout["expert_heatmap"]
+
+    def brightness(row, column):
+        r, g, b = image.getpixel((int(grid["left"] + (column + 0.5) * grid["cell_width"]),
+                                  int(grid["top"] + (row + 0.5) * grid["cell_height"])))
+        return 0.299 * r + 0.587 * g + 0.114 * b
+
+    cells = {(row, column): brightness(row, column)
+             for row in range(grid["rows"]) for column in range(grid["columns"])}
+    hot = cells[(1, 3)]
+    expect(hot >= max(cells.values()) - 3, f"layer 1 expert 3 is not the hottest cell: {cells}")
+    expect(all(value < hot - 40 for (row, _), value in cells.items() if row == 0),
+           f"a layer-0 cell is as hot as the biased one: {cells}")
+    for query in ("model.layers.1.", "backward", "all_reduce"):
+        _, layout = render("timeline", "--search", query)
+        expect(layout["selected_track"] >= 0, f"the timeline's search finds no '{query}'")
+
+
 CASES = {
     "hf_mixtral": hf_model_case("mixtral"),
     "hf_qwen2_moe": hf_model_case("qwen2_moe"),
@@ -224,6 +282,7 @@ CASES = {
     "annotation_without_step": annotation_without_step,
     "kineto_optimizer_steps": kineto_optimizer_steps,
     "chained_sitecustomize": chained_sitecustomize,
+    "viewer_screenshots": viewer_screenshots,
 }
 
 
