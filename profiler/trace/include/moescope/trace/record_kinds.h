@@ -97,33 +97,35 @@ constexpr bool record_kinds_in_order() {
 }
 static_assert(record_kinds_in_order(), "kRecordKinds lists kinds 1..kMaxRecordKind in order");
 
-// The kind's row, or null for an unknown kind.
+// True for the kinds kRecordKinds lists.
+constexpr bool is_known_record_kind(uint8_t kind) {
+  return kind >= 1 && kind <= kMaxRecordKind;
+}
+
+// The kind's row, or null for an unknown kind. (The constexpr queries below index the table
+// instead of testing this pointer: GCC's UBSan makes a pointer test non-constant.)
 constexpr const RecordKindInfo* record_kind_info(uint8_t kind) {
-  return kind >= 1 && kind <= kMaxRecordKind ? &kRecordKinds[kind - 1] : nullptr;
+  return is_known_record_kind(kind) ? &kRecordKinds[kind - 1] : nullptr;
 }
 
 // Fixed size of each kind (0 = unknown kind). Variable-length kinds return their fixed part.
 constexpr uint32_t fixed_record_size(uint8_t kind) {
-  const RecordKindInfo* info = record_kind_info(kind);
-  return info ? info->fixed_size : 0;
+  return is_known_record_kind(kind) ? kRecordKinds[kind - 1].fixed_size : 0;
 }
 
 // True for kinds whose field after the header is an end time (delta-coded against the start).
 constexpr bool has_end_time(uint8_t kind) {
-  const RecordKindInfo* info = record_kind_info(kind);
-  return info && info->has_end_time;
+  return is_known_record_kind(kind) && kRecordKinds[kind - 1].has_end_time;
 }
 
 // True for kinds followed by a tail whose length a field declares.
 constexpr bool has_variable_tail(uint8_t kind) {
-  const RecordKindInfo* info = record_kind_info(kind);
-  return info && info->tail_count_offset != 0;
+  return is_known_record_kind(kind) && kRecordKinds[kind - 1].tail_count_offset != 0;
 }
 
 // "span_begin", ...; "unknown" for an unknown kind.
 constexpr const char* record_kind_name(uint8_t kind) {
-  const RecordKindInfo* info = record_kind_info(kind);
-  return info ? info->name : "unknown";
+  return is_known_record_kind(kind) ? kRecordKinds[kind - 1].name : "unknown";
 }
 
 // Bytes of variable tail that a record (of at least its kind's fixed size) declares it carries:
