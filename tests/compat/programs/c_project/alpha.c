@@ -1,2 +1,4 @@
 #include "parts.h"
-int alpha(int x) { return x * 5 + 1; }
+int alpha(int x) {
+  return x * 5 + 1;
+}

@@ -1,2 +1,4 @@
 #include "parts.h"
-int beta(int x) { return x * 4 + 1; }
+int beta(int x) {
+  return x * 4 + 1;
+}

@@ -1,2 +1,4 @@
 #include "parts.h"
-int delta(int x) { return x * 5 + 1; }
+int delta(int x) {
+  return x * 5 + 1;
+}

@@ -1,2 +1,4 @@
 #include "parts.h"
-int gamma_part(int x) { return x ^ 0x55; }
+int gamma_part(int x) {
+  return x ^ 0x55;
+}
