@@ -3,6 +3,7 @@ it prints must not depend on how much room there was."""
 import errno
 import os
 import sys
+import time
 
 import nvtx
 
@@ -16,9 +17,12 @@ with open(filler_path, "wb", buffering=0) as filler:
     except OSError as error:
         filled = error.errno == errno.ENOSPC
 print("disk full:", filled, flush=True)
-total = 0
-for part in range(20000):  # many flushes' worth of ranges into the full disk
+# Ranges into the full disk for at least 0.5 s, five of the recorder's 100 ms flushes, however
+# fast the machine: a shorter loop could end before any flush and leave the disk full to nobody.
+total, part, deadline = 0, 0, time.monotonic() + 0.5
+while part < 20000 or time.monotonic() < deadline:
     with nvtx.annotate(f"part {part % 50}"):
-        total += part * part
+        total += part * part if part < 20000 else 0
+    part += 1
 print("worked on:", total)
 os.remove(filler_path)
