@@ -54,6 +54,9 @@ file(WRITE ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
 install(FILES ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
         DESTINATION ${_wheel_root}${MOESCOPE_INSTALL_PYTHONDIR}/moescope COMPONENT wheel)
 install(EXPORT moescopeTargets NAMESPACE moescope:: DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
+# The CUDA toolkit torch's CMake config needs in a consumer: the one this build used, when it
+# was not a system install torch finds by itself (see moescopeConfig.cmake.in).
+set(MOESCOPE_CUDA_TOOLKIT_ROOT "${CUDA_TOOLKIT_ROOT_DIR}")
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/moescopeConfig.cmake.in
   ${CMAKE_BINARY_DIR}/moescopeConfig.cmake INSTALL_DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/moescopeConfigVersion.cmake
