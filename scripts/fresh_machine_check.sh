@@ -66,6 +66,11 @@ enter() {
   # Network access is all that comes from the host: its resolver and, where the host reaches the
   # internet through a TLS-inspecting proxy, the local CA certificates and pip's cert setting.
   cp /etc/resolv.conf "$fresh/etc/resolv.conf"
+  # What Debian's installer writes and debootstrap does not: the machine's own name, resolvable
+  # (Gloo, under torchrun, resolves it to pick its interface: without it the ranks never meet).
+  hostname >"$fresh/etc/hostname"
+  grep -q '^127\.0\.1\.1' "$fresh/etc/hosts" 2>/dev/null ||
+    printf '127.0.1.1\t%s\n' "$(hostname)" >>"$fresh/etc/hosts"
   mkdir -p "$fresh/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$fresh/usr/local/share/ca-certificates/" 2>/dev/null
   [ -f /etc/pip.conf ] && cp /etc/pip.conf "$fresh/etc/pip.conf"
@@ -84,7 +89,9 @@ inside() {  # COMMAND: run in the fresh root as a logged-in root user would
 }
 
 overall=fail
+# The root a mount point of its own, as / is on a machine (tests make private mount namespaces).
 if stage debootstrap bootstrap &&
+   mount --bind "$fresh" "$fresh" && mounted+=("$fresh") &&
    mount_into /proc /proc -t proc && mount_into /sys /sys -t sysfs &&
    mount_into /dev /dev --bind && mount_into /dev/pts /dev/pts --bind &&
    mount_into tmpfs /dev/shm -t tmpfs &&
