@@ -55,7 +55,7 @@ DEBIAN_PACKAGES=(
   libimgui-dev libglfw3-dev libgl-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libcli11-dev libstb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libjemalloc2
-  xvfb xauth libgl1-mesa-dri
+  xvfb xauth libgl1-mesa-dri fonts-dejavu-core
   python3 python3-venv ca-certificates
 )
 TORCH_VERSION="2.11.0"   # pinned to the GPU machine's torch (CUDA 13.0 build, matching nvcc 13.0)
