@@ -6,6 +6,7 @@ checks (exit status, stdout, every trace loads) and then calls the case's own `c
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,8 +23,10 @@ def exact(text):
     return text
 
 
-def sorted_lines(text):
-    return sorted(text.splitlines())
+def rank_reports(text):
+    """The ranks' report lines, order-free. Two ranks print to one pipe, so a line of one can be
+    cut into by the other's (seen: "...]]rank 0/2 ..." then an empty line): found by pattern."""
+    return sorted(re.findall(r"rank \d+/\d+ local \d+ sum \[[^\]]*\] gathered \[\[.*?\]\]", text))
 
 
 def nothing(context):
@@ -183,7 +186,7 @@ CASES = [
          "results (order-free), one trace per rank",
          lambda c: [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                     "2", c.program("torchrun_gloo.py")],
-         stdout=sorted_lines, env=torch_threads, prepare=needs_module("torch"),
+         stdout=rank_reports, env=torch_threads, prepare=needs_module("torch"),
          check=check_two_ranks, timeout=300),
     Case("torch_nccl",
          "NCCL through torch (torch.cuda.nccl.unique_id(), version(); the wheel's libnccl loaded "
