@@ -15,10 +15,7 @@ namespace {
 
 using testing::CommandResult;
 using testing::joined;
-
-CommandResult run(const std::string& arguments) {
-  return testing::run_cli(arguments);
-}
+using testing::run_cli;
 
 TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   const std::string directory = testing::test_directory("cli_diff");
@@ -32,7 +29,7 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   const auto after = testing::write_diff_run(directory, "balanced", balanced);
 
   const std::string plan_path = directory + "/plan.json";
-  CommandResult plan = run("plan --gpus 2 --slots 10 --json " + plan_path + joined(before));
+  CommandResult plan = run_cli("plan --gpus 2 --slots 10 --json " + plan_path + joined(before));
   ASSERT_EQ(plan.exit_code, 0) << plan.out;
   EXPECT_NE(plan.out.find("prediction (cost model from the trace: busy = "), std::string::npos)
       << plan.out;
@@ -45,7 +42,7 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   ASSERT_EQ(prediction["ranks"].size(), 2u);
 
   CommandResult text =
-      run("diff" + joined(before) + " --against" + joined(after) + " --predicted " + plan_path);
+      run_cli("diff" + joined(before) + " --against" + joined(after) + " --predicted " + plan_path);
   ASSERT_EQ(text.exit_code, 0) << text.out;
   for (const char* expected :
        {"moescope diff", "Ranked changes", "layer 1 ranks max/mean", "lower",
@@ -53,8 +50,8 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
     EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
   }
   const std::string json_path = directory + "/diff.json";
-  CommandResult json = run("diff --format json -o " + json_path + joined(before) + " --against" +
-                           joined(after) + " --predicted " + plan_path);
+  CommandResult json = run_cli("diff --format json -o " + json_path + joined(before) +
+                               " --against" + joined(after) + " --predicted " + plan_path);
   ASSERT_EQ(json.exit_code, 0) << json.out;
   std::ifstream diff_file(json_path);
   const nlohmann::json diff = nlohmann::json::parse(diff_file);
@@ -81,11 +78,12 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
 TEST(CliDiff, BadInputGivesClearErrors) {
   const std::string directory = testing::test_directory("cli_diff_errors");
   const auto run_paths = testing::write_diff_run(directory, "run", testing::DiffRunOptions{});
-  CommandResult missing = run("diff" + joined(run_paths));
+  CommandResult missing = run_cli("diff" + joined(run_paths));
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.out.find("--against"), std::string::npos) << missing.out;
 
-  CommandResult unreadable = run("diff" + joined(run_paths) + " --against " + directory + "/none");
+  CommandResult unreadable =
+      run_cli("diff" + joined(run_paths) + " --against " + directory + "/none");
   EXPECT_EQ(unreadable.exit_code, 1) << unreadable.out;
   EXPECT_NE(unreadable.out.find("nothing readable in the new run"), std::string::npos)
       << unreadable.out;
@@ -94,15 +92,15 @@ TEST(CliDiff, BadInputGivesClearErrors) {
   const std::string loads = directory + "/loads.json";
   std::ofstream(loads) << "[[4, 1, 1, 2]]";
   const std::string plan = directory + "/plan.json";
-  ASSERT_EQ(run("plan --gpus 2 --slots 4 --json " + plan + " --loads " + loads).exit_code, 0);
-  CommandResult no_prediction =
-      run("diff" + joined(run_paths) + " --against" + joined(run_paths) + " --predicted " + plan);
+  ASSERT_EQ(run_cli("plan --gpus 2 --slots 4 --json " + plan + " --loads " + loads).exit_code, 0);
+  CommandResult no_prediction = run_cli("diff" + joined(run_paths) + " --against" +
+                                        joined(run_paths) + " --predicted " + plan);
   EXPECT_EQ(no_prediction.exit_code, 1);
   EXPECT_NE(no_prediction.out.find("no \"prediction\" in this plan"), std::string::npos)
       << no_prediction.out;
 
   CommandResult format =
-      run("diff --format yaml" + joined(run_paths) + " --against" + joined(run_paths));
+      run_cli("diff --format yaml" + joined(run_paths) + " --against" + joined(run_paths));
   EXPECT_NE(format.exit_code, 0);
   EXPECT_NE(format.out.find("must be text, markdown or json"), std::string::npos) << format.out;
 }
