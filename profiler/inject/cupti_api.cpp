@@ -70,11 +70,19 @@ bool DlopenCuptiApi::resolve(std::string* error) {
   resolve_symbol(handle_, "cuptiActivityGetNumDroppedRecords", dropped_records_, &missing);
   resolve_symbol(handle_, "cuptiGetCallbackName", callback_name_, &missing);
   resolve_symbol(handle_, "cuptiFinalize", finalize_, &missing);
+  resolve_symbol(handle_, "cuptiSubscribe", subscribe_, &missing);
+  resolve_symbol(handle_, "cuptiUnsubscribe", unsubscribe_, &missing);
+  std::string optional;  // older libraries lack it: cuptiSubscribe then
+  resolve_symbol(handle_, "cuptiSubscribe_v2", subscribe_v2_, &optional);
   resolve_symbol(handle_, "cuptiGetVersion", get_version_, &missing);
   resolve_symbol(handle_, "cuptiGetResultString", result_string_, &missing);
   if (missing.empty()) return true;
   if (error) *error = library_path_ + " lacks " + missing + " (CUPTI too old?)";
   return false;
+}
+
+void* DlopenCuptiApi::symbol(const char* name) const {
+  return handle_ ? dlsym(handle_, name) : nullptr;
 }
 
 DlopenCuptiApi::~DlopenCuptiApi() {
@@ -119,6 +127,33 @@ const char* DlopenCuptiApi::callback_name(CUpti_CallbackDomain domain, uint32_t 
 
 CUptiResult DlopenCuptiApi::finalize() {
   return finalize_();
+}
+
+namespace {
+// The subscriber's callback: the activity API needs none (no callback is ever enabled).
+void CUPTIAPI ignore_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+}  // namespace
+
+CUptiResult DlopenCuptiApi::subscribe(const char* name, std::string* holder) {
+  if (subscriber_) return CUPTI_SUCCESS;
+  if (!subscribe_v2_) return subscribe_(&subscriber_, ignore_callback, nullptr);
+  char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {};
+  CUpti_SubscriberParams params{};
+  params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+  params.subscriberName = name;
+  params.oldSubscriberName = old_name;
+  params.oldSubscriberSize = CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN;
+  CUptiResult result = subscribe_v2_(&subscriber_, ignore_callback, nullptr, &params);
+  if (result != CUPTI_SUCCESS) subscriber_ = nullptr;
+  if (result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && holder) *holder = old_name;
+  return result;
+}
+
+CUptiResult DlopenCuptiApi::unsubscribe() {
+  if (!subscriber_) return CUPTI_SUCCESS;
+  CUptiResult result = unsubscribe_(subscriber_);
+  subscriber_ = nullptr;
+  return result;
 }
 
 CUptiResult DlopenCuptiApi::get_version(uint32_t* version) {

@@ -34,6 +34,13 @@ class CuptiApi {
   // "cudaLaunchKernel_v7000" for a runtime/driver callback id, nullptr when unknown.
   virtual const char* callback_name(CUpti_CallbackDomain domain, uint32_t cbid) = 0;
   virtual CUptiResult finalize() = 0;
+  // Takes CUPTI's one subscriber slot (CUPTI 13.0: one per process) under `name`
+  // (cuptiSubscribe_v2; cuptiSubscribe where the library lacks it). On
+  // CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, *holder names the tool holding it when the
+  // library says ("CUPTI for torch", "Nsight Systems", ...), else stays empty.
+  virtual CUptiResult subscribe(const char* name, std::string* holder) = 0;
+  // Gives the slot back (no-op when not subscribed).
+  virtual CUptiResult unsubscribe() = 0;
   // CUPTI_API_VERSION of the loaded library (cuptiGetVersion).
   virtual CUptiResult get_version(uint32_t* version) = 0;
   // Human-readable text for a result ("CUPTI_ERROR_UNKNOWN").
@@ -49,6 +56,8 @@ class DlopenCuptiApi final : public CuptiApi {
   ~DlopenCuptiApi() override;
 
   const std::string& library_path() const { return library_path_; }
+  // The library's own function `name` (dlsym on its handle: never an interposed one).
+  void* symbol(const char* name) const;
   // True when both name the same loaded library (dlopen hands out one handle per library).
   bool same_library_as(const DlopenCuptiApi& other) const { return handle_ == other.handle_; }
 
@@ -62,6 +71,8 @@ class DlopenCuptiApi final : public CuptiApi {
   CUptiResult dropped_records(size_t* dropped) override;
   const char* callback_name(CUpti_CallbackDomain domain, uint32_t cbid) override;
   CUptiResult finalize() override;
+  CUptiResult subscribe(const char* name, std::string* holder) override;
+  CUptiResult unsubscribe() override;
   CUptiResult get_version(uint32_t* version) override;
   std::string error_text(CUptiResult result) override;
 
@@ -81,6 +92,11 @@ class DlopenCuptiApi final : public CuptiApi {
   CUptiResult (*dropped_records_)(CUcontext, uint32_t, size_t*) = nullptr;
   CUptiResult (*callback_name_)(CUpti_CallbackDomain, uint32_t, const char**) = nullptr;
   CUptiResult (*finalize_)() = nullptr;
+  CUptiResult (*subscribe_)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
+  CUptiResult (*subscribe_v2_)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*,
+                               CUpti_SubscriberParams*) = nullptr;  // CUPTI 13.0+, optional
+  CUptiResult (*unsubscribe_)(CUpti_SubscriberHandle) = nullptr;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
   CUptiResult (*get_version_)(uint32_t*) = nullptr;
   CUptiResult (*result_string_)(CUptiResult, const char**) = nullptr;
 };

@@ -105,16 +105,32 @@ bool CuptiCapture::start(std::string* error) {
     if (error) *error = "another CUPTI capture is already active";
     return false;
   }
+  bool subscribed = false;
   auto fail = [&](const std::string& message) {
     for (CUpti_ActivityKind kind : enabled_) api_.disable(kind);
     enabled_.clear();
+    if (subscribed) api_.unsubscribe();
     g_active_capture.store(nullptr, std::memory_order_release);
     if (error) *error = message;
     return false;
   };
+  held_by_.clear();
   // First, before CUPTI is asked to do anything: records of another layout would be misread.
   std::string version_error;
   if (!check_version(&version_error)) return fail(version_error);
+  // CUPTI 13.0 serves one subscriber per process, and its activity callbacks are process-wide:
+  // when another tool (the program's torch.profiler, Nsight) holds it, moescope stays out of
+  // its way instead of taking its buffers.
+  std::string holder;
+  if (CUptiResult result = api_.subscribe("moescope", &holder); result != CUPTI_SUCCESS) {
+    if (result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      held_by_ = holder.empty() ? "another CUPTI client" : holder;
+      return fail("CUPTI is held by " + held_by_ +
+                  ": GPU activity not recorded (NVTX and NCCL still are)");
+    }
+    return fail("cuptiSubscribe failed: " + api_.error_text(result));
+  }
+  subscribed = true;
   // Before any kind is enabled, so every record uses the recorder's clock.
   if (CUptiResult result = api_.register_timestamp_callback(recorder_clock);
       result != CUPTI_SUCCESS) {
@@ -197,6 +213,7 @@ void CuptiCapture::stop_with(bool finalize) {
   std::lock_guard<std::mutex> state_lock(state_mutex_);
   for (CUpti_ActivityKind kind : enabled_) api_.disable(kind);
   enabled_.clear();
+  api_.unsubscribe();  // the slot is free for the program's own profiler
   if (finalize) {
     if (CUptiResult result = api_.finalize(); result != CUPTI_SUCCESS) {
       warn("cuptiFinalize failed: " + api_.error_text(result));
@@ -234,6 +251,11 @@ CuptiTranslationCounts CuptiCapture::counts() const {
 uint64_t CuptiCapture::dropped_records() const {
   std::lock_guard<std::mutex> lock(translate_mutex_);
   return dropped_;
+}
+
+std::string CuptiCapture::held_by() const {
+  std::lock_guard<std::mutex> state_lock(state_mutex_);
+  return held_by_;
 }
 
 bool CuptiCapture::version_refused() const {

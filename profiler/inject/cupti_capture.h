@@ -1,6 +1,9 @@
 // CUDA activity capture through CUPTI's activity API.
 //
 //   start():  cuptiGetVersion must match the compiled CUPTI_API_VERSION (cupti_compatibility.h)
+//             cuptiSubscribe_v2 "moescope": CUPTI 13.0 has one subscriber per process; when
+//             another tool holds it, start() fails naming it (held_by()) and touches nothing
+//             (multi-subscriber mode needs CUPTI 13.2+ headers and library: not built here)
 //             timestamp callback = moescope_now_ns (GPU times land on the recorder's clock)
 //             buffer callbacks -> CuptiBufferPool (4 MB buffers, 128 MB cap)
 //             enable CONCURRENT_KERNEL (required) + MEMCPY, MEMSET, MEMORY2, SYNCHRONIZATION,
@@ -8,7 +11,7 @@
 //             flush thread: cuptiActivityFlushAll(0) every flush_interval_ms
 //   CUPTI:    buffer completed -> layout check -> CuptiRecordTranslator -> recorder;
 //             dropped count -> trace
-//   stop():   forced flush, disable every kind; cuptiFinalize only when asked for
+//   stop():   forced flush, disable every kind, unsubscribe; cuptiFinalize only when asked for
 //             (MOESCOPE_CUPTI_FINALIZE=1), never at process exit (stop_at_exit)
 //
 // Why no cuptiFinalize by default: it races with any other thread inside a CUDA or CUPTI call
@@ -73,6 +76,9 @@ class CuptiCapture {
   uint64_t dropped_records() const;  // reported by CUPTI so far (also in the trace's stats)
   // The last start() failed because the loaded CUPTI's version is not the compiled one.
   bool version_refused() const;
+  // The last start() failed because another tool holds CUPTI's one subscriber slot: its name
+  // ("CUPTI for torch", "another CUPTI client"), else empty.
+  std::string held_by() const;
   // Records not translated because their layout was not the compiled one (then every later
   // record is refused too, and the trace says why once).
   uint64_t refused_records() const;
@@ -106,6 +112,7 @@ class CuptiCapture {
   bool running_ = false;
   bool abandoned_ = false;
   bool version_refused_ = false;
+  std::string held_by_;
   std::vector<CUpti_ActivityKind> enabled_;
 
   std::thread flush_thread_;

@@ -1,5 +1,9 @@
 #include "cupti_compatibility.h"
 
+#include <type_traits>
+
+#include "cupti_record_types.h"
+
 namespace moescope::inject {
 namespace {
 
@@ -7,27 +11,21 @@ namespace {
 // small counter (26 = CUDA 12.8), never compatible with the new scheme.
 constexpr uint32_t kFirstDottedVersion = 130000;
 
-const char* compiled_struct_name(CUpti_ActivityKind kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-      return "CUpti_ActivityKernel10";
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-      return "CUpti_ActivityMemcpy6";
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-      return "CUpti_ActivityMemset4";
-    case CUPTI_ACTIVITY_KIND_MEMORY2:
-      return "CUpti_ActivityMemory4";
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-      return "CUpti_ActivitySynchronization2";
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-      return "CUpti_ActivityAPI";
-    case CUPTI_ACTIVITY_KIND_CONTEXT:
-      return "CUpti_ActivityContext3";
-    default:
-      return nullptr;
-  }
+// The struct's size and name for `kind` (cupti_record_types.h); {0, nullptr} when not read.
+struct CompiledRecord {
+  size_t size = 0;
+  const char* name = nullptr;
+};
+
+CompiledRecord compiled_record(CUpti_ActivityKind kind) {
+  return visit_cupti_record_type(kind, [](auto type) {
+    using Record = typename decltype(type)::type;
+    if constexpr (std::is_void_v<Record>) {
+      return CompiledRecord{};
+    } else {
+      return CompiledRecord{sizeof(Record), CuptiRecordName<Record>::value};
+    }
+  });
 }
 
 }  // namespace
@@ -43,33 +41,15 @@ std::string cupti_version_refusal(uint32_t loaded, uint32_t compiled) {
 }
 
 size_t compiled_record_size(CUpti_ActivityKind kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-      return sizeof(CUpti_ActivityKernel10);
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-      return sizeof(CUpti_ActivityMemcpy6);
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-      return sizeof(CUpti_ActivityMemset4);
-    case CUPTI_ACTIVITY_KIND_MEMORY2:
-      return sizeof(CUpti_ActivityMemory4);
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-      return sizeof(CUpti_ActivitySynchronization2);
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-      return sizeof(CUpti_ActivityAPI);
-    case CUPTI_ACTIVITY_KIND_CONTEXT:
-      return sizeof(CUpti_ActivityContext3);
-    default:
-      return 0;
-  }
+  return compiled_record(kind).size;
 }
 
 std::string cupti_record_layout_refusal(CUpti_ActivityKind kind, size_t extent) {
-  const size_t compiled = compiled_record_size(kind);
+  const CompiledRecord compiled_struct = compiled_record(kind);
+  const size_t compiled = compiled_struct.size;
   if (compiled == 0 || extent >= compiled) return {};
   return "CUPTI record of kind " + std::to_string(static_cast<int>(kind)) + " spans " +
-         std::to_string(extent) + " bytes, compiled " + compiled_struct_name(kind) + " is " +
+         std::to_string(extent) + " bytes, compiled " + compiled_struct.name + " is " +
          std::to_string(compiled) + ": GPU activity not recorded";
 }
 

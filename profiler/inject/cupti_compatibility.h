@@ -34,8 +34,8 @@ bool cupti_versions_compatible(uint32_t loaded, uint32_t compiled);
 // "CUPTI 26 does not match the compiled 130001: GPU activity not recorded".
 std::string cupti_version_refusal(uint32_t loaded, uint32_t compiled);
 
-// Size of the struct the translator reads for `kind` (CUpti_ActivityKernel10 for
-// CONCURRENT_KERNEL, ...), 0 for kinds it does not read.
+// Size of the struct the translator reads for `kind` (cupti_record_types.h: CuptiKernelRecord
+// for CONCURRENT_KERNEL, ...), 0 for kinds it does not read.
 size_t compiled_record_size(CUpti_ActivityKind kind);
 
 // Empty when a record of `kind` spanning `extent` bytes can be read as the compiled struct,

@@ -1,5 +1,7 @@
 #include "cupti_injection.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,9 @@ struct ProcessCapture {
   bool prepared = false;
   bool enable_at_start = false;  // eager: CUPTI starts in gpu_capture_start()
   bool ever_prepared = false;    // InitializeInjection: did the core decide anything?
+  // The driver called InitializeInjection: CUDA is up in this process, so a later recording
+  // (after a stop) cannot wait for cuInit, which happens once per process; it starts at once.
+  bool cuda_initialized = false;
   // Heap objects never freed: CUPTI threads may call back into them until the process ends.
   // Those of the latest start; a start that loads another libcupti replaces (and leaks) them.
   DlopenCuptiApi* api = nullptr;
@@ -34,6 +39,24 @@ ProcessCapture& process_capture() {
   static auto* capture = new ProcessCapture();
   return *capture;
 }
+
+// Set while this thread holds the process mutex: a CUPTI call made under it that comes back
+// into the shim (an interposed cupti* entry point reached from inside libcupti) must not take
+// the mutex again.
+thread_local bool t_controlling_capture = false;
+
+class ControlLock {
+ public:
+  explicit ControlLock(ProcessCapture& process) : lock_(process.mutex) {
+    t_controlling_capture = true;
+  }
+  ~ControlLock() { t_controlling_capture = false; }
+  ControlLock(const ControlLock&) = delete;
+  ControlLock& operator=(const ControlLock&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
 
 const char* state_name(CaptureState state) {
   switch (state) {
@@ -81,11 +104,32 @@ void record_note(const char* text) {
 // queries would otherwise race the runtime's teardown), while the recording stays open for the
 // program's own exit handlers. It never calls cuptiFinalize (cupti_capture.h says why). The
 // session's later stop then finds CUPTI stopped and touches neither library again.
+// cudaErrorCudartUnloading: the CUDA runtime's own exit handler has started tearing it down.
+constexpr int kCudaErrorCudartUnloading = 4;
+
+// Whether the CUDA runtime the program loaded is still up, asked without loading one: the
+// order of this handler against cudart's teardown is only known on a GPU, so the trace says
+// what it found (tests/device part "restart" checks it).
+std::string cuda_runtime_state_at_exit() {
+  void* get_device = dlsym(RTLD_DEFAULT, "cudaGetDevice");
+  for (const char* soname : {"libcudart.so.13", "libcudart.so.12"}) {
+    if (get_device) break;
+    if (void* handle = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD))
+      get_device = dlsym(handle, "cudaGetDevice");
+  }
+  if (!get_device) return "no CUDA runtime loaded";
+  int device = -1;
+  int status = reinterpret_cast<int (*)(int*)>(get_device)(&device);
+  if (status == kCudaErrorCudartUnloading) return "after the CUDA runtime began its teardown";
+  return "before the CUDA runtime's teardown";
+}
+
 void flush_before_cuda_teardown() {
   ProcessCapture& process = process_capture();
   {
-    std::lock_guard<std::mutex> lock(process.mutex);
+    ControlLock lock(process);
     if (process.capture && process.state == CaptureState::kOn) {
+      record_note(("gpu capture flushed at exit " + cuda_runtime_state_at_exit()).c_str());
       process.capture->stop_at_exit();
       process.state = CaptureState::kOff;
       process.detail = "stopped at exit";
@@ -127,9 +171,11 @@ void enable_cupti_locked(ProcessCapture& process) {
     process.state = CaptureState::kFailed;
     process.detail = error;
     std::fprintf(stderr, "moescope: CUDA activity not recorded: %s\n", error.c_str());
-    // A version mismatch says which versions (the error is the whole sentence).
-    record_note(process.capture->version_refused() ? ("gpu capture off: " + error).c_str()
-                                                   : "gpu capture off: CUPTI could not be enabled");
+    // A version mismatch says which versions, a held CUPTI who holds it (the error is the
+    // whole sentence).
+    bool whole_sentence = process.capture->version_refused() || !process.capture->held_by().empty();
+    record_note(whole_sentence ? ("gpu capture off: " + error).c_str()
+                               : "gpu capture off: CUPTI could not be enabled");
     return;
   }
   process.state = CaptureState::kOn;
@@ -160,6 +206,12 @@ void prepare_locked(ProcessCapture& process) {
   }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
   bool lazy = mode_text == "lazy" || (mode_text == "auto" && injection && *injection);
+  if (lazy && process.cuda_initialized) {
+    process.state = CaptureState::kOff;
+    process.detail = "CUDA is up already (cuInit came before this recording): CUPTI starts with it";
+    process.enable_at_start = true;
+    return;
+  }
   if (lazy) {
     process.state = CaptureState::kWaitingForCuInit;
     process.detail = "CUPTI starts when the program initializes CUDA";
@@ -174,13 +226,13 @@ void prepare_locked(ProcessCapture& process) {
 
 void gpu_capture_prepare() {
   ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+  ControlLock lock(process);
   prepare_locked(process);
 }
 
 void gpu_capture_start() {
   ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+  ControlLock lock(process);
   if (process.state == CaptureState::kOn) return;
   if (!process.prepared) prepare_locked(process);
   process.prepared = false;  // the next start decides again
@@ -195,7 +247,7 @@ void gpu_capture_start() {
 void gpu_capture_stop() {
   ProcessCapture& process = process_capture();
   {
-    std::lock_guard<std::mutex> lock(process.mutex);
+    ControlLock lock(process);
     if (process.capture && process.state == CaptureState::kOn) {
       process.capture->stop();
       process.state = CaptureState::kOff;
@@ -205,6 +257,28 @@ void gpu_capture_stop() {
     }
   }
   if (nccl_capture_shutdown) nccl_capture_shutdown();
+}
+
+void gpu_capture_yield(const std::string& client) {
+  if (t_controlling_capture) return;  // our own CUPTI call, come back through libcupti
+  ProcessCapture& process = process_capture();
+  ControlLock lock(process);
+  if (!process.capture || process.state != CaptureState::kOn) return;
+  // Everything CUPTI holds for us is delivered to us now (forced flush), before the other
+  // client registers its callbacks, which replace ours for the whole process.
+  process.capture->stop_at_exit();
+  process.state = CaptureState::kOff;
+  process.detail = "yielded to " + client;
+  record_note(("gpu capture yielded to the program's own CUPTI client (" + client +
+               "): GPU activity from here on is not recorded; NVTX and NCCL still are")
+                  .c_str());
+}
+
+void* gpu_capture_real_cupti_function(const char* name) {
+  ProcessCapture& process = process_capture();
+  if (t_controlling_capture) return process.api ? process.api->symbol(name) : nullptr;
+  ControlLock lock(process);
+  return process.api ? process.api->symbol(name) : nullptr;
 }
 
 void gpu_capture_after_fork_in_child() {
@@ -220,14 +294,20 @@ void gpu_capture_after_fork_in_child() {
 
 std::string gpu_capture_metadata_json() {
   ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+  ControlLock lock(process);
   return std::string("{\"cupti\":\"") + state_name(process.state) + "\",\"cupti_detail\":\"" +
          json_escaped(process.detail) + "\"}";
 }
 
+void gpu_capture_forget_cuda_init_for_tests() {
+  ProcessCapture& process = process_capture();
+  ControlLock lock(process);
+  process.cuda_initialized = false;
+}
+
 std::string gpu_capture_state() {
   ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+  ControlLock lock(process);
   return state_name(process.state);
 }
 
@@ -236,7 +316,8 @@ std::string gpu_capture_state() {
 extern "C" int InitializeInjection(void) {
   using namespace moescope::inject;
   ProcessCapture& process = process_capture();
-  std::lock_guard<std::mutex> lock(process.mutex);
+  ControlLock lock(process);
+  process.cuda_initialized = true;
   // Also when the core never called gpu_capture_start (state still off, nothing decided).
   bool undecided = !process.ever_prepared;
   const char* mode = std::getenv("MOESCOPE_CUPTI");

@@ -24,6 +24,14 @@ void gpu_capture_prepare();
 void gpu_capture_start();
 // Idempotent: delivers CUPTI's last records, finalizes CUPTI and drains pending NCCL timings.
 void gpu_capture_stop();
+// The program's own CUPTI client (torch.profiler's Kineto, ...) subscribes or registers its
+// activity callbacks: CUPTI 13.0 has one subscriber and one set of callbacks per process, so
+// the capture yields (delivers what CUPTI holds for it, disables its kinds, unsubscribes) and
+// notes it in the trace, naming `client`. NVTX and NCCL capture go on. Called by the
+// interposed cuptiSubscribe / cuptiActivityRegisterCallbacks (cupti_client_interpose.cpp).
+void gpu_capture_yield(const std::string& client);
+// The function `name` of the libcupti the capture loaded (nullptr before it loaded one).
+void* gpu_capture_real_cupti_function(const char* name);
 // In a forked child: forget the parent's CUPTI session (the child records no CUDA activity).
 void gpu_capture_after_fork_in_child();
 // A JSON object for the trace metadata: {"cupti":"<state>","cupti_detail":"<why>"}, e.g.
@@ -31,6 +39,10 @@ void gpu_capture_after_fork_in_child();
 std::string gpu_capture_metadata_json();
 // What the capture is doing now: "off", "no CUDA driver", "waiting for cuInit", "on", "failed".
 std::string gpu_capture_state();
+// Tests only (one process plays many): forget that the driver called InitializeInjection, as in
+// a fresh process. After a real cuInit, a new recording starts CUPTI at once instead of waiting
+// for a cuInit that never comes again.
+void gpu_capture_forget_cuda_init_for_tests();
 
 }  // namespace moescope::inject
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 namespace moescope::inject {
 namespace {
@@ -66,42 +67,41 @@ CuptiRecordTranslator::CuptiRecordTranslator(CuptiApi& api, bool keep_all_api_ca
     : api_(api), keep_all_api_calls_(keep_all_api_calls) {}
 
 void CuptiRecordTranslator::translate(const CUpti_Activity& record) {
-  switch (record.kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-      translate_kernel(reinterpret_cast<const CUpti_ActivityKernel10&>(record));
-      break;
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-      translate_memcpy(reinterpret_cast<const CUpti_ActivityMemcpy6&>(record));
-      break;
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-      translate_memset(reinterpret_cast<const CUpti_ActivityMemset4&>(record));
-      break;
-    case CUPTI_ACTIVITY_KIND_MEMORY2:
-      translate_memory(reinterpret_cast<const CUpti_ActivityMemory4&>(record));
-      break;
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-      translate_sync(reinterpret_cast<const CUpti_ActivitySynchronization2&>(record));
-      break;
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-      translate_api(reinterpret_cast<const CUpti_ActivityAPI&>(record),
-                    CUPTI_CB_DOMAIN_RUNTIME_API);
-      break;
-    case CUPTI_ACTIVITY_KIND_DRIVER:
-      translate_api(reinterpret_cast<const CUpti_ActivityAPI&>(record), CUPTI_CB_DOMAIN_DRIVER_API);
-      break;
-    case CUPTI_ACTIVITY_KIND_CONTEXT: {
-      const auto& context = reinterpret_cast<const CUpti_ActivityContext3&>(record);
-      learn_context(context.contextId, context.deviceId);
-      break;
-    }
-    default:
+  visit_cupti_record_type(record.kind, [&](auto type) {
+    using Record = typename decltype(type)::type;
+    if constexpr (std::is_void_v<Record>) {
       ++counts_.other;
-      break;
-  }
+    } else {
+      translate_record(reinterpret_cast<const Record&>(record), record.kind);
+    }
+  });
 }
 
-void CuptiRecordTranslator::translate_kernel(const CUpti_ActivityKernel10& kernel) {
+void CuptiRecordTranslator::translate_record(const CuptiKernelRecord& kernel, CUpti_ActivityKind) {
+  translate_kernel(kernel);
+}
+void CuptiRecordTranslator::translate_record(const CuptiMemcpyRecord& copy, CUpti_ActivityKind) {
+  translate_memcpy(copy);
+}
+void CuptiRecordTranslator::translate_record(const CuptiMemsetRecord& memset, CUpti_ActivityKind) {
+  translate_memset(memset);
+}
+void CuptiRecordTranslator::translate_record(const CuptiMemoryRecord& memory, CUpti_ActivityKind) {
+  translate_memory(memory);
+}
+void CuptiRecordTranslator::translate_record(const CuptiSyncRecord& sync, CUpti_ActivityKind) {
+  translate_sync(sync);
+}
+void CuptiRecordTranslator::translate_record(const CuptiApiRecord& call, CUpti_ActivityKind kind) {
+  translate_api(call, kind == CUPTI_ACTIVITY_KIND_DRIVER ? CUPTI_CB_DOMAIN_DRIVER_API
+                                                         : CUPTI_CB_DOMAIN_RUNTIME_API);
+}
+void CuptiRecordTranslator::translate_record(const CuptiContextRecord& context,
+                                             CUpti_ActivityKind) {
+  learn_context(context.contextId, context.deviceId);
+}
+
+void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
   learn_context(kernel.contextId, kernel.deviceId);
   moescope_gpu_kernel_info info{};
   info.name = kernel_name(kernel.name);
@@ -125,7 +125,7 @@ void CuptiRecordTranslator::translate_kernel(const CUpti_ActivityKernel10& kerne
   ++counts_.kernels;
 }
 
-void CuptiRecordTranslator::translate_memcpy(const CUpti_ActivityMemcpy6& copy) {
+void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
   learn_context(copy.contextId, copy.deviceId);
   moescope_gpu_copy_info info{};
   info.start_ns = copy.start;
@@ -140,7 +140,7 @@ void CuptiRecordTranslator::translate_memcpy(const CUpti_ActivityMemcpy6& copy) 
   ++counts_.copies;
 }
 
-void CuptiRecordTranslator::translate_memset(const CUpti_ActivityMemset4& memset) {
+void CuptiRecordTranslator::translate_memset(const CuptiMemsetRecord& memset) {
   learn_context(memset.contextId, memset.deviceId);
   moescope_gpu_copy_info info{};
   info.start_ns = memset.start;
@@ -155,7 +155,7 @@ void CuptiRecordTranslator::translate_memset(const CUpti_ActivityMemset4& memset
   ++counts_.memsets;
 }
 
-void CuptiRecordTranslator::translate_memory(const CUpti_ActivityMemory4& memory) {
+void CuptiRecordTranslator::translate_memory(const CuptiMemoryRecord& memory) {
   bool is_free;
   switch (memory.memoryOperationType) {
     case CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION:
@@ -175,15 +175,14 @@ void CuptiRecordTranslator::translate_memory(const CUpti_ActivityMemory4& memory
   ++counts_.memory;
 }
 
-void CuptiRecordTranslator::translate_sync(const CUpti_ActivitySynchronization2& sync) {
+void CuptiRecordTranslator::translate_sync(const CuptiSyncRecord& sync) {
   uint64_t end = sync.end >= sync.start ? sync.end : sync.start;
   moescope_gpu_sync(sync_kind_of(sync.type), sync.start, end, device_of_context(sync.contextId),
                     sync.streamId, sync.correlationId);
   ++counts_.syncs;
 }
 
-void CuptiRecordTranslator::translate_api(const CUpti_ActivityAPI& call,
-                                          CUpti_CallbackDomain domain) {
+void CuptiRecordTranslator::translate_api(const CuptiApiRecord& call, CUpti_CallbackDomain domain) {
   const ApiName& name = api_name(domain, call.cbid);
   if (!name.keep) {
     ++counts_.api_calls_skipped;

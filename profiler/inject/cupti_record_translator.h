@@ -1,13 +1,14 @@
 // Turns CUPTI activity records into recorder events (moescope/recorder.h).
 //
-//   CONCURRENT_KERNEL (CUpti_ActivityKernel10)   -> moescope_gpu_kernel
-//   MEMCPY (CUpti_ActivityMemcpy6)               -> moescope_gpu_copy
-//   MEMSET (CUpti_ActivityMemset4)               -> moescope_gpu_copy (is_memset)
-//   MEMORY2 (CUpti_ActivityMemory4)              -> moescope_memory_event_at
-//   SYNCHRONIZATION (CUpti_ActivitySynchronization2) -> moescope_gpu_sync
-//   RUNTIME / DRIVER (CUpti_ActivityAPI)         -> moescope_api_call (launches, copies, syncs,
-//                                                   allocations; the rest is skipped)
-//   CONTEXT (CUpti_ActivityContext3)             -> remembered: context id -> device
+//   CONCURRENT_KERNEL (CuptiKernelRecord)   -> moescope_gpu_kernel
+//   MEMCPY (CuptiMemcpyRecord)              -> moescope_gpu_copy
+//   MEMSET (CuptiMemsetRecord)              -> moescope_gpu_copy (is_memset)
+//   MEMORY2 (CuptiMemoryRecord)             -> moescope_memory_event_at
+//   SYNCHRONIZATION (CuptiSyncRecord)       -> moescope_gpu_sync
+//   RUNTIME / DRIVER (CuptiApiRecord)       -> moescope_api_call (launches, copies, syncs,
+//                                              allocations; the rest is skipped)
+//   CONTEXT (CuptiContextRecord)            -> remembered: context id -> device
+// The structs behind the aliases and the kind -> struct mapping: cupti_record_types.h.
 //
 // Timestamps are used as delivered: the capture registers moescope_now_ns as CUPTI's timestamp
 // callback, so CUPTI's times are already on the recorder's clock. Not thread-safe: the capture
@@ -19,6 +20,7 @@
 #include <unordered_map>
 
 #include "cupti_api.h"
+#include "cupti_record_types.h"
 #include "moescope/recorder.h"
 
 namespace moescope::inject {
@@ -55,12 +57,20 @@ class CuptiRecordTranslator {
     bool keep = false;
   };
 
-  void translate_kernel(const CUpti_ActivityKernel10& kernel);
-  void translate_memcpy(const CUpti_ActivityMemcpy6& copy);
-  void translate_memset(const CUpti_ActivityMemset4& memset);
-  void translate_memory(const CUpti_ActivityMemory4& memory);
-  void translate_sync(const CUpti_ActivitySynchronization2& sync);
-  void translate_api(const CUpti_ActivityAPI& call, CUpti_CallbackDomain domain);
+  // One overload per struct of cupti_record_types.h (`kind` tells RUNTIME from DRIVER).
+  void translate_record(const CuptiKernelRecord& kernel, CUpti_ActivityKind kind);
+  void translate_record(const CuptiMemcpyRecord& copy, CUpti_ActivityKind kind);
+  void translate_record(const CuptiMemsetRecord& memset, CUpti_ActivityKind kind);
+  void translate_record(const CuptiMemoryRecord& memory, CUpti_ActivityKind kind);
+  void translate_record(const CuptiSyncRecord& sync, CUpti_ActivityKind kind);
+  void translate_record(const CuptiApiRecord& call, CUpti_ActivityKind kind);
+  void translate_record(const CuptiContextRecord& context, CUpti_ActivityKind kind);
+  void translate_kernel(const CuptiKernelRecord& kernel);
+  void translate_memcpy(const CuptiMemcpyRecord& copy);
+  void translate_memset(const CuptiMemsetRecord& memset);
+  void translate_memory(const CuptiMemoryRecord& memory);
+  void translate_sync(const CuptiSyncRecord& sync);
+  void translate_api(const CuptiApiRecord& call, CUpti_CallbackDomain domain);
   moescope_name_t kernel_name(const char* mangled);
   const ApiName& api_name(CUpti_CallbackDomain domain, uint32_t cbid);
   uint32_t device_of_context(uint32_t context_id) const;

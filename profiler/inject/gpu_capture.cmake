@@ -43,6 +43,7 @@ add_library(moescope_gpu_capture OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/cupti_record_translator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cupti_capture.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cupti_injection.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cupti_client_interpose.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_gpu_events.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_tracker.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_op_recorder.cpp)
@@ -54,7 +55,8 @@ foreach(part moescope_gpu_capture moescope_nccl_interposer)
     ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/recorder/include)
   target_include_directories(${part} SYSTEM PUBLIC ${MOESCOPE_CUPTI_INCLUDE_DIR})
   set_target_properties(${part} PROPERTIES POSITION_INDEPENDENT_CODE ON)
-  # Only the interposed nccl* functions and InitializeInjection are exported (marked default).
+  # Only the interposed nccl* / cupti* functions and InitializeInjection are exported (marked
+  # default).
   target_compile_options(${part} PRIVATE -fvisibility=hidden)
   target_link_libraries(${part} PUBLIC Threads::Threads ${CMAKE_DL_LIBS} PRIVATE moescope_warnings)
 endforeach()

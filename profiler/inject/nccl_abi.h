@@ -46,11 +46,13 @@ struct UniqueId {
 
 struct Comm;            // struct ncclComm (opaque)
 struct Config;          // ncclConfig_t (passed through untouched)
+struct SimInfo;         // ncclSimInfo_t of ncclGroupSimulateEnd (passed through untouched)
 struct CudaStreamImpl;  // struct CUstream_st (opaque)
 using CommHandle = Comm*;
 using Stream = CudaStreamImpl*;
 
-inline constexpr int kSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
+inline constexpr int kSplitNoColor = -1;   // NCCL_SPLIT_NOCOLOR
+inline constexpr int kShrinkAbort = 0x01;  // NCCL_SHRINK_ABORT: the parent's ops are aborted
 
 // Bytes per element, 0 for an unknown type.
 constexpr size_t data_type_bytes(int dtype) {

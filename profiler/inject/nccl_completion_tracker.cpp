@@ -28,12 +28,16 @@ bool NcclCompletionTracker::usable() {
   return events_.usable();
 }
 
-std::shared_ptr<NcclCompletionTracker::Reference> NcclCompletionTracker::reference_for(int device) {
+std::shared_ptr<NcclCompletionTracker::Reference> NcclCompletionTracker::reference_for(
+    int device, bool may_create) {
   if (device < 0) return nullptr;
   if (references_.size() <= static_cast<size_t>(device)) references_.resize(device + 1);
   std::shared_ptr<Reference>& current = references_[device];
   uint64_t now = host_clock_();
   if (current && now - current->created_ns < options_.reference_lifetime_ns) return current;
+  // Making one synchronizes: never on the application thread (a CUDA graph may be being
+  // captured there or elsewhere), only in poll().
+  if (!may_create) return nullptr;
 
   auto reference = std::make_shared<Reference>();
   reference->events = &events_;
@@ -76,10 +80,17 @@ void NcclCompletionTracker::give_back(Mark& mark) {
 
 NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi::Stream stream) {
   Mark mark;
-  if (device < 0 || !events_.usable() || events_.stream_capturing(stream)) return mark;
+  if (device < 0 || !events_.usable()) return mark;
+  // The application's thread: nothing here may break a CUDA graph being captured, on this
+  // thread or (global mode) on another one.
+  ScopedRelaxedCaptureMode relaxed(events_);
+  if (events_.stream_capturing(stream)) {
+    mark.captured = true;  // an event would become part of the user's graph
+    return mark;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<Reference> reference = reference_for(device);
-  if (!reference) return mark;
+  // The current reference when there is one; else the poller takes one after the op completed.
+  std::shared_ptr<Reference> reference = reference_for(device, /*may_create=*/false);
   GpuEventApi::Event event = take_event(device);
   if (!event) return mark;
   mark.device = device;
@@ -97,8 +108,13 @@ void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Ma
   PendingOp pending{std::move(ops), std::move(start), std::move(end)};
   bool emit_now = false;
   bool note_full = false;
+  bool note_captured = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (pending.end.captured && !graph_capture_noted_) {
+      graph_capture_noted_ = true;
+      note_captured = true;
+    }
     const bool full = pending_.size() >= options_.max_pending;
     if (!pending.end.valid() || full) {
       give_back(pending.start);
@@ -109,6 +125,11 @@ void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Ma
     } else {
       pending_.push_back(std::move(pending));
     }
+  }
+  if (note_captured) {
+    write_note(
+        "NCCL ops captured into a CUDA graph: recorded once, at capture, without GPU times; "
+        "their graph replays are not recorded as comm ops (their kernels are, through CUPTI)");
   }
   if (note_full) {
     write_note(std::to_string(options_.max_pending) +
@@ -127,11 +148,26 @@ void NcclCompletionTracker::write_note(const std::string& text) {
 }
 
 uint64_t NcclCompletionTracker::host_time_of(const Mark& mark) {
-  if (!mark.valid() || !mark.reference) return 0;
+  if (!mark.valid()) return 0;
   float milliseconds = 0;
-  if (!events_.elapsed_ms(mark.reference->event, mark.event, &milliseconds)) return 0;
-  double offset_ns = static_cast<double>(milliseconds) * 1e6;
-  double host_ns = static_cast<double>(mark.reference->host_ns) + offset_ns;
+  double host_ns = 0;
+  if (mark.reference) {  // recorded before the mark
+    if (!events_.elapsed_ms(mark.reference->event, mark.event, &milliseconds)) return 0;
+    host_ns =
+        static_cast<double>(mark.reference->host_ns) + static_cast<double>(milliseconds) * 1e6;
+  } else {
+    // No reference when the op was issued: the device's current one, which poll() took after
+    // the mark completed, so the elapsed time runs from the mark to it.
+    std::shared_ptr<Reference> later;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (mark.device >= 0 && references_.size() > static_cast<size_t>(mark.device)) {
+        later = references_[mark.device];
+      }
+    }
+    if (!later || !events_.elapsed_ms(mark.event, later->event, &milliseconds)) return 0;
+    host_ns = static_cast<double>(later->host_ns) - static_cast<double>(milliseconds) * 1e6;
+  }
   return host_ns > 0 ? static_cast<uint64_t>(host_ns) : 0;
 }
 
@@ -157,6 +193,12 @@ size_t NcclCompletionTracker::poll() {
   std::vector<std::pair<PendingOp, bool>> ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A fresh reference for every device with ops waiting (made here, on the poller's thread,
+    // never where the program issues ops): ops whose end completed before it are measured
+    // back from it, later ops forward.
+    for (const PendingOp& pending : pending_) {
+      if (pending.end.device >= 0) reference_for(pending.end.device, /*may_create=*/true);
+    }
     // Events on one stream complete in submission order: after the first one still pending,
     // the later ones on its stream are not queried (one query per stream for a long queue).
     std::vector<std::pair<int, GpuEventApi::Stream>> blocked_streams;
@@ -191,6 +233,10 @@ size_t NcclCompletionTracker::poll() {
 
 void NcclCompletionTracker::drain() {
   poll();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    graph_capture_noted_ = false;  // noted again in the next recording
+  }
   std::vector<PendingOp> remaining;
   {
     std::lock_guard<std::mutex> lock(mutex_);

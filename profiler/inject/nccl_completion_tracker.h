@@ -9,7 +9,11 @@
 //
 // A reference is an event recorded on an idle stream of the device and synchronized, with the
 // host time taken around it: GPU event times become host times with an error of about half the
-// record+synchronize round trip (microseconds). cudaEventElapsedTime returns float
+// record+synchronize round trip (microseconds). References are made only by poll() (the poller
+// thread, in relaxed capture mode), never on the thread that issues the op: nothing there
+// synchronizes, and its event records run in relaxed capture mode, so a CUDA graph captured on
+// any thread stays valid. An op issued before the device had a reference is measured back from
+// the next one. cudaEventElapsedTime returns float
 // milliseconds, so references are renewed every `reference_lifetime_ns` to keep the float's
 // resolution (10 s -> < 1 us). An op whose timing failed (graph capture, CUDA error, shutdown)
 // is still emitted, with end_ns = 0 ("unknown").
@@ -52,7 +56,8 @@ class NcclCompletionTracker {
     GpuEventApi::Event event = nullptr;
     int device = -1;
     GpuEventApi::Stream stream = nullptr;
-    std::shared_ptr<Reference> reference;
+    std::shared_ptr<Reference> reference;  // empty: measured from a later one (poll())
+    bool captured = false;  // not made: the stream was being captured into a CUDA graph
     bool valid() const { return event != nullptr; }
   };
   using Clock = std::function<uint64_t()>;
@@ -109,7 +114,8 @@ class NcclCompletionTracker {
     Mark start;
     Mark end;
   };
-  std::shared_ptr<Reference> reference_for(int device);
+  // The device's current reference; a new one only when `may_create` (it synchronizes).
+  std::shared_ptr<Reference> reference_for(int device, bool may_create);
   GpuEventApi::Event take_event(int device);
   void give_back(Mark& mark);
   // Host time of a completed mark's event; 0 when it cannot be measured.
@@ -128,6 +134,7 @@ class NcclCompletionTracker {
   std::vector<std::shared_ptr<Reference>> references_;        // current one per device
   std::vector<std::vector<GpuEventApi::Event>> free_events_;  // per device
   bool queue_full_noted_ = false;                             // until the queue drains to half
+  bool graph_capture_noted_ = false;                          // once per recording (drain)
 
   std::thread poller_;
   std::mutex poller_mutex_;

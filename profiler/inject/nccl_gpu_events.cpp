@@ -133,6 +133,11 @@ bool CudaRuntimeEvents::stream_capturing(Stream stream) {
   return status != kCudaStreamCaptureStatusNone;
 }
 
+int CudaRuntimeEvents::exchange_capture_mode(int mode) {
+  if (!resolve() || exchange_capture_mode_(&mode) != kCudaSuccess) return -1;
+  return mode;
+}
+
 void CudaRuntimeEvents::relax_capture_mode_for_this_thread() {
   if (!resolve()) return;
   int mode = kCudaStreamCaptureModeRelaxed;

@@ -38,6 +38,34 @@ class GpuEventApi {
   virtual bool stream_capturing(Stream stream) = 0;
   // Lets this thread query events while another thread captures a CUDA graph in global mode.
   virtual void relax_capture_mode_for_this_thread() = 0;
+  // Sets this thread's stream capture mode (cudaThreadExchangeStreamCaptureMode) and returns
+  // the previous one; -1 when unknown. The default does nothing (no runtime, fakes).
+  virtual int exchange_capture_mode(int mode) {
+    (void)mode;
+    return -1;
+  }
+};
+
+// cudaStreamCaptureModeRelaxed: this thread's CUDA calls never invalidate a capture that
+// another thread runs in global mode.
+inline constexpr int kRelaxedCaptureMode = 2;
+
+// Relaxed capture mode on this thread for a scope, then the program's own mode again: the
+// interposer's few CUDA calls on an application thread (event records on a stream that is not
+// capturing) must not break a CUDA graph another thread is capturing.
+class ScopedRelaxedCaptureMode {
+ public:
+  explicit ScopedRelaxedCaptureMode(GpuEventApi& api)
+      : api_(api), previous_(api.exchange_capture_mode(kRelaxedCaptureMode)) {}
+  ~ScopedRelaxedCaptureMode() {
+    if (previous_ >= 0 && previous_ != kRelaxedCaptureMode) api_.exchange_capture_mode(previous_);
+  }
+  ScopedRelaxedCaptureMode(const ScopedRelaxedCaptureMode&) = delete;
+  ScopedRelaxedCaptureMode& operator=(const ScopedRelaxedCaptureMode&) = delete;
+
+ private:
+  GpuEventApi& api_;
+  int previous_;
 };
 
 // The CUDA runtime of the host program, found at first use. Thread-safe.
@@ -56,6 +84,7 @@ class CudaRuntimeEvents final : public GpuEventApi {
   Stream idle_stream(int device) override;
   bool stream_capturing(Stream stream) override;
   void relax_capture_mode_for_this_thread() override;
+  int exchange_capture_mode(int mode) override;
 
  private:
   bool resolve();

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "moescope/recorder.h"
@@ -126,6 +127,15 @@ void note_version() {
   if (moescope_recording) note_version(capture(), current_recording());
 }
 
+// At exit the poller must stop, and its CUDA event queries end, before the CUDA runtime tears
+// itself down. Registered at the first recorded op, when CUDA is up (cudart registered its own
+// teardown earlier), so it runs before cudart's; also when CUPTI is off or refused, whose own
+// exit handler (cupti_injection.cpp) would otherwise be the only one to stop the poller in time.
+void register_exit_shutdown_once() {
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit([] { nccl_capture_shutdown(); }); });
+}
+
 // Records one op around the forwarded call.
 template <typename Forward>
 Result record_op(const NcclOpCall& call, Forward forward) {
@@ -138,6 +148,7 @@ Result record_op(const NcclOpCall& call, Forward forward) {
   Result result = forward();
   state.recorder.op_end(ticket, result);
   state.poller_gate.op_issued(recording);
+  register_exit_shutdown_once();
   return result;
 }
 
@@ -467,5 +478,37 @@ MOESCOPE_INTERPOSE nccl::Result ncclGroupEnd() {
   recorder.group_end_before();
   nccl::Result result = real();
   recorder.group_end_after(result);
+  return result;
+}
+
+// Ends a group like ncclGroupEnd, but NCCL only estimates its ops (torch asks it for collective
+// time estimates): the group depth must come back down, and the ops are not recorded.
+MOESCOPE_INTERPOSE nccl::Result ncclGroupSimulateEnd(nccl::SimInfo* sim_info) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = real_function<nccl::Result (*)(nccl::SimInfo*)>(slot, "GroupSimulateEnd");
+  if (!real) return moescope::inject::missing("ncclGroupSimulateEnd");
+  nccl::Result result = real(sim_info);
+  capture().recorder.group_simulate_end_after(result);
+  return result;
+}
+
+// A new communicator from a parent without some ranks: recorded like a split child (the
+// ranks that stay get the same id); with NCCL_SHRINK_ABORT the parent's pending ops are
+// written as aborted first, as for ncclCommAbort.
+MOESCOPE_INTERPOSE nccl::Result ncclCommShrink(nccl::CommHandle comm, int* exclude_ranks,
+                                               int exclude_count, nccl::CommHandle* new_comm,
+                                               nccl::Config* config, int shrink_flags) {
+  static std::atomic<void*> slot{nullptr};
+  using Fn = nccl::Result (*)(nccl::CommHandle, int*, int, nccl::CommHandle*, nccl::Config*, int);
+  auto real = real_function<Fn>(slot, "CommShrink");
+  if (!real) return moescope::inject::missing("ncclCommShrink");
+  uint64_t begin = moescope_now_ns();
+  NcclOpRecorder& recorder = capture().recorder;
+  uint64_t shrink_id = recorder.next_shrink_id(comm, exclude_ranks, exclude_count);
+  if (shrink_flags & nccl::kShrinkAbort) recorder.comm_aborting(comm);
+  nccl::Result result = real(comm, exclude_ranks, exclude_count, new_comm, config, shrink_flags);
+  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm) {
+    recorder.comm_created(*new_comm, shrink_id, -1, -1, "ncclCommShrink", begin);
+  }
   return result;
 }

@@ -40,6 +40,19 @@ uint64_t NcclOpRecorder::next_split_id(nccl::CommHandle parent, int color) {
   return fnv1a(key, sizeof(key));
 }
 
+uint64_t NcclOpRecorder::next_shrink_id(nccl::CommHandle parent, const int* excluded,
+                                        int excluded_count) {
+  std::lock_guard<std::mutex> lock(comms_mutex_);
+  CommInfo& info = comm_info_locked(parent);
+  // A color no split uses keeps shrink ids apart from split ids of the same parent.
+  uint64_t key[3] = {info.comm_id, 0x5348524bull /* "SHRK" */, info.splits++};
+  uint64_t hash = fnv1a(key, sizeof(key));
+  if (excluded && excluded_count > 0) {
+    hash = fnv1a(excluded, sizeof(int) * static_cast<size_t>(excluded_count), hash);
+  }
+  return hash;
+}
+
 NcclOpRecorder::CommInfo& NcclOpRecorder::comm_info_locked(nccl::CommHandle comm) {
   auto [it, inserted] = comms_.try_emplace(comm);
   CommInfo& info = it->second;
@@ -152,6 +165,12 @@ void NcclOpRecorder::group_end_after(int result) {
   if (!succeeded(result)) {
     note_failure("ncclGroupEnd", result);
   } else {
+    {
+      // Numbered now, in issue order: the group's ops reach the other ranks only here.
+      std::lock_guard<std::mutex> lock(comms_mutex_);
+      for (GroupedOp& op : group.ops)
+        op.record.info.sequence = comm_info_locked(op.comm).next_sequence++;
+    }
     for (StreamMarks& marks : group.streams) {
       std::vector<NcclOpRecord> ops;
       for (GroupedOp& op : group.ops) {
@@ -162,6 +181,22 @@ void NcclOpRecorder::group_end_after(int result) {
       NcclCompletionTracker::Mark end = tracker_.mark(marks.device, marks.stream);
       tracker_.submit(std::move(ops), std::move(marks.start), std::move(end));
     }
+  }
+  group.ops.clear();
+  group.streams.clear();
+  group.group_id = 0;
+}
+
+void NcclOpRecorder::group_simulate_end_after(int result) {
+  ThreadGroup& group = thread_group();
+  if (group.depth == 0) return;  // unbalanced: NCCL reports it
+  if (--group.depth > 0) return;
+  if (!succeeded(result)) {
+    note_failure("ncclGroupSimulateEnd", result);
+  } else if (!group.ops.empty()) {
+    std::string text = "ncclGroupSimulateEnd: " + std::to_string(group.ops.size()) +
+                       " NCCL ops simulated (estimated, not run): not recorded as ops";
+    moescope_instant(moescope_intern("NCCL"), moescope_intern(text.c_str()));
   }
   group.ops.clear();
   group.streams.clear();
@@ -205,14 +240,15 @@ void NcclOpRecorder::op_end(Ticket& ticket, int result) {
     note_failure(ticket.name, result);
     return;
   }
+  if (ticket.grouped) {  // numbered at the group's end (group_end_after)
+    thread_group().ops.push_back(
+        {std::move(ticket.record), ticket.device, ticket.stream, ticket.comm});
+    return;
+  }
   {
     // Numbered on success only: a rejected call was never issued to the other ranks.
     std::lock_guard<std::mutex> lock(comms_mutex_);
     ticket.record.info.sequence = comm_info_locked(ticket.comm).next_sequence++;
-  }
-  if (ticket.grouped) {
-    thread_group().ops.push_back({std::move(ticket.record), ticket.device, ticket.stream});
-    return;
   }
   NcclCompletionTracker::Mark end = tracker_.mark(ticket.device, ticket.stream);
   std::vector<NcclOpRecord> ops;

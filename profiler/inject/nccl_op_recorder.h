@@ -2,7 +2,8 @@
 // ops (kind, count, bytes, dtype, peer/root, stream, group id, per-communicator sequence,
 // enqueue time, GPU start/end through NcclCompletionTracker).
 //
-// Groups: ops between ncclGroupStart and the matching ncclGroupEnd share a group id; NCCL only
+// Groups: ops between ncclGroupStart and the matching ncclGroupEnd share a group id and get their
+// per-communicator sequence there (a simulated group, ncclGroupSimulateEnd, gets none); NCCL only
 // launches them at the outermost ncclGroupEnd, so that is where their GPU timing events go
 // (one start/end pair per stream used by the group). All-to-all issued the PyTorch way, as
 // ncclSend/ncclRecv pairs inside one group, therefore shows up as send/recv records with their
@@ -62,6 +63,9 @@ class NcclOpRecorder {
   // Comm id of a split child: equal on every rank that passes the same color, because NCCL
   // requires all ranks to split a communicator in the same order.
   uint64_t next_split_id(nccl::CommHandle parent, int color);
+  // Comm id of a communicator shrunk from `parent` without `excluded`: equal on every rank
+  // that stays (they shrink the parent in the same order with the same list).
+  uint64_t next_shrink_id(nccl::CommHandle parent, const int* excluded, int excluded_count);
   static uint64_t comm_id_of(const nccl::UniqueId& id);
 
   // ---- groups (per thread) ----
@@ -70,6 +74,11 @@ class NcclOpRecorder {
   void group_end_before();
   // After it, with its result.
   void group_end_after(int result);
+  // After the real ncclGroupSimulateEnd: the group ends like with ncclGroupEnd (depth and all),
+  // but NCCL only estimated its ops and ran none, so they are dropped, not recorded (a note
+  // counts them). Without this a simulated group would leave the depth at 1 and every later op
+  // of the thread would wait in a group that never ends.
+  void group_simulate_end_after(int result);
   uint64_t current_group_id() const;
 
   // ---- ops ----
@@ -104,6 +113,7 @@ class NcclOpRecorder {
     NcclOpRecord record;
     int device;
     nccl::Stream stream;
+    nccl::CommHandle comm;
   };
   struct StreamMarks {
     int device;

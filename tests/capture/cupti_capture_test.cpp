@@ -81,6 +81,42 @@ TEST(CuptiCapture, OptionalKindFailureIsSkipped) {
   EXPECT_TRUE(contains(capture.enabled_kinds(), CUPTI_ACTIVITY_KIND_MEMCPY));
 }
 
+// CUPTI 13.0 serves one subscriber per process. The capture takes the slot under its name and
+// gives it back at stop, so the program's own profiler can subscribe afterwards.
+TEST(CuptiCapture, StartSubscribesAsMoescopeAndStopGivesTheSlotBack) {
+  FakeCuptiApi api;
+  CuptiCapture capture(api, quiet_options());
+  std::string error;
+  ASSERT_TRUE(capture.start(&error)) << error;
+  EXPECT_TRUE(api.subscribed);
+  EXPECT_EQ(api.subscriber_name, "moescope");
+  capture.stop();
+  EXPECT_FALSE(api.subscribed);
+}
+
+// When the program's profiler (torch.profiler's Kineto, Nsight) holds CUPTI, the capture says
+// who and leaves CUPTI alone: no callbacks registered (they are process-wide: they would take
+// the holder's buffers), nothing enabled.
+TEST(CuptiCapture, AnotherSubscriberIsNamedAndLeftAlone) {
+  FakeCuptiApi api;
+  api.slot_taken = true;
+  CuptiCapture capture(api, quiet_options());
+  std::string error;
+  EXPECT_FALSE(capture.start(&error));
+  EXPECT_EQ(error,
+            "CUPTI is held by CUPTI for torch: GPU activity not recorded (NVTX and NCCL "
+            "still are)");
+  EXPECT_EQ(capture.held_by(), "CUPTI for torch");
+  EXPECT_EQ(api.requested, nullptr);
+  EXPECT_EQ(api.completed, nullptr);
+  EXPECT_TRUE(api.enabled.empty());
+  EXPECT_FALSE(capture.running());
+  api.slot_taken = false;  // the holder is gone: the next start works
+  EXPECT_TRUE(capture.start(&error)) << error;
+  EXPECT_EQ(capture.held_by(), "");
+  capture.stop();
+}
+
 TEST(CuptiCapture, OnlyOneCaptureIsActive) {
   FakeCuptiApi api;
   CuptiCapture first(api, quiet_options());

@@ -48,9 +48,9 @@ TEST(CuptiCompatibility, SameCudaMinorIsCompatibleOtherwiseNot) {
 }
 
 TEST(CuptiCompatibility, ARecordShorterThanItsCompiledStructIsRefused) {
-  const size_t kernel_bytes = sizeof(CUpti_ActivityKernel10);
+  const size_t kernel_bytes = sizeof(inject::CuptiKernelRecord);
   EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), kernel_bytes);
-  EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_MEMCPY), sizeof(CUpti_ActivityMemcpy6));
+  EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_MEMCPY), sizeof(inject::CuptiMemcpyRecord));
   EXPECT_EQ(compiled_record_size(CUPTI_ACTIVITY_KIND_MARKER), 0u);  // not translated
   EXPECT_TRUE(
       cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_bytes).empty());
@@ -60,7 +60,8 @@ TEST(CuptiCompatibility, ARecordShorterThanItsCompiledStructIsRefused) {
   std::string refusal =
       cupti_record_layout_refusal(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, kernel_bytes - 8);
   EXPECT_EQ(refusal, "CUPTI record of kind 10 spans " + std::to_string(kernel_bytes - 8) +
-                         " bytes, compiled CUpti_ActivityKernel10 is " +
+                         " bytes, compiled " +
+                         inject::CuptiRecordName<inject::CuptiKernelRecord>::value + " is " +
                          std::to_string(kernel_bytes) + ": GPU activity not recorded");
 }
 
@@ -106,7 +107,7 @@ TEST(CuptiCompatibility, ARecordOfAnotherLayoutStopsTranslationAndTheTraceSaysWh
                           fake_kernel_record(2)));  // the compiled layout: translated
   EXPECT_EQ(capture.counts().kernels, 2u);
   // A CUPTI whose kernel record is 16 bytes shorter: neither it nor anything later is read.
-  const size_t short_extent = sizeof(CUpti_ActivityKernel10) - 16;
+  const size_t short_extent = sizeof(inject::CuptiKernelRecord) - 16;
   ASSERT_TRUE(api.deliver_shortened(fake_kernel_record(3), short_extent, fake_kernel_record(4)));
   ASSERT_TRUE(api.deliver(fake_kernel_record(5)));
   EXPECT_EQ(capture.counts().kernels, 2u);

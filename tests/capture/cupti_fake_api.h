@@ -13,6 +13,7 @@
 
 #include "cupti_api.h"
 #include "cupti_compatibility.h"
+#include "cupti_record_types.h"
 
 namespace moescope::testing {
 
@@ -32,11 +33,29 @@ class FakeCuptiApi final : public inject::CuptiApi {
   size_t dropped_to_report = 0;                // reported once by dropped_records()
   std::map<uint64_t, std::string> names;       // (domain << 32 | cbid) -> callback name
   uint32_t version = CUPTI_API_VERSION;        // what cuptiGetVersion reports
+  // Another tool holds CUPTI's one subscriber slot (subscribe() is refused naming it).
+  bool slot_taken = false;
+  std::string holder = "CUPTI for torch";
+  bool subscribed = false;
+  std::string subscriber_name;
 
   CUptiResult register_callbacks(CUpti_BuffersCallbackRequestFunc request,
                                  CUpti_BuffersCallbackCompleteFunc complete) override {
     requested = request;
     completed = complete;
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult subscribe(const char* name, std::string* holder_out) override {
+    if (slot_taken) {
+      if (holder_out) *holder_out = holder;
+      return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    }
+    subscribed = true;
+    subscriber_name = name ? name : "";
+    return CUPTI_SUCCESS;
+  }
+  CUptiResult unsubscribe() override {
+    subscribed = false;
     return CUPTI_SUCCESS;
   }
   CUptiResult register_timestamp_callback(CUpti_TimestampCallbackFunc function) override {
@@ -163,8 +182,8 @@ class FakeCuptiApi final : public inject::CuptiApi {
 };
 
 // A concurrent-kernel record as CUPTI 13.0 delivers it (times 1000 + id, 2000 + id).
-inline CUpti_ActivityKernel10 fake_kernel_record(uint32_t correlation) {
-  CUpti_ActivityKernel10 kernel;
+inline inject::CuptiKernelRecord fake_kernel_record(uint32_t correlation) {
+  inject::CuptiKernelRecord kernel;
   std::memset(&kernel, 0, sizeof(kernel));
   kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   kernel.name = "moe_grouped_gemm";

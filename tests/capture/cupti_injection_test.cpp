@@ -43,6 +43,7 @@ class GpuCaptureSwitch : public ::testing::Test {
                              "CUDA_INJECTION64_PATH", "MOESCOPE_CUDA_DRIVER_LIBRARY"}) {
       unsetenv(name);
     }
+    inject::gpu_capture_forget_cuda_init_for_tests();  // each test: a fresh process
     path_ = temp_path("gpu_switch.moetrace");
     ASSERT_EQ(moescope_recorder_start(path_.c_str(), nullptr), 0);
   }
@@ -89,6 +90,26 @@ TEST_F(GpuCaptureSwitch, WithCudaInjectionPathCuptiWaitsForCuInit) {
   EXPECT_EQ(gpu_capture_state(), "failed");
   EXPECT_NE(gpu_capture_metadata_json().find("/nonexistent/libcupti.so.13"), std::string::npos)
       << gpu_capture_metadata_json();
+  LoadedTrace loaded = finish();
+  EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
+}
+
+// cuInit happens once per process: a recording started after it (the program stopped and
+// started recording, or a session restarted) must start CUPTI at once, not wait for a cuInit
+// that never comes again (before the fix the second trace had no GPU activity at all).
+TEST_F(GpuCaptureSwitch, ARecordingAfterCuInitStartsCuptiAtOnce) {
+  setenv("MOESCOPE_CUDA_DRIVER_LIBRARY", kLoadableStandInForTheDriver, 1);
+  setenv("CUDA_INJECTION64_PATH", "/path/to/libmoescope_inject.so", 1);
+  setenv("MOESCOPE_CUPTI_PATH", "/nonexistent/libcupti.so.13", 1);
+  gpu_capture_start();
+  EXPECT_EQ(gpu_capture_state(), "waiting for cuInit");
+  InitializeInjection();                     // the driver, at the program's cuInit
+  EXPECT_EQ(gpu_capture_state(), "failed");  // tried: CUPTI is not found here
+  finish();
+
+  ASSERT_EQ(moescope_recorder_start(path_.c_str(), nullptr), 0);
+  gpu_capture_start();  // the second recording: no cuInit will come
+  EXPECT_EQ(gpu_capture_state(), "failed") << gpu_capture_metadata_json();
   LoadedTrace loaded = finish();
   EXPECT_TRUE(contains(loaded.instant_names(), "gpu capture off: libcupti not found"));
 }

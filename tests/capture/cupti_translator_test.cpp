@@ -43,8 +43,8 @@ void feed(CuptiRecordTranslator& translator, const Record& record) {
   translator.translate(*reinterpret_cast<const CUpti_Activity*>(storage));
 }
 
-CUpti_ActivityKernel10 make_kernel(const char* name, uint64_t start, uint64_t end) {
-  CUpti_ActivityKernel10 kernel;
+inject::CuptiKernelRecord make_kernel(const char* name, uint64_t start, uint64_t end) {
+  inject::CuptiKernelRecord kernel;
   std::memset(&kernel, 0, sizeof(kernel));
   kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   kernel.name = name;
@@ -111,7 +111,7 @@ TEST(CuptiTranslator, MemcpyAndMemsetBecomeGpuCopies) {
   FakeCuptiApi api;
   Recording recording("copies");
   CuptiRecordTranslator translator(api);
-  CUpti_ActivityMemcpy6 copy;
+  inject::CuptiMemcpyRecord copy;
   std::memset(&copy, 0, sizeof(copy));
   copy.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
   copy.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
@@ -121,7 +121,7 @@ TEST(CuptiTranslator, MemcpyAndMemsetBecomeGpuCopies) {
   copy.deviceId = 1;
   copy.streamId = 9;
   copy.correlationId = 77;
-  CUpti_ActivityMemset4 memset;
+  inject::CuptiMemsetRecord memset;
   std::memset(&memset, 0, sizeof(memset));
   memset.kind = CUPTI_ACTIVITY_KIND_MEMSET;
   memset.value = 0xAB;
@@ -161,7 +161,7 @@ TEST(CuptiTranslator, Memory2BecomesTimedAllocationAndRelease) {
   FakeCuptiApi api;
   Recording recording("memory");
   CuptiRecordTranslator translator(api);
-  CUpti_ActivityMemory4 memory;
+  inject::CuptiMemoryRecord memory;
   std::memset(&memory, 0, sizeof(memory));
   memory.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
   memory.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
@@ -198,13 +198,13 @@ TEST(CuptiTranslator, SynchronizationGetsItsDeviceFromTheContext) {
   FakeCuptiApi api;
   Recording recording("sync");
   CuptiRecordTranslator translator(api);
-  CUpti_ActivityContext3 context;
+  inject::CuptiContextRecord context;
   std::memset(&context, 0, sizeof(context));
   context.kind = CUPTI_ACTIVITY_KIND_CONTEXT;
   context.contextId = 5;
   context.deviceId = 6;
   feed(translator, context);
-  CUpti_ActivitySynchronization2 sync;
+  inject::CuptiSyncRecord sync;
   std::memset(&sync, 0, sizeof(sync));
   sync.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
   sync.type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
@@ -241,7 +241,7 @@ TEST(CuptiTranslator, LaunchCallsAreKeptWithCorrelationOthersSkipped) {
   api.names[(uint64_t{CUPTI_CB_DOMAIN_DRIVER_API} << 32) | kCuLaunch] = "cuLaunchKernel";
   Recording recording("api");
   CuptiRecordTranslator translator(api);
-  CUpti_ActivityAPI call;
+  inject::CuptiApiRecord call;
   std::memset(&call, 0, sizeof(call));
   call.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
   call.cbid = kLaunch;
@@ -277,7 +277,7 @@ TEST(CuptiTranslator, KeepAllApiCallsAlsoKeepsQueries) {
   api.names[(uint64_t{CUPTI_CB_DOMAIN_RUNTIME_API} << 32) | 10] = "cudaGetDevice_v3020";
   Recording recording("api_all");
   CuptiRecordTranslator translator(api, /*keep_all_api_calls=*/true);
-  CUpti_ActivityAPI call;
+  inject::CuptiApiRecord call;
   std::memset(&call, 0, sizeof(call));
   call.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
   call.cbid = 10;

@@ -51,6 +51,27 @@ else()
                             REASON "no CUDA runtime library (CUDA::cudart) found")
 endif()
 
+# Every NCCL entry point the torch wheel's libtorch_cuda.so imports is interposed or on the
+# reviewed pass-through list (profiler/inject/nccl_passed_through.txt). The wheel is found
+# without importing torch (fast); a CPU wheel has no libtorch_cuda.so and skips the test.
+set(_torch_cuda_library "")
+if(Python3_EXECUTABLE)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c
+            "import importlib.util, os; s = importlib.util.find_spec('torch'); print(os.path.join(os.path.dirname(s.origin), 'lib', 'libtorch_cuda.so') if s else '')"
+    OUTPUT_VARIABLE _torch_cuda_library OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+if(_torch_cuda_library AND EXISTS "${_torch_cuda_library}")
+  add_test(NAME nccl_entry_points_test
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/nccl_entry_points_check.sh ${_torch_cuda_library}
+                   $<TARGET_FILE:moescope_inject>
+                   ${PROJECT_SOURCE_DIR}/profiler/inject/nccl_passed_through.txt)
+  set_tests_properties(nccl_entry_points_test PROPERTIES LABELS capture TIMEOUT 60)
+else()
+  moescope_add_skipped_test(NAME nccl_entry_points_test LABELS capture
+    REASON "no libtorch_cuda.so in the torch wheel of ${Python3_EXECUTABLE} (a CPU wheel?)")
+endif()
+
 # NCCL interposition through the real shim, against a TEST-ONLY NCCL stand-in library.
 find_path(MOESCOPE_TEST_NCCL_INCLUDE_DIR nccl.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS /usr/local/cuda/include)

@@ -109,12 +109,15 @@ TEST(NcclCompletion, UngroupedOpGetsItsGpuTimesOnTheHostClock) {
   EXPECT_EQ(h.comm_events[0].device, 0);
 
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 1024, nccl::kFloat32, -1, -1, kComm, kStream);
-  EXPECT_EQ(h.gpu.reference_records, 1);
+  // Nothing synchronizes on the thread that issues the op (a CUDA graph may be captured there
+  // or elsewhere): the reference comes from the poller.
+  EXPECT_EQ(h.gpu.reference_records, 0);
   auto events = h.gpu.recorded_events();
   ASSERT_EQ(events.size(), 2u);  // start and end, both on the op's stream
   EXPECT_EQ(events[0]->stream, kStream);
   EXPECT_EQ(events[1]->stream, kStream);
   EXPECT_EQ(h.tracker.poll(), 0u);  // the GPU has not run it yet
+  EXPECT_EQ(h.gpu.reference_records, 1);
   EXPECT_EQ(h.emitted(), 0u);
 
   h.host_now = 9'000'000;  // later host polls do not change the GPU times
@@ -237,6 +240,26 @@ TEST(NcclCompletion, OpOnACapturingStreamIsRecordedWithoutGpuTimes) {
   EXPECT_EQ(h.ops[0].start_ns, h.ops[0].enqueue_ns);
   EXPECT_EQ(h.ops[0].end_ns, 0u);
   EXPECT_EQ(h.ops[0].bytes, 128u);
+  // The trace says once what that means for the graph's replays.
+  ASSERT_EQ(h.notes.size(), 1u);
+  EXPECT_EQ(h.notes[0].rfind("NCCL ops captured into a CUDA graph: recorded once, at capture", 0),
+            0u)
+      << h.notes[0];
+  h.issue(MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", 64, nccl::kFloat16, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.notes.size(), 1u);
+}
+
+// Another thread may be capturing a CUDA graph in global mode: the interposer's CUDA calls on
+// the program's thread run in relaxed mode (so they cannot invalidate it), and the program's
+// own mode is restored afterwards.
+TEST(NcclCompletion, MarksRunInRelaxedCaptureModeAndRestoreTheProgramsMode) {
+  Harness h;
+  h.queries.comms[kComm] = {0, 2, 0};
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  // Two marks (start, end), each: relaxed (2), then the program's global mode (0) again.
+  EXPECT_EQ(h.gpu.capture_modes_set, (std::vector<int>{2, 0, 2, 0}));
+  EXPECT_EQ(h.gpu.capture_mode, 0);
+  EXPECT_EQ(h.gpu.reference_records, 0);  // and no synchronization there
 }
 
 TEST(NcclCompletion, WithoutACudaRuntimeOpsAreEmittedAtOnce) {
@@ -452,21 +475,27 @@ TEST(NcclCompletion, TheReferenceIsRenewedSoFloatMillisecondsStayPrecise) {
   Harness h(options);
   h.queries.comms[kComm] = {0, 2, 0};
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
+  EXPECT_EQ(h.tracker.poll(), 0u);  // the poller makes the device's first reference
   EXPECT_EQ(h.gpu.reference_records, 1);
   h.host_now += 500'000;
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
-  EXPECT_EQ(h.gpu.reference_records, 1);
+  EXPECT_EQ(h.gpu.reference_records, 1);  // still fresh: the op is measured from it
+  auto early = h.gpu.recorded_events();
+  ASSERT_EQ(early.size(), 4u);
+  // One stream: the GPU finishes the ops in order (the first two long before the third).
+  for (int i = 0; i < 4; ++i) h.gpu.complete(early[i], 1'000'000 + 100'000 * i);
+  EXPECT_EQ(h.tracker.poll(), 2u);
   h.host_now += 3'600'000'000'000ull;  // an hour later
   h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 4, nccl::kFloat32, -1, -1, kComm, kStream);
-  EXPECT_EQ(h.gpu.reference_records, 2);
+  EXPECT_EQ(h.gpu.reference_records, 1);  // stale, and never renewed on the issuing thread
   auto events = h.gpu.recorded_events();
   ASSERT_EQ(events.size(), 6u);
   uint64_t start = h.host_now + 1'234'567;
-  // One stream: the GPU finishes the ops in order (the first two long before the third).
-  for (int i = 0; i < 4; ++i) h.gpu.complete(events[i], 1'000'000 + 100'000 * i);
   h.gpu.complete(events[4], start);
   h.gpu.complete(events[5], start + 777);
-  EXPECT_EQ(h.tracker.poll(), 3u);
+  h.host_now = start + 2'000'000;  // the poller runs after the op completed
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  EXPECT_EQ(h.gpu.reference_records, 2);  // renewed by the poller, measured back from it
   ASSERT_EQ(h.ops.size(), 3u);
   EXPECT_EQ(h.ops[2].sequence, 2u);
   // Against a reference an hour old a float would be off by hundreds of microseconds.

@@ -90,6 +90,16 @@ class FakeGpuEvents final : public inject::GpuEventApi {
   Stream idle_stream(int device) override { return idle_stream_handle(device); }
   bool stream_capturing(Stream stream) override { return capturing_streams.count(stream) > 0; }
   void relax_capture_mode_for_this_thread() override {}
+  // The thread's capture mode as cudaThreadExchangeStreamCaptureMode keeps it (0: global, the
+  // CUDA default), and every mode set, in order.
+  int capture_mode = 0;
+  std::vector<int> capture_modes_set;
+  int exchange_capture_mode(int mode) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capture_modes_set.push_back(mode);
+    std::swap(mode, capture_mode);
+    return mode;
+  }
 
   // Events recorded on op streams, in record order.
   std::vector<FakeEvent*> recorded_events() {

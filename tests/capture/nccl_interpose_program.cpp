@@ -78,10 +78,39 @@ int restart(const char* second_trace) {
   return 0;
 }
 
+// `--simulate`: what libtorch_cuda also does: a group ended by ncclGroupSimulateEnd (NCCL
+// estimates it, runs nothing), then an op outside any group, then a communicator shrunk from
+// the first, with an op on it.
+int simulate() {
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  report("ncclGetUniqueId", ncclGetUniqueId(&id));
+  report("ncclCommInitRank", ncclCommInitRank(&comm, 4, id, 1));
+  void* send = fake_pointer(0x10000);
+  void* recv = fake_pointer(0x20000);
+  report("ncclGroupStart", ncclGroupStart());
+  report("ncclAllReduce(simulated)",
+         ncclAllReduce(send, recv, 4096, ncclFloat32, ncclSum, comm, fake_stream(0x5000)));
+  ncclSimInfo_t sim_info = NCCL_SIM_INFO_INITIALIZER;
+  report("ncclGroupSimulateEnd", ncclGroupSimulateEnd(&sim_info));
+  report("ncclAllReduce",
+         ncclAllReduce(send, recv, 1024, ncclFloat32, ncclSum, comm, fake_stream(0x5000)));
+  int excluded[] = {3};
+  ncclComm_t shrunk = nullptr;
+  report("ncclCommShrink",
+         ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT));
+  report("ncclAllGather(shrunk)",
+         ncclAllGather(send, recv, 8, ncclInt8, shrunk, fake_stream(0x5000)));
+  report("ncclCommDestroy(shrunk)", ncclCommDestroy(shrunk));
+  report("ncclCommDestroy", ncclCommDestroy(comm));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--bench") == 0) return bench(std::atol(argv[2]));
+  if (argc == 2 && std::strcmp(argv[1], "--simulate") == 0) return simulate();
   if (argc == 3 && std::strcmp(argv[1], "--restart") == 0) return restart(argv[2]);
 
   int version = 0;

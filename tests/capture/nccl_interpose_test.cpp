@@ -433,6 +433,58 @@ TEST(NcclInterpositionRestart, TheSecondRecordingHasItsOpsAndTheVersionNote) {
   EXPECT_EQ(after[4].sequence, 5u);
 }
 
+// libtorch_cuda ends some groups with ncclGroupSimulateEnd (collective time estimates): NCCL
+// runs nothing, and the group is over. The op after it is an ordinary, ungrouped op, recorded
+// at once (before the fix it sat in a phantom group that never ended and was never written);
+// the simulated one is not an op but a note. A shrunk communicator is recorded like a split.
+TEST(NcclInterpositionTorchPaths, SimulatedGroupEndsTheGroupAndShrinkMakesACommunicator) {
+  std::string trace_path = temp_path("nccl_simulate.moetrace");
+  std::remove(trace_path.c_str());
+  ProgramRun plain =
+      run_program(MOESCOPE_NCCL_PROGRAM, "", temp_path("simulate_plain.log"), "--simulate");
+  ProgramRun run = run_program(MOESCOPE_NCCL_PROGRAM,
+                               "LD_PRELOAD='" + preload_list(MOESCOPE_INJECT_LIBRARY) +
+                                   "' MOESCOPE_OUTPUT='" + trace_path + "'",
+                               temp_path("simulate.log"), "--simulate");
+  ASSERT_EQ(run.exit_code, 0) << run.stdout_text;
+  EXPECT_EQ(run.stdout_text, plain.stdout_text);
+  EXPECT_EQ(lines_of(run.log_text), lines_of(plain.log_text));  // forwarded unchanged
+  EXPECT_NE(run.log_text.find("GroupSimulateEnd sim_info=given"), std::string::npos)
+      << run.log_text;
+  EXPECT_NE(run.log_text.find("CommShrink comm#1 exclude=3..3 config=0x0 flags=0 -> comm#2"),
+            std::string::npos)
+      << run.log_text;
+  LoadedTrace loaded = load_trace(trace_path);
+  std::remove(trace_path.c_str());
+  ASSERT_TRUE(loaded.opened);
+
+  std::vector<trace::CommOpRecord> ops = comm_ops_in(loaded);
+  ASSERT_EQ(ops.size(), 6u);  // init, all-reduce, shrink, all-gather, destroy x2
+  EXPECT_EQ(ops[0].kind, MOESCOPE_COMM_INIT);
+  const trace::CommOpRecord& after = ops[1];
+  EXPECT_EQ(after.kind, MOESCOPE_COMM_ALL_REDUCE);
+  EXPECT_EQ(after.count, 1024u);  // the real one, not the simulated 4096
+  EXPECT_EQ(after.group_id, 0u);
+  EXPECT_EQ(after.sequence, 0u);  // the simulated op never reached the other ranks
+  EXPECT_TRUE(has_instant_in(
+      loaded,
+      "ncclGroupSimulateEnd: 1 NCCL ops simulated (estimated, not run): not recorded as ops"));
+
+  const trace::CommOpRecord& shrink = ops[2];
+  EXPECT_EQ(shrink.kind, MOESCOPE_COMM_INIT);
+  EXPECT_EQ(name_in(loaded, shrink.header.name), "ncclCommShrink");
+  EXPECT_NE(shrink.comm_id, ops[0].comm_id);
+  EXPECT_EQ(shrink.rank, 1);       // asked of the new communicator (ncclCommUserRank)
+  EXPECT_EQ(shrink.num_ranks, 3);  // 4 minus the excluded rank
+  EXPECT_EQ(ops[3].kind, MOESCOPE_COMM_ALL_GATHER);
+  EXPECT_EQ(ops[3].comm_id, shrink.comm_id);
+  EXPECT_EQ(ops[3].group_id, 0u);
+  EXPECT_EQ(ops[4].kind, MOESCOPE_COMM_DESTROY);
+  EXPECT_EQ(ops[4].comm_id, shrink.comm_id);
+  EXPECT_EQ(ops[5].kind, MOESCOPE_COMM_DESTROY);
+  EXPECT_EQ(ops[5].sequence, 1u);
+}
+
 #ifdef MOESCOPE_REAL_NCCL_PROGRAM
 // The trace at `trace_path` notes the real libnccl of `version`, found in `scope`; then removed.
 void expect_real_nccl_noted(const std::string& trace_path, int version, const std::string& scope) {

@@ -229,6 +229,24 @@ STANDIN_API nccl::Result pncclGroupEnd() {
   return nccl::kSuccess;
 }
 
+// Ends the group without running its ops (NCCL estimates their time into sim_info).
+STANDIN_API nccl::Result pncclGroupSimulateEnd(nccl::SimInfo* sim_info) {
+  log_line("GroupSimulateEnd sim_info=%s", sim_info ? "given" : "null");  // a stack address
+  return nccl::kSuccess;
+}
+
+// The child keeps the parent's size minus the excluded ranks; its rank is the parent's.
+STANDIN_API nccl::Result pncclCommShrink(nccl::CommHandle comm, int* exclude, int exclude_count,
+                                         nccl::CommHandle* new_comm_out, nccl::Config* config,
+                                         int flags) {
+  *new_comm_out = new_comm(comm->rank, comm->num_ranks - exclude_count, comm->device);
+  log_line("CommShrink comm#%d exclude=%d..%d config=0x%" PRIxPTR " flags=%d -> comm#%d",
+           ordinal(comm), exclude_count > 0 ? exclude[0] : -1,
+           exclude_count > 0 ? exclude[exclude_count - 1] : -1, address(config), flags,
+           ordinal(*new_comm_out));
+  return nccl::kSuccess;
+}
+
 // The public names forward to the profiling twins, as in the real library.
 STANDIN_API nccl::Result ncclGetVersion(int* version) {
   return pncclGetVersion(version);
@@ -306,4 +324,12 @@ STANDIN_API nccl::Result ncclGroupStart() {
 }
 STANDIN_API nccl::Result ncclGroupEnd() {
   return pncclGroupEnd();
+}
+STANDIN_API nccl::Result ncclGroupSimulateEnd(nccl::SimInfo* sim_info) {
+  return pncclGroupSimulateEnd(sim_info);
+}
+STANDIN_API nccl::Result ncclCommShrink(nccl::CommHandle comm, int* exclude, int exclude_count,
+                                        nccl::CommHandle* new_comm_out, nccl::Config* config,
+                                        int flags) {
+  return pncclCommShrink(comm, exclude, exclude_count, new_comm_out, config, flags);
 }
