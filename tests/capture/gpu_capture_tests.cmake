@@ -36,6 +36,28 @@ if(Python3_EXECUTABLE)
   endif()
 endif()
 
+# Two CUPTI clients in one process (moescope's capture and the program's own profiler, as
+# torch.profiler is) against a TEST-ONLY stand-in libcupti.so.13 that enforces CUPTI 13.0's
+# rules, in its own folder so no other test's dlopen("libcupti.so.13") finds it.
+add_library(cupti_rules_for_tests SHARED ${CMAKE_CURRENT_LIST_DIR}/cupti_rules_for_tests.cpp)
+set_target_properties(cupti_rules_for_tests PROPERTIES OUTPUT_NAME cupti SOVERSION 13
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/cupti_rules_for_tests)
+target_include_directories(cupti_rules_for_tests PRIVATE ${PROJECT_SOURCE_DIR}/profiler/inject)
+target_include_directories(cupti_rules_for_tests SYSTEM PRIVATE ${MOESCOPE_CUPTI_INCLUDE_DIR})
+target_link_libraries(cupti_rules_for_tests PRIVATE moescope_warnings)
+add_executable(cupti_two_clients_program ${CMAKE_CURRENT_LIST_DIR}/cupti_two_clients_program.cpp)
+target_include_directories(cupti_two_clients_program SYSTEM PRIVATE ${MOESCOPE_CUPTI_INCLUDE_DIR})
+target_link_libraries(cupti_two_clients_program PRIVATE cupti_rules_for_tests ${CMAKE_DL_LIBS}
+                      moescope_warnings)
+set_target_properties(cupti_two_clients_program PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+moescope_add_test(NAME cupti_two_clients_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cupti_two_clients_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/capture_test_support.cpp
+  LIBS trace_test_reading LABELS capture)
+capture_test_uses_support(cupti_two_clients_test)
+add_dependencies(cupti_two_clients_test moescope moescope_inject cupti_two_clients_program)
+
 # NCCL op recording and GPU completion timing with a fake event layer and clock.
 moescope_add_test(NAME nccl_completion_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_completion_test.cpp
