@@ -4,7 +4,15 @@
 //                                      memcpys and allocations, each correlated to its launch
 //                                      API call, on the host clock
 //   capture_verify nccl TRACE BYTES    a 1-rank NCCL communicator (capture_nccl_program.py):
-//                                      all-reduce and all-to-all with GPU completion times
+//                                      all-reduce and all-to-all with GPU completion times, and
+//                                      c10d's collectives through the C++ torch capture
+//   capture_verify graph TRACE REPLAYS a graph-captured matmul + all-reduce replayed REPLAYS
+//                                      times (capture_graph_program.py)
+//   capture_verify restart TRACE BYTES the second recording of one process
+//                                      (capture_restart_program.py): GPU activity, the last
+//                                      DtoH copy, the exit flush before CUDA's teardown
+//   capture_verify profiler TRACE N    the program ran torch.profiler with CUDA activities
+//                                      (capture_profiler_program.py): what moescope kept
 //
 // Prints one line per check ("ok" / "FAILED") and a few figures; exit status 1 if any failed.
 // Built with g++ against the trace library only (no GTest on the GPU machine).
@@ -119,6 +127,19 @@ void common_checks(const Loaded& loaded) {
     }
   }
   check(!gpu_off, "CUPTI was enabled (no 'gpu capture off' note)");
+}
+
+bool has_instant_starting(const Loaded& loaded, const std::string& prefix) {
+  for (const auto& instant : loaded.instants) {
+    if (loaded.name(instant.header.name).rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+void print_notes(const Loaded& loaded) {
+  for (const auto& instant : loaded.instants) {
+    std::printf("  note   %s\n", loaded.name(instant.header.name).c_str());
+  }
 }
 
 // ---- torch: kernels, memcpys, allocations with correlation ----------------------------------
@@ -245,6 +266,54 @@ int verify_nccl(const Loaded& loaded, uint64_t tensor_bytes) {
   size_t nccl_kernels = 0;
   for (const auto& kernel : loaded.kernels) nccl_kernels += is_nccl_kernel(loaded, kernel);
   std::printf("  %zu NCCL kernels seen by CUPTI\n", nccl_kernels);
+  // The bundle's libmoescope_torch_capture.so with its .torch_version: without them the
+  // Python wrappers would stand in, silently (collectives.py notes which one ran).
+  check(has_instant_starting(loaded, "collectives from c10d (C++ capture)"),
+        "c10d collectives through the C++ torch capture (note 'collectives from c10d')");
+  return g_failures ? 1 : 0;
+}
+
+// ---- graph: a captured step replayed -----------------------------------------------------------
+int verify_graph(const Loaded& loaded, uint64_t replays) {
+  common_checks(loaded);
+  print_notes(loaded);
+  size_t nccl_kernels = 0;
+  for (const auto& kernel : loaded.kernels) nccl_kernels += is_nccl_kernel(loaded, kernel);
+  std::printf("  %zu kernels, %zu NCCL kernels, %zu comm ops\n", loaded.kernels.size(),
+              nccl_kernels, loaded.comm_ops.size());
+  // 3 warm-up all-reduces outside the graph + one per replay.
+  check(nccl_kernels >= 3 + replays, "the replays' NCCL kernels are recorded through CUPTI (>= " +
+                                         std::to_string(3 + replays) + ")");
+  check(has_instant_starting(loaded, "NCCL ops captured into a CUDA graph"),
+        "the trace notes that the captured all-reduce's replays are not comm ops");
+  return g_failures ? 1 : 0;
+}
+
+// ---- restart: the second recording of a process ----------------------------------------------
+int verify_restart(const Loaded& loaded, uint64_t tensor_bytes) {
+  common_checks(loaded);
+  print_notes(loaded);
+  std::printf("  %zu kernels, %zu copies in the second recording\n", loaded.kernels.size(),
+              loaded.copies.size());
+  check(loaded.kernels.size() >= 3, "the second recording has the matmul kernels (>= 3)");
+  bool last_copy = false;
+  for (const auto& copy : loaded.copies) {
+    last_copy = last_copy || (copy.copy_kind == MOESCOPE_COPY_DTOH && copy.bytes == tensor_bytes);
+  }
+  check(last_copy, "the last DtoH copy before exit is in the trace (flushed in time)");
+  check(has_instant_starting(loaded, "gpu capture flushed at exit before the CUDA runtime's"),
+        "the exit flush ran before the CUDA runtime's teardown (the shim's note)");
+  return g_failures ? 1 : 0;
+}
+
+// ---- profiler: torch.profiler next to moescope --------------------------------------------------
+int verify_profiler(const Loaded& loaded, uint64_t profiler_events) {
+  check(loaded.read_errors == 0, "trace reads without errors");
+  print_notes(loaded);
+  std::printf("  moescope: %zu kernels; torch.profiler: %llu CUDA events\n", loaded.kernels.size(),
+              static_cast<unsigned long long>(profiler_events));
+  check(profiler_events > 0, "the program's torch.profiler saw its CUDA kernels");
+  check(!loaded.kernels.empty(), "moescope recorded kernels (at least those before the profiler)");
   return g_failures ? 1 : 0;
 }
 
@@ -252,7 +321,7 @@ int verify_nccl(const Loaded& loaded, uint64_t tensor_bytes) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: capture_verify torch|nccl TRACE TENSOR_BYTES\n");
+    std::fprintf(stderr, "usage: capture_verify torch|nccl|graph|restart|profiler TRACE NUMBER\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -261,6 +330,10 @@ int main(int argc, char** argv) {
   std::printf("%s: %s\n", mode.c_str(), argv[2]);
   if (mode == "torch") return verify_torch(loaded, bytes);
   if (mode == "nccl") return verify_nccl(loaded, bytes);
-  std::fprintf(stderr, "unknown mode '%s' (expected torch or nccl)\n", mode.c_str());
+  if (mode == "graph") return verify_graph(loaded, bytes);
+  if (mode == "restart") return verify_restart(loaded, bytes);
+  if (mode == "profiler") return verify_profiler(loaded, bytes);
+  std::fprintf(stderr, "unknown mode '%s' (expected torch, nccl, graph, restart or profiler)\n",
+               mode.c_str());
   return 2;
 }

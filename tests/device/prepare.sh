@@ -8,8 +8,13 @@
 #   - writes .device/manifest.txt (commit, torch, CUPTI, programs, the newest glibc symbol the
 #     bundle needs) for tests/device/run.sh;
 #   - checks that the bundle fits the 64 MiB a device call may carry.
-# Usage: tests/device/prepare.sh   (BUILD_DIR: the CMake build folder, default build-device;
-#                                   JOBS: parallel compile jobs, default nproc)
+# The Python environment (torch, the NVIDIA wheels' headers) is the Makefile's: the one
+# `scripts/setup.sh --print-python` names ($MOESCOPE_PYTHON, else an active environment with
+# torch, else the project's .venv), passed to CMake as MOESCOPE_PYTHON and first on PATH, so a
+# plain shell after `make test` builds the same thing as `make`.
+# Usage: tests/device/prepare.sh [--configure-only]
+#   --configure-only  configure build-device/ and stop (the CTest device_build.prepare_configure)
+#   BUILD_DIR: the CMake build folder, default build-device; JOBS: compile jobs, default nproc
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -17,13 +22,29 @@ build=${BUILD_DIR:-$root/build-device}
 bundle=$root/.device
 jobs=${JOBS:-$(nproc)}
 max_bundle_bytes=$((60 * 1024 * 1024))  # of the 64 MiB that travel, leave room for the tree
+configure_only=0
+[ "${1:-}" = --configure-only ] && configure_only=1
+
+python=$(bash "$root/scripts/setup.sh" --print-python)
+if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+  echo "prepare: $python cannot import torch: run \`make\` (scripts/setup.sh) first, or set" \
+       "MOESCOPE_PYTHON to an interpreter with the torch wheel" >&2
+  exit 1
+fi
+export PATH=$(dirname "$python"):$PATH
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+echo "prepare: Python $python, torch $torch_version"
 
 start=$SECONDS
+# The Python is passed on every run: a cache made with another interpreter is reconfigured.
 if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake --preset device -B "$build" -DMOESCOPE_DEVICE_BUNDLE_DIR="$bundle"
+  cmake --preset device -B "$build" -DMOESCOPE_DEVICE_BUNDLE_DIR="$bundle" \
+    -DMOESCOPE_PYTHON="$python"
 else
-  cmake "$build" -DMOESCOPE_DEVICE_BUNDLE_DIR="$bundle" >/dev/null
+  cmake "$build" -DMOESCOPE_DEVICE_BUNDLE_DIR="$bundle" -DMOESCOPE_PYTHON="$python" >/dev/null
 fi
+echo "prepare: configured $build in $((SECONDS - start)) s"
+[ "$configure_only" -eq 1 ] && exit 0
 if ! cmake --build "$build" --target device_bundle -j "$jobs"; then
   echo "prepare: building the device bundle FAILED (see above); run.sh reports what is missing" >&2
   exit 1
@@ -47,7 +68,6 @@ done
 # The newest glibc / libstdc++ symbol versions the bundle needs (the GPU machine's image is
 # newer than this Debian 12, so these must not exceed its versions).
 needs() { objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* 2>/dev/null | grep -o "$1[0-9.]*" | sort -uV | tail -1; }
-torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
 cupti_version=$(sed -n 's/^#define CUPTI_API_VERSION //p' \
   "$(sed -n 's/^MOESCOPE_CUPTI_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")/cupti_version.h" 2>/dev/null || true)
 {
