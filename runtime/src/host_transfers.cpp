@@ -5,6 +5,12 @@
 
 #include <atomic>
 
+#if defined(MOESCOPE_RUNTIME_CUDA_GRAPH_CHECK)
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace moescope::runtime {
 namespace {
 
@@ -38,7 +44,26 @@ at::Scalar read_scalar(const at::Tensor& tensor) {
   return tensor.item();
 }
 
+bool HostCopyInFlight::capturing_cuda_graph(const at::Tensor& source) {
+#if defined(MOESCOPE_RUNTIME_CUDA_GRAPH_CHECK)
+  if (source.defined() && source.is_cuda()) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(
+        c10::cuda::getCurrentCUDAStream(source.device().index()).stream(), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+#else
+  (void)source;
+#endif
+  return false;
+}
+
 HostCopyInFlight::HostCopyInFlight(const at::Tensor& source) {
+  // Pinned allocation and an event on a capturing stream would become part of (or invalidate)
+  // the program's CUDA graph, and the event could never be queried: callers skip the copy then.
+  TORCH_CHECK(!capturing_cuda_graph(source),
+              "HostCopyInFlight: the source's stream is being captured into a CUDA graph; no "
+              "host copy can be made during capture (check capturing_cuda_graph() first)");
   g_non_blocking_transfers.fetch_add(1, std::memory_order_relaxed);
   const at::Tensor values = source.detach();
   if (values.is_cpu()) {

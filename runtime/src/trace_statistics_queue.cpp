@@ -31,6 +31,16 @@ void write_expert_bias(int64_t step, int64_t layer, int64_t rank, const std::vec
 
 }  // namespace
 
+bool TraceStatisticsQueue::skipped_for_graph_capture(const at::Tensor& on_device) {
+  if (!HostCopyInFlight::capturing_cuda_graph(on_device)) return false;
+  // The step being captured runs later as graph replays, which no host code sees; the layer's
+  // own computation is captured unchanged.
+  TORCH_WARN_ONCE(
+      "moescope: MoE statistics of steps captured into a CUDA graph are not "
+      "recorded (no host copy can be made during capture; replays run no host code)");
+  return true;
+}
+
 TraceStatisticsQueue::~TraceStatisticsQueue() {
   try {
     drain();
@@ -40,7 +50,7 @@ TraceStatisticsQueue::~TraceStatisticsQueue() {
 }
 
 void TraceStatisticsQueue::record_layer_step(const LayerStepReport& report) {
-  if (is_trace_recording()) {
+  if (is_trace_recording() && !skipped_for_graph_capture(report.statistics.tokens_per_expert)) {
     at::NoGradGuard no_grad;
     const LayerStatisticsInputs& inputs = report.statistics;
     const StatisticsArithmetic arithmetic =
@@ -63,7 +73,7 @@ void TraceStatisticsQueue::record_layer_step(const LayerStepReport& report) {
 
 void TraceStatisticsQueue::record_expert_bias(int64_t layer, int64_t rank,
                                               const at::Tensor& expert_bias) {
-  if (is_trace_recording()) {
+  if (is_trace_recording() && !skipped_for_graph_capture(expert_bias)) {
     at::NoGradGuard no_grad;
     pending_.push_back(Pending{
         .kind = Pending::Kind::kExpertBias,

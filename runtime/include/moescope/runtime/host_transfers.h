@@ -44,7 +44,13 @@ class HostCopyInFlight {
  public:
   /// source: any shape and dtype (made contiguous on its device first when it is not). The copy
   /// is queued on the source's current stream, before any later work there.
+  /// Throws when the source's current stream is being captured into a CUDA graph (see
+  /// capturing_cuda_graph): nothing may allocate pinned memory or record an event there.
   explicit HostCopyInFlight(const at::Tensor& source);
+  /// True when `source` is a CUDA tensor whose device's current stream is capturing a CUDA graph
+  /// (torch.cuda.graph, at::cuda::CUDAGraph): then no copy may be started. False on CPU and in
+  /// builds without CUDA.
+  static bool capturing_cuda_graph(const at::Tensor& source);
   HostCopyInFlight(HostCopyInFlight&&) noexcept = default;
   HostCopyInFlight& operator=(HostCopyInFlight&&) noexcept = default;
 

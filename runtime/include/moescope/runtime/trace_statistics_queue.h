@@ -77,6 +77,9 @@ class TraceStatisticsQueue {
   };
   bool has_landed(const Pending& pending) const;
   void write(const Pending& pending) const;
+  /// True (and a warning, once per process) when `on_device`'s stream is capturing a CUDA graph:
+  /// the statistics of that step are not recorded.
+  static bool skipped_for_graph_capture(const at::Tensor& on_device);
 
   std::deque<Pending> pending_;
   int64_t simulated_latency_steps_ = 0;
