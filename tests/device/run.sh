@@ -50,7 +50,7 @@ exec > >(tee "$out/run.log") 2>&1
 export PYTHONUNBUFFERED=1
 
 # The copy of the tree may have lost its exec bits (a transfer, a checkout): restore them.
-chmod +x "$root"/tests/device/*.sh "$root"/tests/device/*.py 2>/dev/null
+chmod +x "$root"/tests/device/*.sh 2>/dev/null  # the .py files run through python3
 [ -d "$bundle/bin" ] && chmod +x "$bundle"/bin/* 2>/dev/null
 
 # Python: the Makefile's environment resolution where it has torch, else python3.
