@@ -4,7 +4,7 @@ Run under `moescope record`: one rank of NCCL, a step (matmul + all-reduce) capt
 torch.cuda.graph after a warm-up on a side stream (as torch's docs prescribe), replayed REPLAYS
 times. The capture must not be broken by the shim (its event records and queries run in relaxed
 capture mode, none on the capturing stream) and the replays must compute the right values.
-capture_verify then finds the NCCL kernels of the replays (through CUPTI) and the note that the
+capture_verify then finds the replays' kernels (through CUPTI) and the note that the
 captured all-reduce's replays are not comm ops. Prints "CAPTURE_BYTES <replays>".
 """
 import os
