@@ -70,7 +70,7 @@ std::vector<std::string> capture_gaps(const TraceModel& model) {
       for (const Instant& instant : thread.instants) {
         if (instant.domain != domain || !seen.insert(instant.name).second) continue;
         const std::string& text = model.name(instant.name);
-        for (const char* word : {"not captured", "capture off", "autocapture off", "stopped"}) {
+        for (const char* word : {"not captured", "autocapture off", "capture stopped"}) {
           if (text.find(word) != std::string::npos) {
             gaps.push_back(text);
             break;

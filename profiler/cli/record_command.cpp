@@ -316,6 +316,7 @@ int run_record(const RecordOptions& options) {
 
   std::vector<std::string> traces;
   for (const auto& path : traces_written(pattern, started - 1)) {
+    if (!written_by_session(path, session)) continue;  // not a trace of this run
     if (inject::trace_is_empty_helper(path, session)) {
       ::unlink(path.c_str());
     } else {

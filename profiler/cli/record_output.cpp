@@ -2,10 +2,15 @@
 #include "record_output.h"
 
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cstring>
+
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::cli {
 namespace {
@@ -30,11 +35,33 @@ std::string make_directories(const std::string& directory) {
   return "";
 }
 
+// Kernel file systems (/proc, /sys, /dev, cgroups, debugfs): their files look writable to
+// root and take no trace.
+bool on_kernel_file_system(const std::string& path) {
+  struct statfs info;
+  if (::statfs(path.c_str(), &info) != 0) return false;
+  switch (static_cast<unsigned long>(info.f_type)) {
+    case 0x9fa0:      // proc
+    case 0x62656572:  // sysfs
+    case 0x1373:      // devfs
+    case 0x64626720:  // debugfs
+    case 0x27e0eb:    // cgroup
+    case 0x63677270:  // cgroup2
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
-bool is_regular_file(const std::string& path) {
+bool written_by_session(const std::string& path, const std::string& session) {
   struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  trace::TraceReader reader;
+  if (!reader.open(path)) return false;
+  auto metadata = nlohmann::json::parse(reader.metadata_json(), nullptr, false);
+  return metadata.is_object() && metadata.value("session", std::string()) == session;
 }
 
 std::string prepare_trace_output(const std::string& pattern) {
@@ -61,6 +88,9 @@ std::string prepare_trace_output(const std::string& pattern) {
   if (!directory.empty()) {
     std::string problem = make_directories(directory);
     if (!problem.empty()) return problem;
+  }
+  if (on_kernel_file_system(directory.empty() ? "/" : directory)) {
+    return directory + " is a kernel file system (/proc, /sys, /dev): it takes no trace";
   }
   if (::access(directory.empty() ? "/" : directory.c_str(), W_OK | X_OK) != 0) {
     return "cannot write in the folder " + directory + ": " + std::strerror(errno);

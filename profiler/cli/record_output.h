@@ -12,8 +12,8 @@ namespace moescope::cli {
 // what is wrong, e.g. "/tmp/x is a directory (name a file: -o /tmp/x/run.%r.moetrace)".
 std::string prepare_trace_output(const std::string& pattern);
 
-// True when `path` is a regular file (not a directory, device or /proc entry): only such a
-// file can be a trace the run wrote.
-bool is_regular_file(const std::string& path);
+// True when `path` is a trace this run wrote: a readable .moetrace whose metadata names
+// `session` (not a directory, a /proc entry, or another run's file the pattern matches).
+bool written_by_session(const std::string& path, const std::string& session);
 
 }  // namespace moescope::cli
