@@ -312,9 +312,16 @@ class Rules {
       finding.metrics = {{"busy_ms", means_[r].busy_ms()},
                          {"median_busy_ms_others", typical},
                          {"compute_ms", means_[r].compute_ms}};
+      // Name only what this run has: experts and an all-to-all matrix, or neither.
+      const bool all_to_all = has_kind(communication_kinds(model_), "all_to_all");
       finding.suggestion =
-          "Look at what this rank does more: hot experts placed on it (see expert_imbalance and "
-          "the all-to-all matrix), a slower GPU or host, or extra work (logging, checkpoints).";
+          std::string("Look at what this rank does more: ") +
+          (!experts_.layers.empty()
+               ? (all_to_all ? "hot experts placed on it (see expert_imbalance and the "
+                               "all-to-all matrix), "
+                             : "hot experts placed on it (see expert_imbalance), ")
+               : "") +
+          "a slower GPU or host, or extra work (logging, checkpoints).";
     }
   }
 
