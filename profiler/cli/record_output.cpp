@@ -70,20 +70,15 @@ std::string prepare_trace_output(const std::string& pattern) {
   }
   const size_t slash = pattern.rfind('/');
   const std::string directory = slash == std::string::npos ? "." : pattern.substr(0, slash);
-  if (directory.find('%') != std::string::npos) {
-    return "the folder of '" + pattern + "' has a %-field; only the file name may have one";
-  }
+  // A %-field in the folder (one folder per rank or pid) is expanded by each process's shim,
+  // which says itself when it cannot write there.
+  if (directory.find('%') != std::string::npos) return "";
   struct stat info;
   if (pattern.find('%') == std::string::npos && ::stat(pattern.c_str(), &info) == 0) {
     if (S_ISDIR(info.st_mode)) {
       return pattern + " is a directory (name a file in it: -o " + pattern + "/run.%r.moetrace)";
     }
-    if (!S_ISREG(info.st_mode) || ::access(pattern.c_str(), W_OK) != 0) {
-      return "cannot write " + pattern + " (" +
-             (S_ISREG(info.st_mode) ? std::string(std::strerror(EACCES))
-                                    : std::string("not a regular file")) +
-             ")";
-    }
+    if (!S_ISREG(info.st_mode)) return pattern + " is not a regular file";
   }
   if (!directory.empty()) {
     std::string problem = make_directories(directory);
@@ -91,9 +86,6 @@ std::string prepare_trace_output(const std::string& pattern) {
   }
   if (on_kernel_file_system(directory.empty() ? "/" : directory)) {
     return directory + " is a kernel file system (/proc, /sys, /dev): it takes no trace";
-  }
-  if (::access(directory.empty() ? "/" : directory.c_str(), W_OK | X_OK) != 0) {
-    return "cannot write in the folder " + directory + ": " + std::strerror(errno);
   }
   return "";
 }
