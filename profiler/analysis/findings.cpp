@@ -477,7 +477,13 @@ class Rules {
 
   void dead_experts() {
     for (const LayerLoad& layer : experts_.layers) {
-      if (layer.dead_experts.empty()) continue;
+      if (layer.dead_experts.empty() || layer.num_experts < 2) continue;
+      // Evidence: under uniform routing, the chance that some expert gets none of the layer's
+      // tokens (union bound E (1 - 1/E)^N) must be below the significance level; a few tokens
+      // leave experts empty by chance (docs/analysis.md).
+      const double experts = double(layer.num_experts);
+      const double chance = experts * std::pow(1.0 - 1.0 / experts, double(layer.total_tokens));
+      if (chance >= limits_.imbalance_significance) continue;
       Finding& finding = add("dead_experts", 0.0);
       finding.where.layer = int32_t(layer.layer);
       finding.where.experts = layer.dead_experts;
