@@ -41,6 +41,11 @@ from .moe_layers import find_moe_layers, warn_once
 __all__ = ["attach", "flush", "detach_all", "ExpertLoadCapture", "compiled_counting",
            "hidden_from_profiler"]
 
+# Writes a note into the trace (set by the zero-code capture: autocapture.note), so what is not
+# captured is said in the trace and the report, not on stderr only.
+note_in_trace = None
+_noted = set()
+
 _captures = weakref.WeakSet()        # every live capture, for flush() at the end of the run
 _hooked_routers = weakref.WeakSet()  # routers that already have a hook (a model seen twice)
 
@@ -180,8 +185,12 @@ class ExpertLoadCapture:
 
     def _on_router_output(self, moe_layer, output):
         if _on_cuda(output) and torch.cuda.is_current_stream_capturing():
-            warn_once("expert-load-graph", "expert load is not captured in CUDA graphs "
-                      "(a replay runs no Python hook)")
+            text = "expert load not captured in CUDA graphs (a replay runs no Python hook)"
+            if "expert-load-graph" not in _noted:
+                _noted.add("expert-load-graph")
+                if note_in_trace is not None:
+                    note_in_trace(text)
+            warn_once("expert-load-graph", text)
             return
         self._count(moe_layer, output)
 

@@ -199,6 +199,7 @@ class ModuleCapture:
             note(f"expert load not captured: {error}")
             return
         self.expert_load = expert_load_capture
+        expert_load_capture.note_in_trace = note
         # Counts of the last steps may still be on their way from a GPU: hand them over before
         # the recorder's own exit handler (registered earlier, so it runs after this) closes.
         atexit.register(expert_load_capture.flush)
