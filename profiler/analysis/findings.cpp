@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "moescope/analysis/comm_analysis.h"
+
 namespace moescope::analysis {
 namespace {
 
@@ -77,6 +79,117 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Upper regularized incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a): a series below a + 1,
+// Lentz's continued fraction above (Numerical Recipes' split; relative error ~1e-12).
+double upper_regularized_gamma(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double log_prefactor = a * std::log(x) - x - std::lgamma(a);
+  if (x < a + 1) {
+    double term = 1.0 / a, sum = term;
+    for (int n = 1; n < 1000 && std::fabs(term) > std::fabs(sum) * 1e-15; ++n) {
+      term *= x / (a + n);
+      sum += term;
+    }
+    return std::max(0.0, 1.0 - sum * std::exp(log_prefactor));
+  }
+  const double tiny = 1e-300;
+  double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+  for (int i = 1; i < 1000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::fabs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (std::fabs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1) < 1e-15) break;
+  }
+  return std::min(1.0, std::exp(log_prefactor) * h);
+}
+
+// Pearson's chi-square test of "every expert is equally likely" on a layer's token counts
+// summed over the run (docs/analysis.md): the statistic, its p-value with num_experts - 1
+// degrees of freedom, and whether the test is valid (at least kMinExpectedPerExpert expected
+// tokens per expert; fewer tokens never make evidence).
+struct UniformTest {
+  double chi_square = 0, p_value = 1;
+  bool valid = false;
+};
+constexpr double kMinExpectedPerExpert = 5.0;
+
+UniformTest test_against_uniform(const std::vector<double>& tokens) {
+  UniformTest test;
+  double total = 0;
+  for (double count : tokens) total += count;
+  if (tokens.size() < 2 || total <= 0) return test;
+  const double expected = total / double(tokens.size());
+  test.valid = expected >= kMinExpectedPerExpert;
+  for (double count : tokens) test.chi_square += (count - expected) * (count - expected) / expected;
+  test.p_value = upper_regularized_gamma(0.5 * double(tokens.size() - 1), 0.5 * test.chi_square);
+  return test;
+}
+
+// The kinds of collective a run's communication is made of, largest total time first, e.g.
+// {"all_gather", "reduce_scatter"}; what the exposed-communication advice is about.
+std::vector<std::string> communication_kinds(const TraceModel& model) {
+  std::map<uint32_t, TimeNs> time_by_kind;
+  for (const auto& process : model.processes) {
+    for (const auto& comm : process.communicators) {
+      for (const CommOp& op : comm.ops) time_by_kind[op.kind] += std::max<TimeNs>(0, op.duration());
+    }
+  }
+  std::vector<std::pair<TimeNs, uint32_t>> order;
+  for (const auto& [kind, time] : time_by_kind) order.push_back({time, kind});
+  std::sort(order.rbegin(), order.rend());
+  std::vector<std::string> kinds;
+  for (const auto& [time, kind] : order) kinds.push_back(comm_kind_name(kind));
+  return kinds;
+}
+
+bool has_kind(const std::vector<std::string>& kinds, const char* kind) {
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string text;
+  for (size_t i = 0; i < words.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+  }
+  return text;
+}
+
+// Advice for exposed communication made of `kinds`: about the collectives the run has.
+std::string overlap_advice(const std::vector<std::string>& kinds) {
+  std::string advice;
+  if (has_kind(kinds, "all_to_all")) {
+    advice +=
+        "Overlap the all-to-all with compute: split the batch into chunks and pipeline "
+        "dispatch / experts / combine, run shared experts during dispatch, or use a faster "
+        "all-to-all (intranode NVLink kernels); check bytes sent with the all-to-all matrix. ";
+  }
+  if (has_kind(kinds, "all_gather") || has_kind(kinds, "reduce_scatter")) {
+    advice +=
+        "Overlap the parameter all_gather and gradient reduce_scatter (FSDP/ZeRO) with "
+        "compute: prefetch the next block's all_gather (FSDP2 set_modules_to_forward_prefetch "
+        "/ backward_prefetch), keep the last blocks unsharded after forward "
+        "(reshard_after_forward=False), or shard over fewer ranks (HSDP). ";
+  }
+  if (has_kind(kinds, "all_reduce")) {
+    advice +=
+        "Overlap the gradient all_reduce with backward: DDP's buckets (bucket_cap_mb) start "
+        "reducing while backward runs; with gradient accumulation skip it on the inner steps "
+        "(no_sync). ";
+  }
+  if (advice.empty()) {
+    advice = "Overlap the " + (kinds.empty() ? std::string("communication") : joined(kinds)) +
+             " with compute (issue it asynchronously and wait only where the result is used). ";
+  }
+  advice.pop_back();
+  return advice;
+}
+
 class Rules {
  public:
   Rules(const TraceModel& model, const TimeBreakdown& breakdown, const ExpertLoadAnalysis& experts,
@@ -140,8 +253,16 @@ class Rules {
     for (const auto& process : model_.processes) expert_ms += expert_ms_per_step(model_, process);
     expert_ms /= double(std::max<size_t>(1, model_.processes.size()));
     const double per_layer_ms = expert_ms / double(experts_.layers.size());
+    const ExpertLoadMatrix totals = expert_load_matrix(model_);
     for (const LayerLoad& layer : experts_.layers) {
       if (layer.max_over_mean < limits_.imbalance_max_over_mean) continue;
+      // Evidence first: a few tokens make a large max/mean by chance.
+      const int row = totals.row_of(layer.layer);
+      if (row < 0) continue;
+      const auto first = totals.tokens.begin() + std::ptrdiff_t(row) * totals.num_experts;
+      const UniformTest uniform =
+          test_against_uniform(std::vector<double>(first, first + layer.num_experts));
+      if (!uniform.valid || uniform.p_value >= limits_.imbalance_significance) continue;
       double est = per_layer_ms * (1.0 - 1.0 / layer.max_over_mean);
       Finding& finding = add("expert_imbalance", est);
       finding.where.layer = int32_t(layer.layer);
@@ -154,13 +275,16 @@ class Rules {
       }
       finding.evidence = format(
           "layer %u: max/mean tokens per expert %.2f (CV %.2f, utilization %.0f%%) over %u "
-          "steps; hot experts: %s; ideal share %.1f%%",
+          "steps; hot experts: %s; ideal share %.1f%%; uniform routing rejected (chi-square "
+          "%.1f on %u df, p %.2g < %.2g, %.0f tokens)",
           layer.layer, layer.max_over_mean, layer.cv, 100.0 * layer.utilization, layer.num_steps,
-          hot.empty() ? "none" : hot.c_str(), 100.0 / layer.num_experts);
-      finding.metrics = {{"max_over_mean", layer.max_over_mean},
-                         {"cv", layer.cv},
-                         {"utilization", layer.utilization},
-                         {"expert_ms_per_layer_step", per_layer_ms}};
+          hot.empty() ? "none" : hot.c_str(), 100.0 / layer.num_experts, uniform.chi_square,
+          layer.num_experts - 1, uniform.p_value, limits_.imbalance_significance,
+          totals.layer_total(row));
+      finding.metrics = {
+          {"max_over_mean", layer.max_over_mean}, {"cv", layer.cv},
+          {"utilization", layer.utilization},     {"expert_ms_per_layer_step", per_layer_ms},
+          {"chi_square", uniform.chi_square},     {"p_value", uniform.p_value}};
       finding.suggestion =
           "Rebalance: replicate or move the hot experts (moescope plan), raise the aux-loss "
           "coefficient or enable aux-loss-free bias updates; check the router's initialisation.";
@@ -188,9 +312,16 @@ class Rules {
       finding.metrics = {{"busy_ms", means_[r].busy_ms()},
                          {"median_busy_ms_others", typical},
                          {"compute_ms", means_[r].compute_ms}};
+      // Name only what this run has: experts and an all-to-all matrix, or neither.
+      const bool all_to_all = has_kind(communication_kinds(model_), "all_to_all");
       finding.suggestion =
-          "Look at what this rank does more: hot experts placed on it (see expert_imbalance and "
-          "the all-to-all matrix), a slower GPU or host, or extra work (logging, checkpoints).";
+          std::string("Look at what this rank does more: ") +
+          (!experts_.layers.empty()
+               ? (all_to_all ? "hot experts placed on it (see expert_imbalance and the "
+                               "all-to-all matrix), "
+                             : "hot experts placed on it (see expert_imbalance), ")
+               : "") +
+          "a slower GPU or host, or extra work (logging, checkpoints).";
     }
   }
 
@@ -222,18 +353,17 @@ class Rules {
     if (exposed < std::max(limits_.exposed_comm_min_ms, limits_.exposed_comm_share * step_ms))
       return;
     Finding& finding = add("exposed_communication", exposed);
+    const std::vector<std::string> kinds = communication_kinds(model_);
     finding.evidence = format(
-        "%.2f ms per step of communication is not overlapped with compute on any rank (%.0f%% "
-        "of a %.2f ms step); communication %.2f ms per step, %.2f ms of it overlapped",
-        exposed, 100.0 * exposed / std::max(step_ms, 1e-9), step_ms, total_comm, overlapped);
+        "%.2f ms per step of communication (%s) is not overlapped with compute on any rank "
+        "(%.0f%% of a %.2f ms step); communication %.2f ms per step, %.2f ms of it overlapped",
+        exposed, kinds.empty() ? "GPU communication kernels" : joined(kinds).c_str(),
+        100.0 * exposed / std::max(step_ms, 1e-9), step_ms, total_comm, overlapped);
     finding.metrics = {{"exposed_ms", exposed},
                        {"step_ms", step_ms},
                        {"communication_ms", total_comm},
                        {"overlapped_ms", overlapped}};
-    finding.suggestion =
-        "Overlap the all-to-all with compute: split the batch into chunks and pipeline dispatch "
-        "/ experts / combine, run shared experts during dispatch, or use a faster all-to-all "
-        "(intranode NVLink kernels); check bytes sent with the all-to-all matrix.";
+    finding.suggestion = overlap_advice(kinds);
   }
 
   void host_sync_stall() {
@@ -347,7 +477,13 @@ class Rules {
 
   void dead_experts() {
     for (const LayerLoad& layer : experts_.layers) {
-      if (layer.dead_experts.empty()) continue;
+      if (layer.dead_experts.empty() || layer.num_experts < 2) continue;
+      // Evidence: under uniform routing, the chance that some expert gets none of the layer's
+      // tokens (union bound E (1 - 1/E)^N) must be below the significance level; a few tokens
+      // leave experts empty by chance (docs/analysis.md).
+      const double experts = double(layer.num_experts);
+      const double chance = experts * std::pow(1.0 - 1.0 / experts, double(layer.total_tokens));
+      if (chance >= limits_.imbalance_significance) continue;
       Finding& finding = add("dead_experts", 0.0);
       finding.where.layer = int32_t(layer.layer);
       finding.where.experts = layer.dead_experts;

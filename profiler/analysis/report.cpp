@@ -59,6 +59,29 @@ std::string where_text(const FindingWhere& where) {
   return text;
 }
 
+// Notes the capture wrote about what it could not record (domain "moescope"), each once.
+std::vector<std::string> capture_gaps(const TraceModel& model) {
+  const StringId domain = model.strings.find("moescope");
+  std::vector<std::string> gaps;
+  if (!domain) return gaps;
+  std::set<StringId> seen;
+  for (const auto& process : model.processes) {
+    for (const auto& thread : process.threads) {
+      for (const Instant& instant : thread.instants) {
+        if (instant.domain != domain || !seen.insert(instant.name).second) continue;
+        const std::string& text = model.name(instant.name);
+        for (const char* word : {"not captured", "autocapture off", "capture stopped"}) {
+          if (text.find(word) != std::string::npos) {
+            gaps.push_back(text);
+            break;
+          }
+        }
+      }
+    }
+  }
+  return gaps;
+}
+
 ordered_json breakdown_json(const StepBreakdown& b) {
   return {{"rank", b.rank},
           {"step", b.step},
@@ -105,7 +128,26 @@ std::string render_json(const TraceModel& model, const Report& report) {
                     {"step_source", s.step_source},
                     {"clock_alignment", s.clock_alignment},
                     {"findings", report.findings.size()},
-                    {"errors", s.errors}};
+                    {"errors", s.errors},
+                    {"run", s.inference.inference ? "inference" : "training"}};
+  if (s.inference.inference) {
+    out["summary"]["forward_passes"] = s.inference.forward_passes;
+    out["summary"]["tokens"] = s.inference.routed_tokens;
+  }
+  out["capture_gaps"] = report.capture_gaps;
+  ordered_json phases = ordered_json::array();
+  for (const RankPhases& rank : report.phases.ranks) {
+    if (!report.phases.any) break;
+    ordered_json entry = {{"rank", rank.rank}, {"steps", rank.steps}, {"step_ms", rank.step_ms}};
+    for (size_t i = 0; i < kPhaseNames.size(); ++i) {
+      entry[std::string(kPhaseNames[i]) + "_ms"] = rank.phase_ms[i];
+    }
+    ordered_json spans = ordered_json::object();
+    for (size_t i = 0; i + 1 < kPhaseNames.size(); ++i) spans[kPhaseNames[i]] = rank.phase_spans[i];
+    entry["spans"] = std::move(spans);
+    phases.push_back(std::move(entry));
+  }
+  out["phases"] = std::move(phases);
   ordered_json breakdown = ordered_json::array();
   for (const auto& rank : report.breakdown.ranks) {
     ordered_json entry = {{"rank", rank.rank}, {"mean_per_step", breakdown_json(rank.mean())}};
@@ -270,11 +312,20 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   TextWriter w(markdown);
   const ReportSummary& s = report.summary;
   w.line(markdown ? "# moescope report" : "moescope report");
+  const std::string run =
+      s.inference.inference
+          ? "inference: " + std::to_string(s.inference.forward_passes) + " forward passes" +
+                (s.inference.routed_tokens > 0
+                     ? ", " + fixed(s.inference.routed_tokens, 0) + " tokens routed"
+                     : std::string()) +
+                " (no training steps)"
+          : std::to_string(s.steps) + " steps (" + s.step_source + "), mean step " +
+                fixed(s.mean_step_ms) + " ms";
   w.line((markdown ? "\n" : "") + std::to_string(s.ranks) + " rank(s), " +
-         std::to_string(s.events) + " events over " + fixed(s.duration_ms) + " ms; " +
-         std::to_string(s.steps) + " steps (" + s.step_source + "), mean step " +
-         fixed(s.mean_step_ms) + " ms; clocks: " + s.clock_alignment);
+         std::to_string(s.events) + " events over " + fixed(s.duration_ms) + " ms; " + run +
+         "; clocks: " + s.clock_alignment);
   if (s.errors) w.line(std::to_string(s.errors) + " load error(s), listed at the end");
+  for (const std::string& gap : report.capture_gaps) w.line("capture: " + gap);
 
   w.heading("Findings (ranked by estimated time lost per step)");
   if (report.findings.empty()) w.line("No problems found.");
@@ -301,6 +352,18 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   w.table({"rank", "steps", "step", "compute", "comm exposed", "comm overlapped", "memcpy", "idle",
            "host sync", "allocs/step"},
           rows);
+  if (report.phases.any) {
+    w.heading("Time per step by phase (ms, mean; the phases add up to the step)");
+    rows.clear();
+    for (const RankPhases& rank : report.phases.ranks) {
+      std::vector<std::string> row = {std::to_string(rank.rank), std::to_string(rank.steps),
+                                      fixed(rank.step_ms)};
+      for (double ms : rank.phase_ms) row.push_back(fixed(ms));
+      rows.push_back(std::move(row));
+    }
+    w.table({"rank", "steps", "step", "forward", "backward", "recompute", "optimizer", "other"},
+            rows);
+  }
   if (!report.breakdown.spread.empty()) {
     double worst = 0;
     int64_t worst_step = 0;
@@ -430,6 +493,9 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
   s.step_source = step_source_name(model.step_source);
   s.clock_alignment = clock_alignment_method_name(model.clock_alignment);
   s.errors = model.errors.size();
+  is_inference_run(model, &s.inference);
+  report.phases = compute_phase_breakdown(model);
+  report.capture_gaps = capture_gaps(model);
   return report;
 }
 

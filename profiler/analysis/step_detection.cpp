@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+#include "moescope/analysis/run_phases.h"
+
 namespace moescope::analysis {
 namespace {
 
@@ -218,6 +220,10 @@ void detect_steps(TraceModel& model) {
     model.step_source = StepSource::kProfilerSteps;
   } else if (steps_from_optimizer_steps(model)) {
     model.step_source = StepSource::kOptimizerSteps;
+  } else if (is_inference_run(model)) {
+    // Forward passes without training (run_phases.h): no step to guess from them.
+    for (auto& process : model.processes) process.steps.clear();
+    model.step_source = StepSource::kNone;
   } else if (steps_from_repeating_range(model)) {
     model.step_source = StepSource::kRepeatingRange;
   } else {

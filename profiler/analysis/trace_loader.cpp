@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "file_load.h"
+#include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/step_detection.h"
 
@@ -266,6 +267,8 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
     for (auto& thread : pool) thread.join();
   }
 
+  // A non-trace JSON; a Kineto trace beside .moetrace files (input_checks.h).
+  refuse_unusable_inputs(files, options.align_clocks);
   merge_into(model, files);
   if (options.align_clocks) align_clocks(model);
   if (options.detect_steps) detect_steps(model);

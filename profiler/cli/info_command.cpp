@@ -66,6 +66,33 @@ nlohmann::json to_json(const TraceInfo& info) {
   return out;
 }
 
+int64_t integer_field(const nlohmann::json& meta, const char* key, int64_t fallback) {
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains(key)) return fallback;
+  return meta[key].is_number_integer() ? meta[key].get<int64_t>() : fallback;
+}
+
+// "pid 1234 on host", or what a torch.profiler trace says of its process.
+std::string process_text(const analysis::ProcessTrack& process, const nlohmann::json& meta) {
+  if (process.source_format == "kineto") return "torch.profiler (Kineto) trace";
+  std::string text = "pid " + std::to_string(integer_field(meta, "pid", process.pid));
+  std::string host = process.host;
+  if (host.empty() && !meta.is_discarded() && meta.contains("host") && meta["host"].is_string())
+    host = meta["host"].get<std::string>();
+  return host.empty() ? text : text + " on " + host;
+}
+
+// The rank `moescope report` shows for this file, and where it comes from: "rank 1 of 4", or
+// for a trace without one, its position among the files given.
+std::string rank_text(const analysis::ProcessTrack& process, const nlohmann::json& meta) {
+  const int64_t rank = integer_field(meta, "rank", -1);
+  const int64_t world = integer_field(meta, "world_size", 0);
+  if (rank >= 0) {
+    return "rank " + std::to_string(rank) + (world > 0 ? " of " + std::to_string(world) : "");
+  }
+  return "one process without a rank (report calls it rank " + std::to_string(process.rank) +
+         ", its position among the files given)";
+}
+
 void print_text(const TraceInfo& info) {
   std::printf("%s\n", info.path.c_str());
   if (!info.process) {
@@ -78,9 +105,11 @@ void print_text(const TraceInfo& info) {
     if (meta.is_discarded() || !meta.contains(key)) return "?";
     return meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump();
   };
-  std::printf("  process   pid %s on %s, rank %s of %s\n", field("pid").c_str(),
-              field("host").c_str(), field("rank").c_str(), field("world_size").c_str());
-  std::printf("  command   %s\n", field("command_line").c_str());
+  std::printf("  process   %s, %s\n", process_text(process, meta).c_str(),
+              rank_text(process, meta).c_str());
+  if (process.source_format != "kineto") {
+    std::printf("  command   %s\n", field("command_line").c_str());
+  }
   // Traces from `moescope record` say what the GPU capture did, e.g. why there is no GPU event.
   if (!meta.is_discarded() && meta.contains("capture") && meta["capture"].is_object() &&
       meta["capture"].contains("gpu") && meta["capture"]["gpu"].is_object()) {

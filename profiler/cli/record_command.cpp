@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "record_output.h"
 #include "shim_trace_path.h"
 
 namespace moescope::cli {
@@ -220,7 +221,8 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
     if (::glob(glob_of(variant).c_str(), 0, nullptr, &matches) == 0) {
       for (size_t i = 0; i < matches.gl_pathc; ++i) {
         struct stat info;
-        if (::stat(matches.gl_pathv[i], &info) == 0 && info.st_mtime >= since) {
+        if (::stat(matches.gl_pathv[i], &info) == 0 && S_ISREG(info.st_mode) &&
+            info.st_mtime >= since) {
           found.insert(matches.gl_pathv[i]);
         }
       }
@@ -283,6 +285,11 @@ int run_record(const RecordOptions& options) {
                  nvtx);
   }
   std::string pattern = absolute_pattern(options.output);
+  if (std::string problem = prepare_trace_output(pattern); !problem.empty()) {
+    std::fprintf(stderr, "moescope record: -o %s: %s; not starting the program\n",
+                 options.output.c_str(), problem.c_str());
+    return 2;
+  }
   std::string session = session_id();
   time_t started = ::time(nullptr);
   std::fflush(nullptr);
@@ -309,6 +316,7 @@ int run_record(const RecordOptions& options) {
 
   std::vector<std::string> traces;
   for (const auto& path : traces_written(pattern, started - 1)) {
+    if (!written_by_session(path, session)) continue;  // not a trace of this run
     if (inject::trace_is_empty_helper(path, session)) {
       ::unlink(path.c_str());
     } else {

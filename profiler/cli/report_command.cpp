@@ -38,8 +38,14 @@ void run_report(const ReportOptions& options) {
   }
   analysis::TraceModel model =
       analysis::load_traces(options.traces, load_options_with_progress(options.quiet));
+  bool refused = false;
   for (const auto& error : model.errors) {
     std::fprintf(stderr, "moescope report: %s\n", error.to_string().c_str());
+    refused |= error.refused;
+  }
+  if (refused) {
+    std::fprintf(stderr, "moescope report: no report: an input was refused (above)\n");
+    throw CLI::RuntimeError(1);
   }
   if (model.processes.empty()) {
     std::fprintf(stderr, "moescope report: nothing readable in the given trace(s)\n");

@@ -114,6 +114,48 @@ TEST(Findings, UnoverlappedAllToAll) {
   EXPECT_EQ(run.report.findings.size(), 1u) << kinds(run.report);
 }
 
+TEST(Findings, ExposedCommunicationNamesTheRunsCollectives) {
+  SyntheticOptions options;
+  options.unoverlapped_a2a = true;
+  Analysed run = analyse("exposed_kinds", options);
+  auto found = of_kind(run.report, "exposed_communication");
+  ASSERT_EQ(found.size(), 1u) << kinds(run.report);
+  EXPECT_NE(found[0]->evidence.find("(all_to_all)"), std::string::npos) << found[0]->evidence;
+  EXPECT_NE(found[0]->suggestion.find("all-to-all"), std::string::npos);
+  // No FSDP or DDP advice for a run with neither (tests/autocapture's fsdp_exposed_text checks
+  // the converse on a real FSDP2 run).
+  EXPECT_EQ(found[0]->suggestion.find("all_gather"), std::string::npos);
+  EXPECT_EQ(found[0]->suggestion.find("all_reduce"), std::string::npos);
+}
+
+// A handful of tokens: max/mean is large by chance (one expert got 4 of 11), but a chi-square
+// test against uniform routing has no evidence (1.4 expected tokens per expert): no finding.
+TEST(Findings, FewTokensMakeNoImbalance) {
+  SyntheticOptions options;
+  options.num_ranks = 1;
+  options.num_steps = 1;
+  options.tokens_per_expert = 1;
+  options.hot_layer = 1;
+  options.hot_expert = 3;
+  Analysed run = analyse("few_tokens", options);
+  ASSERT_EQ(run.report.expert_load.layers.size(), 2u);
+  EXPECT_GE(run.report.expert_load.layers[1].max_over_mean, 1.5);
+  EXPECT_TRUE(of_kind(run.report, "expert_imbalance").empty()) << kinds(run.report);
+}
+
+// The same skew over many tokens is evidence: the finding quotes the test.
+TEST(Findings, ImbalanceQuotesItsChiSquareTest) {
+  SyntheticOptions options;
+  options.hot_layer = 1;
+  options.hot_expert = 3;
+  Analysed run = analyse("hot_tested", options);
+  auto found = of_kind(run.report, "expert_imbalance");
+  ASSERT_EQ(found.size(), 1u) << kinds(run.report);
+  EXPECT_LT(metric(*found[0], "p_value"), 1e-3);
+  EXPECT_GT(metric(*found[0], "chi_square"), 100.0);
+  EXPECT_NE(found[0]->evidence.find("uniform routing rejected"), std::string::npos);
+}
+
 TEST(Findings, SyncPerStep) {
   SyntheticOptions options;
   options.sync_per_step = true;

@@ -176,7 +176,9 @@ std::vector<std::string> write_synthetic_run(const std::string& directory, const
     ranks[r].skew = host > 0 ? o.host_clock_skew_ns * host : 0;
   }
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<int> jitter(-10, 10);
+  // +-10 tokens; less for runs of a few tokens, whose counts must stay >= 0.
+  const int jitter_tokens = std::min(10, o.tokens_per_expert / 4);
+  std::uniform_int_distribution<int> jitter(-jitter_tokens, jitter_tokens);
   uint32_t sequence = 0;
   int64_t now = 1000 * kMs;  // common clock before skew
   // Weights allocated once.

@@ -235,6 +235,24 @@ TEST(TraceLoader, NotATraceIsAnErrorNamingTheFile) {
   EXPECT_NE(json_model.errors[0].message.find("JSON"), std::string::npos);
 }
 
+// JSON that parses but holds no trace (an array of numbers, moescope's own report) is refused
+// as "not a trace", so `report` fails instead of reporting "0 events, no problems".
+TEST(TraceLoader, JsonWithoutTraceEventsIsRefused) {
+  const std::string directory = testing::test_directory("not_traces");
+  const std::string numbers = directory + "/numbers.json", report = directory + "/report.json";
+  std::ofstream(numbers) << "[1, 2, 3]";
+  std::ofstream(report) << R"({"summary": {"ranks": 1}, "findings": []})";
+  for (const std::string& path : {numbers, report}) {
+    TraceModel model = load_traces({path});
+    EXPECT_TRUE(model.processes.empty()) << path;
+    bool refused = false;
+    for (const LoadError& error : model.errors) {
+      refused |= error.refused && error.message.find("not a trace") != std::string::npos;
+    }
+    EXPECT_TRUE(refused) << path;
+  }
+}
+
 }  // namespace
 }  // namespace moescope::analysis
 

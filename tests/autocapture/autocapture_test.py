@@ -272,6 +272,224 @@ def viewer_screenshots(context):
         expect(layout["selected_track"] >= 0, f"the timeline's search finds no '{query}'")
 
 
+# ---- issue 26: what real training scripts hit ------------------------------------------------
+
+def moe_layer_totals(report):
+    """layer -> tokens summed over its experts and the run, from the report's expert load."""
+    return {layer["layer"]: sum(layer["tokens"]) for layer in report["expert_load"]}
+
+
+def warnings_in(text):
+    """The warning lines of a stderr ("...: UserWarning: ...", "moescope: ...")."""
+    return sorted(line for line in text.splitlines() if "Warning:" in line)
+
+
+def torch_compile_case(backend):
+    """torch.compile of a tiny HF Mixtral: the same Dynamo graphs, graph breaks, recompiles
+    (torch._dynamo.utils.counters) and loss with and without `moescope record`, no warning
+    of ours, and expert load counted inside the compiled graph (every token of every step)."""
+    def case(context):
+        need("torch", "transformers")
+        steps = 3
+        command = [PYTHON, context.program("compiled_moe_train.py"), backend, str(steps)]
+        plain_run = run_command(command, context.env, 900)
+        recorded = run_command([context.moescope, "record", "-o",
+                                os.path.join(context.work, "compiled.moetrace"), "--", *command],
+                               context.env, 900)
+        expect(plain_run.returncode == 0 and recorded.returncode == 0,
+               f"rc {plain_run.returncode} / {recorded.returncode}\n{plain_run.stderr}\n"
+               f"{recorded.stderr}")
+        plain_stats = json.loads(plain_run.stdout.strip().splitlines()[-1])
+        stats = json.loads(recorded.stdout.strip().splitlines()[-1])
+        expect(stats == plain_stats, f"Dynamo differs under moescope record: {stats}, plain "
+               f"{plain_stats}")
+        ours = [line for line in warnings_in(recorded.stderr)
+                if line not in warnings_in(plain_run.stderr)]
+        expect(not ours and "moescope:" not in recorded.stderr,
+               f"warnings only under moescope record: {ours}\n{recorded.stderr}")
+        report = context.report()
+        expect(report["summary"]["steps"] == steps, report["summary"])
+        totals = moe_layer_totals(report)
+        # 4 sequences of 32 tokens, top-2, every step, counted once each.
+        expected = steps * 4 * 32 * 2
+        expect(totals == {0: expected, 1: expected},
+               f"expert load {totals}, expected {expected} per layer")
+        expect(not report["capture_gaps"], f"capture gaps: {report['capture_gaps']}")
+        spans = span_counts(context, context.traces()[0])
+        expect(spans[("moescope.phase", "forward")] == steps, f"phases {spans}")
+    case.__doc__ = torch_compile_case.__doc__
+    return case
+
+
+def checkpoint_case(mode):
+    """Activation checkpointing: the recomputed forwards are `recompute` phases inside
+    backward, one backward per step (no nested one), the phases add up to the step, and every
+    token is counted once."""
+    def case(context):
+        need("torch", "transformers")
+        steps = 6
+        context.record([PYTHON, context.program("checkpoint_train.py"), mode, str(steps)],
+                       pattern="checkpoint.moetrace")
+        report = context.report()
+        expect(report["summary"]["steps"] == steps, report["summary"])
+        spans = span_counts(context, context.traces()[0])
+        for phase in ("forward", "backward", "optimizer"):
+            expect(spans[("moescope.phase", phase)] == steps,
+                   f"{spans[('moescope.phase', phase)]} '{phase}' phases for {steps} steps")
+        # Both decoder layers are recomputed in every backward (transformers 5 recomputes a
+        # layer's parts one call each, so a layer can give several recompute spans).
+        expect(spans[("moescope.phase", "recompute")] >= 2 * steps,
+               f"{spans[('moescope.phase', 'recompute')]} recompute phases for {steps} steps")
+        phases = report["phases"]
+        expect(len(phases) == 1, f"phases {phases}")
+        entry = phases[0]
+        parts = sum(entry[f"{name}_ms"] for name in
+                    ("forward", "backward", "recompute", "optimizer", "other"))
+        expect(abs(parts - entry["step_ms"]) <= 1e-6 * entry["step_ms"] + 1e-9,
+               f"phases add up to {parts} ms, the step is {entry['step_ms']} ms: {entry}")
+        expect(entry["recompute_ms"] > 0 and entry["other_ms"] >= 0, entry)
+        expected = steps * 4 * 32 * 2
+        totals = moe_layer_totals(report)
+        expect(totals == {0: expected, 1: expected}, f"expert load {totals}, expected {expected}")
+        done = subprocess.run([context.moescope, "report", *context.traces()], capture_output=True,
+                              text=True, timeout=300)
+        expect("Time per step by phase" in done.stdout and "recompute" in done.stdout,
+               f"no phase table in the text report:\n{done.stdout}")
+    case.__doc__ = checkpoint_case.__doc__
+    return case
+
+
+def inference_generate(context):
+    """torch.no_grad() + model.generate: an inference run (forward passes and tokens as the
+    program counted them), no steps, and no expert_imbalance or dead_experts from a handful
+    of tokens."""
+    need("torch", "transformers")
+    recorded = context.record([PYTHON, context.program("hf_generate.py"), "1", "4", "12"],
+                              pattern="generate.moetrace")
+    seen = json.loads(recorded.stdout.strip().splitlines()[-1])
+    report = context.report()
+    summary = report["summary"]
+    expect(summary["run"] == "inference" and summary["steps"] == 0, summary)
+    expect(summary["forward_passes"] == seen["forwards"],
+           f"{summary['forward_passes']} forward passes reported, {seen['forwards']} run")
+    expect(summary["tokens"] == seen["tokens"],
+           f"{summary['tokens']} tokens reported, {seen['tokens']} run")
+    chance = [f for f in report["findings"] if f["kind"] in ("expert_imbalance", "dead_experts")]
+    expect(not chance, f"findings from {seen['tokens']} tokens: {chance}")
+    done = subprocess.run([context.moescope, "report", *context.traces()], capture_output=True,
+                          text=True, timeout=300)
+    expect(f"inference: {seen['forwards']} forward passes" in done.stdout, done.stdout)
+
+
+def profiler_iterations(context):
+    """torch.profiler with prof.step() per iteration: as many steps as iterations (no empty
+    trailing one); the program's own Kineto trace has the same operators as without moescope;
+    that trace given with the .moetrace of the same process is refused as one process."""
+    need("torch", "transformers")
+    iterations = 8
+    plain_json = os.path.join(context.work, "plain_kineto.json")
+    recorded_json = os.path.join(context.work, "recorded_kineto.json")
+    run_command([PYTHON, context.program("profiler_iterations.py"), str(iterations), plain_json],
+                context.env, 600)
+    recorded = run_command([context.moescope, "record", "-o",
+                            os.path.join(context.work, "prof.moetrace"), "--", PYTHON,
+                            context.program("profiler_iterations.py"), str(iterations),
+                            recorded_json], context.env, 600)
+    expect(recorded.returncode == 0, recorded.stderr)
+    report = context.report()
+    expect(report["summary"]["steps"] == iterations,
+           f"{report['summary']['steps']} steps for {iterations} iterations")
+
+    def operators(path):
+        with open(path) as handle:
+            events = json.load(handle)["traceEvents"]
+        return collections.Counter(event["name"] for event in events
+                                   if event.get("cat") == "cpu_op")
+    plain_ops, recorded_ops = operators(plain_json), operators(recorded_json)
+    extra = recorded_ops - plain_ops
+    expect(not extra, f"operators only in the recorded run's profiler trace: {dict(extra)}")
+    mixed = subprocess.run([context.moescope, "report", recorded_json, *context.traces()],
+                           capture_output=True, text=True, timeout=300)
+    expect(mixed.returncode == 1 and "one process" in mixed.stderr,
+           f"mixing the program's Kineto trace with its .moetrace: rc {mixed.returncode}\n"
+           f"{mixed.stdout}{mixed.stderr}")
+    other = subprocess.run([context.moescope, "report", plain_json, *context.traces()],
+                           capture_output=True, text=True, timeout=300)
+    expect(other.returncode == 1 and "clock" in other.stderr,
+           f"another process's Kineto trace with a .moetrace: rc {other.returncode}\n"
+           f"{other.stdout}{other.stderr}")
+
+
+def fsdp_exposed_text(context):
+    """FSDP2 on 2 Gloo ranks: the communication the report names is all_gather and
+    reduce_scatter, and no finding speaks of an all-to-all the run does not have."""
+    need("torch")
+    context.record([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", context.program("fsdp_gloo_train.py"), "4"],
+                   normalize=lambda text: "")
+    report = context.report()
+    kinds = {op["kind"] for op in report["communication"]["ops"]}
+    expect({"all_gather", "reduce_scatter"} <= kinds and "all_to_all" not in kinds,
+           f"communication kinds {kinds}")
+    exposed = [f for f in report["findings"] if f["kind"] == "exposed_communication"]
+    expect(exposed, f"no exposed_communication finding: {report['findings']}")
+    for finding in report["findings"]:
+        text = finding["evidence"] + " " + finding["suggestion"]
+        expect("all-to-all" not in text and "all_to_all" not in text,
+               f"{finding['kind']} speaks of an all-to-all: {text}")
+    expect("all_gather" in exposed[0]["evidence"] and "reduce_scatter" in exposed[0]["evidence"],
+           exposed[0]["evidence"])
+
+
+def cli_honesty(context):
+    """record -o into a missing folder creates it; -o naming a directory or /proc/version
+    fails before the program starts; report on JSON that is not a trace fails naming why;
+    info shows a Kineto file and a one-process trace with the rank report uses."""
+    need("torch")
+    program = [PYTHON, "-c", "open(__import__('sys').argv[1], 'w').write('ran')",
+               os.path.join(context.work, "ran.txt")]
+    marker = program[-1]
+    nested = os.path.join(context.work, "new", "folder", "run.moetrace")
+    shutil.rmtree(os.path.join(context.work, "new"), ignore_errors=True)
+    done = run_command([context.moescope, "record", "-o", nested, "--", PYTHON, "-c",
+                        "import torch; torch.ones(2).sum()"], context.env, 300)
+    expect(done.returncode == 0 and os.path.isfile(nested),
+           f"-o into a missing folder: rc {done.returncode}, {done.stderr}")
+    for bad in (context.work, "/proc/version"):
+        if os.path.exists(marker):
+            os.remove(marker)
+        done = run_command([context.moescope, "record", "-o", bad, "--", *program],
+                           context.env, 300)
+        expect(done.returncode != 0 and not os.path.exists(marker)
+               and "written" not in done.stderr,
+               f"-o {bad}: rc {done.returncode}, program ran: {os.path.exists(marker)}\n"
+               f"{done.stderr}")
+    not_traces = {"array.json": "[1, 2, 3]"}
+    report_json = os.path.join(context.work, "report_of_run.json")
+    with open(report_json, "w") as handle:
+        json.dump(context.report([nested]), handle)
+    for name, text in not_traces.items():
+        with open(os.path.join(context.work, name), "w") as handle:
+            handle.write(text)
+    for path in [os.path.join(context.work, name) for name in not_traces] + [report_json]:
+        done = subprocess.run([context.moescope, "report", path], capture_output=True, text=True,
+                              timeout=120)
+        expect(done.returncode == 1 and "not a trace" in done.stderr,
+               f"report {path}: rc {done.returncode}\n{done.stdout}{done.stderr}")
+    kineto = os.path.join(context.work, "kineto.json")
+    subprocess.run([PYTHON, context.program("profiler_optimizer_steps.py"), kineto], check=True,
+                   env=context.env, timeout=600, capture_output=True)
+    info = subprocess.run([context.moescope, "info", kineto, nested], capture_output=True,
+                          text=True, timeout=120)
+    expect(info.returncode == 0, info.stderr)
+    expect("pid ?" not in info.stdout and "rank -1" not in info.stdout
+           and "torch.profiler (Kineto) trace" in info.stdout, info.stdout)
+    one = subprocess.run([context.moescope, "info", nested], capture_output=True, text=True,
+                         timeout=120)
+    expect("report calls it rank 0" in one.stdout, one.stdout)
+    expect(context.report([nested])["breakdown"][0]["rank"] == 0, "report's rank")
+
+
 CASES = {
     "hf_mixtral": hf_model_case("mixtral"),
     "hf_qwen2_moe": hf_model_case("qwen2_moe"),
@@ -283,6 +501,14 @@ CASES = {
     "kineto_optimizer_steps": kineto_optimizer_steps,
     "chained_sitecustomize": chained_sitecustomize,
     "viewer_screenshots": viewer_screenshots,
+    "torch_compile_aot_eager": torch_compile_case("aot_eager"),
+    "torch_compile_inductor": torch_compile_case("inductor"),
+    "checkpoint_reentrant": checkpoint_case("reentrant"),
+    "checkpoint_non_reentrant": checkpoint_case("non_reentrant"),
+    "inference_generate": inference_generate,
+    "profiler_iterations": profiler_iterations,
+    "fsdp_exposed_text": fsdp_exposed_text,
+    "cli_honesty": cli_honesty,
 }
 
 

@@ -5,7 +5,9 @@ Sources, in order of precedence:
 2. a marker the user named with ``moescope record --step-marker``: ``module:NAME`` (each forward
    of the module whose path or class is NAME starts a step) or ``function:MODULE:QUALNAME``
    (each call of that function is a step);
-3. ``torch.profiler`` step calls (``prof.step()``), once the program makes one;
+3. ``torch.profiler`` step calls (``prof.step()``), once the program makes one: each call ends
+   the step in progress and the next step starts at the next model forward, so the call after
+   the last iteration opens no empty step (steps = the program's iterations);
 4. optimizer steps: a step starts at the first forward with gradients enabled and ends when
    an optimizer step finishes (more optimizers in one iteration: the first one ends it). A
    trailing forward without an optimizer step (evaluation, the end of the run) is no step.
@@ -27,6 +29,7 @@ class StepTracker:
                  "function:MODULE:QUALNAME)")
             self.marker_kind = ""
         self.profiler_steps = False
+        self.profiler_step_pending = False  # prof.step() was called: the next forward begins one
         self.next_step = 0
         self.in_step = False
         self.phase_domain = _recorder.name("moescope.phase")
@@ -65,7 +68,19 @@ class StepTracker:
 
     def on_root_forward(self, grad_enabled):
         """A forward of a model (no enclosing module) starts."""
-        if not self.marker_kind and not self.profiler_steps and grad_enabled:
+        if self.marker_kind:
+            return
+        if self.profiler_steps:
+            if self.profiler_step_pending:
+                self.profiler_step_pending = False
+                self.begin()
+        elif grad_enabled:
+            self.begin()
+
+    def on_backward(self):
+        """backward() starts: a step whose forward ran unseen (a model compiled whole with
+        ``module.compile()`` runs its hooks inside the graph) begins here."""
+        if not self.marker_kind and not self.profiler_steps:
             self.begin()
 
     def on_module_forward(self, path, module):
@@ -103,7 +118,8 @@ class StepTracker:
             warn(f"step capture: {error}")
 
     def _watch_profiler(self, profile_class):
-        """prof.step() ends a step and starts the next; from the first call on, it alone does."""
+        """prof.step() ends a step, the next model forward starts the next; from the first call
+        on, they alone do."""
         original = profile_class.step
         tracker = self
 
@@ -116,7 +132,7 @@ class StepTracker:
                         tracker.profiler_steps = True
                         note("steps from torch.profiler step calls")
                     tracker.end()
-                    tracker.begin()
+                    tracker.profiler_step_pending = True
             except Exception as error:  # noqa: BLE001
                 warn(f"step capture: {error}")
             return result

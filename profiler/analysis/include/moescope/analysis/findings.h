@@ -52,7 +52,10 @@ struct Finding {
 
 struct FindingThresholds {
   double imbalance_max_over_mean = 1.5;  // expert_imbalance
-  double straggler_excess = 0.10;        // busy time over the others' median
+  // ... and only when a chi-square test of the run's tokens per expert rejects uniform
+  // routing at this level (docs/analysis.md).
+  double imbalance_significance = 1e-3;
+  double straggler_excess = 0.10;  // busy time over the others' median
   double straggler_min_ms = 0.5;
   double exposed_comm_share = 0.10;  // of the step
   double exposed_comm_min_ms = 0.5;

@@ -1,5 +1,6 @@
 // The bottleneck report: every analysis over a model, rendered as text, markdown or JSON.
-// JSON shape: {"summary": {...}, "breakdown": [...per rank...], "step_spread": [...],
+// JSON shape: {"summary": {...}, "capture_gaps": [...], "phases": [...per rank...],
+// "breakdown": [...per rank...], "step_spread": [...],
 // "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
 // "dead_experts", "tokens", "by_rank", ...}], "expert_load_percentiles": {...},
 // "communication": {...}, "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step",
@@ -14,6 +15,7 @@
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/findings.h"
 #include "moescope/analysis/memory_analysis.h"
+#include "moescope/analysis/run_phases.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
 
@@ -28,6 +30,7 @@ struct ReportSummary {
   std::string step_source;
   std::string clock_alignment;
   size_t errors = 0;
+  InferenceSummary inference;  // inference.inference: forward passes and tokens, not steps
 };
 
 // One rank's view of the expert load (the viewer's rank filter).
@@ -46,6 +49,10 @@ struct Report {
   CommAnalysis communication;
   std::vector<RankMemory> memory;
   std::vector<Finding> findings;
+  PhaseBreakdown phases;  // forward / backward / recompute / optimizer / other per step
+  // What the capture could not record, from the trace's notes (domain "moescope"), e.g.
+  // "expert load not captured inside torch.compile regions (...)"; each text once.
+  std::vector<std::string> capture_gaps;
 };
 
 Report build_report(const TraceModel& model, const FindingThresholds& thresholds = {});

@@ -28,7 +28,10 @@ struct LoadOptions {
   std::function<void(const LoadProgress&)> progress;
   // Set to true from another thread to stop early; the model then holds what was read.
   const std::atomic<bool>* cancel = nullptr;
-  bool align_clocks = true;  // see clock_alignment.h
+  // See clock_alignment.h. Also means the files share one timeline: a Kineto trace given with
+  // .moetrace files is then refused (input_checks.h); `info`, which shows each file as
+  // written, turns it off.
+  bool align_clocks = true;
   bool detect_steps = true;  // see step_detection.h
   // Non-zero: read each .moetrace file only until it gave this many events (whole chunks, so a
   // few more), for a quick first look at the beginning of a large trace (the viewer shows it

@@ -66,6 +66,9 @@ struct LoadError {
   std::string file;
   uint64_t offset = 0;  // byte offset in the file; 0 when the problem is not at one place
   std::string message;
+  // The whole file was refused (not a trace, or not combinable with the others): commands
+  // that analyse the inputs together fail instead of reporting without it.
+  bool refused = false;
   std::string to_string() const { return file + ":" + std::to_string(offset) + ": " + message; }
 };
 

@@ -1,0 +1,135 @@
+// Refused inputs (see input_checks.h).
+#include "input_checks.h"
+
+#include <zlib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace moescope::analysis {
+namespace {
+
+bool is_kineto(const FileLoad& file) {
+  return file.opened && file.process.source_format == "kineto";
+}
+
+void refuse(FileLoad& file, const std::string& path, std::string message) {
+  file.opened = false;
+  LoadError error{path, 0, std::move(message)};
+  error.refused = true;
+  file.errors.push_back(std::move(error));
+}
+
+// A JSON file with no trace event in it: an empty array, `[1,2,3]`, moescope's own report.
+void refuse_if_no_trace(FileLoad& file) {
+  if (!is_kineto(file) || file.process.events > 0) return;
+  const std::string path = file.process.file;
+  std::string why = "no trace events";
+  for (LoadError& error : file.errors) {
+    why = error.message;
+    error.refused = true;
+  }
+  refuse(file, path,
+         "not a trace (" + why +
+             "): a torch.profiler trace is a JSON object with a traceEvents array of events "
+             "with ph, ts and name; a moescope trace is a .moetrace file");
+}
+
+// OS thread ids of a process's CPU threads (Kineto: the tids it wrote).
+std::set<uint32_t> thread_ids(const ProcessTrack& process) {
+  std::set<uint32_t> ids;
+  for (const CpuThreadTrack& thread : process.threads) {
+    if (thread.os_thread_id) ids.insert(thread.os_thread_id);
+  }
+  return ids;
+}
+
+// A Kineto trace of the process `moetrace` recorded: its threads include that process's main
+// thread (tid = pid, how Kineto names a process's threads by OS id).
+bool has_main_thread_of(const ProcessTrack& kineto, const ProcessTrack& moetrace) {
+  return moetrace.pid > 0 && thread_ids(kineto).count(static_cast<uint32_t>(moetrace.pid)) > 0;
+}
+
+// torch.profiler's "baseTimeNanoseconds" (wall clock that its ts count from), read from the
+// head of the file, where torch writes it before the events; nullopt when absent.
+std::optional<int64_t> kineto_base_time_ns(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (!file) return std::nullopt;
+  std::string head(1 << 20, '\0');
+  const int got = gzread(file, head.data(), static_cast<unsigned>(head.size()));
+  gzclose(file);
+  if (got <= 0) return std::nullopt;
+  head.resize(size_t(got));
+  const size_t key = head.find("\"baseTimeNanoseconds\"");
+  if (key == std::string::npos) return std::nullopt;
+  const size_t digits = head.find_first_of("0123456789", key + 21);
+  if (digits == std::string::npos) return std::nullopt;
+  return std::strtoll(head.c_str() + digits, nullptr, 10);
+}
+
+// Wall-clock (unix ns) range of a .moetrace process, from its metadata's clock pair.
+std::optional<std::pair<int64_t, int64_t>> wall_range(const ProcessTrack& process) {
+  auto meta = nlohmann::json::parse(process.metadata_json, nullptr, false);
+  if (!meta.is_object() || !meta.contains("start_unix_ns") || !meta.contains("start_ns") ||
+      !meta["start_unix_ns"].is_number() || !meta["start_ns"].is_number()) {
+    return std::nullopt;
+  }
+  const int64_t offset = meta["start_unix_ns"].get<int64_t>() - meta["start_ns"].get<int64_t>();
+  return std::make_pair(process.begin + offset, process.end + offset);
+}
+
+// The same process: the Kineto trace has the .moetrace process's main thread, and when both
+// clocks are known their wall-clock ranges overlap (pids are reused only after a process ends).
+bool same_process(const std::string& kineto_path, const ProcessTrack& kineto,
+                  const ProcessTrack& moetrace) {
+  if (!has_main_thread_of(kineto, moetrace)) return false;
+  const auto base = kineto_base_time_ns(kineto_path);
+  const auto range = wall_range(moetrace);
+  if (!base || !range) return true;
+  const int64_t slack = 1'000'000'000;  // wall clocks read at different moments
+  return kineto.begin + *base < range->second + slack && range->first < kineto.end + *base + slack;
+}
+
+}  // namespace
+
+void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
+  for (FileLoad& file : files) refuse_if_no_trace(file);
+  if (!together) return;
+  std::vector<const FileLoad*> moetraces;
+  for (const FileLoad& file : files) {
+    if (file.opened && file.process.source_format == "moetrace") moetraces.push_back(&file);
+  }
+  if (moetraces.empty()) return;
+  for (FileLoad& file : files) {
+    if (!is_kineto(file)) continue;
+    const std::string path = file.process.file;
+    const FileLoad* same = nullptr;
+    for (const FileLoad* moetrace : moetraces) {
+      if (same_process(path, file.process, moetrace->process)) {
+        same = moetrace;
+        break;
+      }
+    }
+    if (same) {
+      refuse(file, path,
+             "refused: this torch.profiler trace and " + same->process.file +
+                 " are one process (pid " + std::to_string(same->process.pid) +
+                 (same->process.host.empty() ? "" : " on " + same->process.host) +
+                 ", overlapping times); merged they would count its work "
+                 "twice as two ranks. Report them one at a time: moescope report " +
+                 same->process.file + " (the .moetrace has the steps, phases and expert load)");
+    } else {
+      refuse(file, path,
+             "refused: a torch.profiler trace cannot be combined with .moetrace files of "
+             "other processes (its clock cannot be related to theirs, so times would be "
+             "compared across unrelated clocks). Report the Kineto trace(s) and the .moetrace "
+             "files separately");
+    }
+  }
+}
+
+}  // namespace moescope::analysis

@@ -1,0 +1,17 @@
+// Inputs the loader refuses before merging (internal to the analysis library): a JSON file
+// that is no trace at all, and a torch.profiler (Kineto) trace given together with .moetrace
+// files, whose clock the loader cannot relate to theirs (the same process's own profiler
+// trace, recognised by its threads and time range, or another process's).
+#pragma once
+
+#include <vector>
+
+#include "file_load.h"
+
+namespace moescope::analysis {
+
+// Marks each refused file unopened and adds an error (LoadError::refused) saying why and what
+// to do instead. `together`: the files are to be analysed on one timeline (not `info`).
+void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together);
+
+}  // namespace moescope::analysis
