@@ -211,6 +211,20 @@ void moescope_clock_sync(uint64_t sync_id) {
   commit<trace::ClockSyncRecord>(buffer);
 }
 
+void moescope_trigger(const moescope_trigger_info* trigger) {
+  if (!trigger) return;
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record =
+      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
+  if (!record) return;
+  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
+  record->reason = trigger->reason;
+  record->origin_rank = trigger->origin_rank;
+  record->code = trigger->code;
+  commit<trace::TriggerRecord>(buffer);
+}
+
 void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
                           const int64_t* tokens_per_expert, uint32_t num_experts,
                           uint64_t dropped_tokens) {
