@@ -213,6 +213,7 @@ void moescope_clock_sync(uint64_t sync_id) {
 
 void moescope_trigger(const moescope_trigger_info* trigger) {
   if (!trigger) return;
+  if (moescope::recorder::flight_recorder_takes(trigger)) return;
   ThreadBuffer* buffer = active_buffer();
   if (!buffer) return;
   auto* record =
@@ -316,6 +317,7 @@ void moescope_rebalance(const moescope_rebalance_info* info) {
 void moescope_comm_op(const moescope_comm_op_info* op) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || !op) return;
+  moescope::recorder::flight_recorder_saw_comm_op(op);
   uint32_t splits = op->split_bytes ? op->num_splits : 0;
   if (splits > (kMaxRecordBytes - sizeof(trace::CommOpRecord)) / 8) splits = 0;
   uint32_t bytes = sizeof(trace::CommOpRecord) + 8 * splits;

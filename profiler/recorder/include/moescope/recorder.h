@@ -183,6 +183,9 @@ typedef struct moescope_comm_op_info {
   moescope_name_t name; /* e.g. "ncclAllReduce", "a2a.dispatch" */
 } moescope_comm_op_info;
 MOESCOPE_API void moescope_comm_op(const moescope_comm_op_info* op);
+/* A collective was issued (called before it runs; moescope_comm_op reports it once done). Only
+   the flight recorder uses it: a hang's dump names the collective each rank waits in. */
+MOESCOPE_API void moescope_comm_op_enter(const moescope_comm_op_info* op);
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
