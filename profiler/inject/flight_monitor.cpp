@@ -84,6 +84,12 @@ std::string python_stacks() {
   Monitor& m = monitor();
   struct stat before;
   if (m.stack_path.empty() || ::stat(m.stack_path.c_str(), &before) != 0) return {};
+  // Only while faulthandler's handler is installed (Python removes it when it finalizes).
+  struct sigaction current;
+  if (::sigaction(SIGUSR2, nullptr, &current) != 0 || current.sa_handler == SIG_DFL ||
+      current.sa_handler == SIG_IGN) {
+    return {};
+  }
   if (::kill(::getpid(), SIGUSR2) != 0) return {};
   off_t size = before.st_size;
   struct timespec pause = {0, 10 * 1000 * 1000};
@@ -235,8 +241,12 @@ void check_watchdogs() {
   uint64_t now = monotonic_ns();
   if (m.hang_timeout_ns) {
     uint64_t progress = last_progress_ns();
-    // Armed by the first step or collective: a program's start-up is not a hang.
-    if (progress && progress != m.hang_fired_at && now > progress + m.hang_timeout_ns) {
+    // Armed by the first step or collective (a program's start-up is not a hang), and only while
+    // a step or a collective is in progress (the end of training, a final save, Python's
+    // finalization are not either).
+    Recorder& recorder = Recorder::instance();
+    bool busy = recorder.flight_ring().in_step() || recorder.collective_progress().any_open();
+    if (busy && progress && progress != m.hang_fired_at && now > progress + m.hang_timeout_ns) {
       m.hang_fired_at = progress;
       dump_for(make_trigger(MOESCOPE_TRIGGER_HANG, -1, 0));
     }

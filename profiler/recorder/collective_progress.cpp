@@ -54,6 +54,17 @@ uint64_t CollectiveProgress::last_change_ns() const {
   return last_change_ns_;
 }
 
+bool CollectiveProgress::any_open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [comm_id, comm] : communicators_) {
+    if (comm.entered.valid &&
+        (!comm.completed.valid || comm.completed.sequence < comm.entered.sequence)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string CollectiveProgress::describe_json(uint64_t now_ns) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto describe = [now_ns](const Op& op) {

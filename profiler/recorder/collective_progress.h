@@ -21,6 +21,8 @@ class CollectiveProgress {
   void completed(const moescope_comm_op_info& op, uint64_t now_ns);
   // Last time a collective was entered or completed (ns; 0 = never).
   uint64_t last_change_ns() const;
+  // True while some communicator has a collective entered and not completed.
+  bool any_open() const;
   // {"communicators": [{comm_id (hex), rank, num_ranks, last_entered {...}, last_completed
   // {...}, open: bool}]}; times as "ago_ns" before now_ns.
   std::string describe_json(uint64_t now_ns) const;

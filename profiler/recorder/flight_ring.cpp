@@ -130,6 +130,7 @@ void FlightRing::reset(const FlightOptions& options, uint32_t step_end_name) {
   evicted_bytes_ = 0;
   newest_ns_ = 0;
   last_progress_ns_ = 0;
+  in_step_ = false;
   {
     std::lock_guard<std::mutex> lock(step_mutex_);
     step_starts_.clear();
@@ -152,6 +153,7 @@ void FlightRing::scan(uint32_t stream, const std::vector<uint8_t>& records, uint
       case trace::RecordKind::kStep: {
         progress = std::max<uint64_t>(progress, header->time);
         bool is_end = header->name != 0 && header->name == step_end_name_;
+        in_step_.store(!is_end, std::memory_order_relaxed);
         if (!is_end) {
           std::lock_guard<std::mutex> lock(step_mutex_);
           step_starts_.push_back(header->time);

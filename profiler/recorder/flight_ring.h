@@ -65,6 +65,8 @@ class FlightRing {
   // Start of the step in progress and the median duration of the last steps (0 when fewer than
   // 5 steps were seen); for the slow-step trigger.
   void step_timing(uint64_t& current_start_ns, uint64_t& median_ns) const;
+  // True between a step's start marker and its end marker (the hang watchdog's "busy").
+  bool in_step() const { return in_step_.load(std::memory_order_relaxed); }
 
  private:
   struct Piece {
@@ -87,6 +89,7 @@ class FlightRing {
   uint64_t evicted_bytes_ = 0;
   uint64_t newest_ns_ = 0;
   std::atomic<uint64_t> last_progress_ns_{0};
+  std::atomic<bool> in_step_{false};
   mutable std::mutex step_mutex_;
   std::deque<uint64_t> step_starts_;  // the last starts, oldest first
   // 0 free, 1 the flush thread changes the ring, 2 a signal handler writes it.

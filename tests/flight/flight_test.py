@@ -174,7 +174,7 @@ def case_raise(context):
            f"trigger: {what['trigger']}")
     expect("RuntimeError: boom from rank 1" in what["trigger"]["detail"],
            f"the report does not name the exception: {what['trigger']}")
-    ranks = sorted(r["rank"] for r in what["ranks"])
+    ranks = sorted({r["rank"] for r in what["ranks"]})
     expect(ranks == [0, 1], f"dumps from ranks {ranks}")
     print(f"raise: exit {code}; dumps of ranks {ranks}; trigger {what['trigger']['detail']}")
 
@@ -231,7 +231,7 @@ def case_steps_window(context):
     files = dumps(context)
     expect(len(files) == 1, f"expected one trace, found {files}")
     document = json.loads(report(context, files, "json"))
-    steps = sorted({step["step"] for step in document.get("steps", [])})
+    steps = sorted({step["step"] for rank in document["breakdown"] for step in rank["steps"]})
     expect(steps == list(range(100, 111)), f"steps in the windowed trace: {steps}")
     print(f"steps_window: the trace holds steps {steps[0]}..{steps[-1]} ({len(steps)} steps)")
 
