@@ -150,6 +150,24 @@ const char* reason_text(uint32_t reason) {
   }
 }
 
+// True when some process of the run with a rank registered in the run folder: a process
+// without one (torchrun's launcher) then leaves the dumping to the ranks.
+bool run_has_ranks(const std::string& run_dir) {
+  std::string folder = run_dir + "/procs";
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return false;
+  bool found = false;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (found || name.size() < 6 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
+    std::ifstream file(folder + "/" + name);
+    nlohmann::json parsed = nlohmann::json::parse(file, nullptr, false);
+    found = parsed.is_object() && parsed.value("rank", -1) >= 0;
+  }
+  ::closedir(dir);
+  return found;
+}
+
 // Writes the ring for `trigger`; a trigger of this process is announced to the job first, so the
 // other ranks dump while this one writes. `origin_reason`: what the origin of a peer trigger saw.
 void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
@@ -161,6 +179,11 @@ void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
                      trigger.reason == MOESCOPE_TRIGGER_COLLECTIVE_TIMEOUT ||
                      trigger.reason == MOESCOPE_TRIGGER_EXIT;
   if (consequence && m.last_dump_ns && monotonic_ns() - m.last_dump_ns < 30'000'000'000ull) {
+    return;
+  }
+  // A launcher (no rank) in a job of ranks: its own failure is the ranks' story, told by them.
+  if (m.rank < 0 && trigger.reason != MOESCOPE_TRIGGER_SIGNAL && !m.run_dir.empty() &&
+      run_has_ranks(m.run_dir)) {
     return;
   }
   if (trigger.reason != MOESCOPE_TRIGGER_PEER) {
@@ -199,24 +222,6 @@ moescope_trigger_info make_trigger(uint32_t reason, int32_t origin_rank, int32_t
   trigger.origin_rank = origin_rank;
   trigger.code = code;
   return trigger;
-}
-
-// True when some process of the run with a rank registered in the run folder: a process
-// without one (torchrun's launcher) then leaves the dumping to the ranks.
-bool run_has_ranks(const std::string& run_dir) {
-  std::string folder = run_dir + "/procs";
-  DIR* dir = ::opendir(folder.c_str());
-  if (!dir) return false;
-  bool found = false;
-  while (dirent* entry = ::readdir(dir)) {
-    std::string name = entry->d_name;
-    if (found || name.size() < 6 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
-    std::ifstream file(folder + "/" + name);
-    nlohmann::json parsed = nlohmann::json::parse(file, nullptr, false);
-    found = parsed.is_object() && parsed.value("rank", -1) >= 0;
-  }
-  ::closedir(dir);
-  return found;
 }
 
 // A newer job-wide trigger in the run folder (from another process): dump as "peer".

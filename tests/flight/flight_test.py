@@ -180,16 +180,22 @@ def case_raise(context):
 
 
 def case_segv(context):
+    # Steps of 50 ms: the signal handler writes what the flush thread drained (every 100 ms).
     run = TimedRun(context.record(["--flight-recorder", "30"],
-                                  context.torchrun(2, "gloo_steps.py", "--segv-rank", "1")),
+                                  context.torchrun(2, "gloo_steps.py", "--segv-rank", "1",
+                                                   "--step-sleep", "0.05")),
                    context.env, timeout=180)
     code = run.wait()
     expect(code != 0, "the run should fail")
     files = dumps(context)
-    crashed = [path for path in files if info(context, path).get("rank") == 1]
+    crashed = [path for path in files if info(context, path)["metadata"].get("rank") == 1]
     expect(crashed, f"no dump of rank 1 in {files}:\n{run.text()}")
     described = info(context, crashed[0])
-    expect(described.get("events", 0) > 0, f"rank 1's dump holds no events: {described}")
+    kinds = described.get("events_per_kind", {})
+    expect(kinds.get("step", 0) >= 4 and kinds.get("comm_op", 0) >= 2,
+           f"rank 1's dump lacks its steps and collectives: {kinds}")
+    expect(described["metadata"]["flight_recorder"].get("written_by") == "fatal signal handler",
+           f"rank 1's dump was not written by the signal handler: {described['metadata']}")
     what = what_happened(context, files)
     expect(what["trigger"]["reason"] == "crash" and what["trigger"]["code"] == 11,
            f"trigger: {what['trigger']}")
@@ -245,7 +251,7 @@ def case_ranks(context):
            f"rank 0 has the shim:\n{done.stdout}")
     expect("rank 1 shim_mapped=1" in done.stdout, f"rank 1 lacks the shim:\n{done.stdout}")
     files = dumps(context)
-    ranks = sorted(info(context, path).get("rank") for path in files)
+    ranks = sorted(info(context, path)["metadata"].get("rank") for path in files)
     expect(ranks == [1], f"traces of ranks {ranks}: {files}")
     print("ranks: rank 0 ran without the shim; only rank 1 was recorded")
 
