@@ -93,6 +93,8 @@ __attribute__((constructor)) void resolve_real_execve() {
 
 void install_rank_filter(const ShimOptions& options) {
   if (options.ranks.empty()) return;
+  // The shim's constructor may run before this file's: resolve here too.
+  if (!g_real_execve) resolve_real_execve();
   for (int rank = 0; rank < kMaxSelectableRank; ++rank) {
     if (rank_is_selected(options.ranks, rank)) g_selected[rank / 8] |= 1u << (rank % 8);
   }
