@@ -238,6 +238,20 @@ void serve_run_trigger() {
   if (seen.origin_pid == m.pid) return;
   // A process without a rank (the launcher) does not dump where ranks do.
   if (m.rank < 0 && (seen.origin_rank >= 0 || run_has_ranks(m.run_dir))) return;
+  if (seen.origin_rank < 0 && seen.reason == MOESCOPE_TRIGGER_SIGNAL) {
+    // `moescope dump`: asked of every process alike, not a peer's trigger.
+    moescope_trigger_info asked = make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, seen.code);
+    std::lock_guard<std::mutex> lock(m.trigger_mutex);
+    asked.time_ns = monotonic_ns();
+    std::string path = Recorder::instance().dump(asked, dump_metadata(asked, 0));
+    if (!path.empty()) {
+      m.last_dump_ns = monotonic_ns();
+      m.dumps.push_back(path);
+      std::fprintf(stderr, "moescope: flight recorder (moescope dump): wrote %s\n", path.c_str());
+      write_process_entry_now(false);
+    }
+    return;
+  }
   dump_for(make_trigger(MOESCOPE_TRIGGER_PEER, seen.origin_rank, 0), seen.reason);
 }
 
