@@ -52,6 +52,9 @@ struct Monitor {
   uint64_t slow_fired_step = 0;    // the step start a slow step was reported for
   std::vector<std::string> dumps;  // paths written
   uint64_t last_dump_ns = 0;
+  // faulthandler's SIGUSR2 handler, as first seen once flight_hooks.py made the stack file: a
+  // dump sends SIGUSR2 only while that very handler is installed (never to the program's own).
+  std::atomic<void*> stack_handler{nullptr};
   std::atomic<bool> crashing{false};
   bool handlers_installed = false;
 };
@@ -84,10 +87,12 @@ std::string python_stacks() {
   Monitor& m = monitor();
   struct stat before;
   if (m.stack_path.empty() || ::stat(m.stack_path.c_str(), &before) != 0) return {};
-  // Only while faulthandler's handler is installed (Python removes it when it finalizes).
+  // Only while faulthandler's handler is installed (Python removes it when it finalizes, and
+  // the program may install its own later).
   struct sigaction current;
-  if (::sigaction(SIGUSR2, nullptr, &current) != 0 || current.sa_handler == SIG_DFL ||
-      current.sa_handler == SIG_IGN) {
+  if (::sigaction(SIGUSR2, nullptr, &current) != 0 ||
+      reinterpret_cast<void*>(current.sa_handler) != m.stack_handler.load() ||
+      current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN) {
     return {};
   }
   if (::kill(::getpid(), SIGUSR2) != 0) return {};
@@ -243,16 +248,37 @@ void serve_run_trigger() {
     moescope_trigger_info asked = make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, seen.code);
     std::lock_guard<std::mutex> lock(m.trigger_mutex);
     asked.time_ns = monotonic_ns();
-    std::string path = Recorder::instance().dump(asked, dump_metadata(asked, 0));
+    std::string metadata = dump_metadata(asked, 0);
+    size_t ring_bytes = Recorder::instance().flight_ring().bytes();
+    uint64_t began = monotonic_ns();
+    std::string path = Recorder::instance().dump(asked, metadata);
     if (!path.empty()) {
       m.last_dump_ns = monotonic_ns();
       m.dumps.push_back(path);
-      std::fprintf(stderr, "moescope: flight recorder (moescope dump): wrote %s\n", path.c_str());
+      std::fprintf(stderr,
+                   "moescope: flight recorder (moescope dump): wrote %s (%.1f MB of ring in %.0f "
+                   "ms)\n",
+                   path.c_str(), ring_bytes / 1e6, (m.last_dump_ns - began) * 1e-6);
       write_process_entry_now(false);
     }
     return;
   }
   dump_for(make_trigger(MOESCOPE_TRIGGER_PEER, seen.origin_rank, 0), seen.reason);
+}
+
+// Remembers faulthandler's SIGUSR2 handler once flight_hooks.py registered it (the stack file
+// exists then).
+void note_stack_handler() {
+  Monitor& m = monitor();
+  if (m.stack_handler.load() || m.stack_path.empty()) return;
+  struct stat file;
+  struct sigaction current;
+  if (::stat(m.stack_path.c_str(), &file) != 0 || ::sigaction(SIGUSR2, nullptr, &current) != 0) {
+    return;
+  }
+  if (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN) {
+    m.stack_handler = reinterpret_cast<void*>(current.sa_handler);
+  }
 }
 
 void check_watchdogs() {
@@ -296,6 +322,7 @@ void* monitor_main(void*) {
       }
     }
     try {
+      note_stack_handler();
       serve_run_trigger();
       check_watchdogs();
     } catch (...) {
@@ -372,6 +399,7 @@ void start_flight_monitor() {
   m.dumps.clear();
   m.stop_requested = false;
   m.hang_fired_at = m.slow_fired_step = 0;
+  m.stack_handler = nullptr;
   if (!m.run_dir.empty()) {
     m.trigger_path = m.run_dir + "/trigger";
     m.scratch_path = m.trigger_path + "." + std::to_string(m.pid);
