@@ -299,17 +299,35 @@ void check_watchdogs() {
   if (m.slow_step_factor > 0) {
     uint64_t step_start = 0, median = 0;
     Recorder::instance().flight_ring().step_timing(step_start, median);
-    if (median && step_start != m.slow_fired_step &&
-        static_cast<double>(now - step_start) > m.slow_step_factor * static_cast<double>(median)) {
+    // The monitor sees steps as the flush thread drains them (every 100 ms): a step that began
+    // since is not known yet, hence the slack.
+    constexpr double kDrainSlackNs = 250e6;
+    if (median && step_start != m.slow_fired_step && Recorder::instance().flight_ring().in_step() &&
+        static_cast<double>(now - step_start) >
+            m.slow_step_factor * static_cast<double>(median) + kDrainSlackNs) {
       m.slow_fired_step = step_start;
       dump_for(make_trigger(MOESCOPE_TRIGGER_SLOW_STEP, -1, 0));
     }
   }
 }
 
+void at_exit_with_status(int status, void*) {
+  flight_monitor_at_exit(status);
+}
+
+// The non-zero exit trigger needs the status, which only on_exit() handlers see. Exit handlers
+// run in reverse order of registration, and the shim's own (a DSO's atexit, run by ld.so's
+// _dl_fini) stops the recording: this one must be registered after __libc_start_main registered
+// _dl_fini, i.e. once main runs. Hence from here, on the monitor's first tick.
+void register_exit_trigger_once() {
+  static std::atomic<bool> registered{false};
+  if (!registered.exchange(true)) on_exit(&at_exit_with_status, nullptr);
+}
+
 void* monitor_main(void*) {
   Monitor& m = monitor();
   m.running = true;
+  bool first_tick = true;
   while (!m.stop_requested.load()) {
     struct pollfd wake = {m.wake_read, POLLIN, 0};
     int ready = ::poll(&wake, 1, kTickMs);
@@ -320,6 +338,10 @@ void* monitor_main(void*) {
       if (got > 0 && !m.stop_requested.load()) {
         dump_for(make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, SIGUSR1));
       }
+    }
+    if (first_tick) {
+      first_tick = false;
+      register_exit_trigger_once();
     }
     try {
       note_stack_handler();

@@ -25,7 +25,8 @@ void start_flight_monitor();
 void stop_flight_monitor();
 // In a forked child: the parent's monitor thread does not exist here.
 void forget_flight_monitor_after_fork();
-// on_exit: a non-zero status dumps (when this process has not dumped yet).
+// on_exit (registered by the monitor once main runs): a non-zero status dumps (when this process
+// has not dumped yet).
 void flight_monitor_at_exit(int status);
 
 }  // namespace moescope::inject

@@ -143,10 +143,6 @@ void after_fork_in_child() {
   if (shim_options().fork_mode == ForkMode::kTrace) start_capture_session(/*forked_child=*/true);
 }
 
-void flight_monitor_at_exit_status(int status, void*) {
-  flight_monitor_at_exit(status);
-}
-
 // Takes moescope out of this process's environment, so what it runs (exec'd children, Python's
 // zero-code capture, CUDA's and NVTX's injection) does not load or use it.
 void leave_process_unrecorded() {
@@ -270,9 +266,6 @@ __attribute__((constructor)) void moescope_shim_constructor() {
     pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     if (!start_capture_session(/*forked_child=*/false)) return;
     std::atexit(&stop_at_exit);
-    // Registered after stop_at_exit, so it runs first: a non-zero status still finds the
-    // flight recorder running.
-    on_exit(&flight_monitor_at_exit_status, nullptr);
   } catch (...) {
     std::fprintf(stderr, "moescope: cannot start recording; the program runs unrecorded\n");
   }
