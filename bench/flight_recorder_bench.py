@@ -111,7 +111,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--moescope", required=True)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="0: skip the cost per step")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--cap", default="64M")
@@ -132,10 +132,11 @@ def main():
     for _ in range(args.rounds):
         for way, command in ways.items():
             results[way].append(median_step_us(command, env))
-    base = statistics.median(results["none"])
-    print(f"cost per step ({args.rounds} interleaved runs of {args.steps} steps each, median of "
-          f"medians):")
-    for way, values in results.items():
+    base = statistics.median(results["none"]) if args.rounds else 0
+    if args.rounds:
+        print(f"cost per step ({args.rounds} interleaved runs of {args.steps} steps each, median "
+              f"of medians):")
+    for way, values in results.items() if args.rounds else []:
         value = statistics.median(values)
         print(f"  {way:16s} {value:8.1f} us/step  ({value / base:.3f} x none)  runs: "
               f"{', '.join(f'{v:.0f}' for v in values)}")

@@ -25,7 +25,6 @@
 #include "recorder/trace_path.h"
 #include "run_folder.h"
 #include "shim_options.h"
-#include "shim_signals.h"
 
 namespace moescope::inject {
 namespace {
@@ -462,12 +461,11 @@ void start_flight_monitor() {
 void stop_flight_monitor() {
   Monitor& m = monitor();
   if (!Recorder::instance().flight_mode()) return;
+  // A peer's trigger this process has not served yet (the launcher may be stopping this rank
+  // because another one failed). SIGINT/SIGTERM alone do not dump: pools and launchers end
+  // healthy workers that way.
   try {
-    serve_run_trigger();  // a peer's trigger this process has not served yet
-    int stop_signal = pending_stop_signal();
-    if (stop_signal && Recorder::instance().dumps_written() == 0) {
-      dump_for(make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, stop_signal));
-    }
+    serve_run_trigger();
   } catch (...) {
   }
   if (m.running.load() && !pthread_equal(m.thread, pthread_self())) {

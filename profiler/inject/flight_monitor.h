@@ -21,7 +21,7 @@ namespace moescope::inject {
 void start_flight_monitor();
 // Before the recording stops (exit, SIGINT/SIGTERM): a peer's trigger not yet served is
 // dumped now (the launcher may be killing this rank because another one failed), then the
-// monitor thread ends.
+// monitor thread ends. SIGINT/SIGTERM alone do not dump.
 void stop_flight_monitor();
 // In a forked child: the parent's monitor thread does not exist here.
 void forget_flight_monitor_after_fork();

@@ -39,7 +39,6 @@ int g_watch_fd = -1;             // its read end
 trace::DescriptorIdentity g_pipe;
 std::atomic<int> g_flush_state{kIdle};
 std::atomic<bool> g_watcher_running{false};
-std::atomic<int> g_stop_signal{0};
 
 int watched_index(int signal_number) {
   for (int i = 0; i < 2; ++i) {
@@ -96,7 +95,6 @@ void trampoline(int signal_number, siginfo_t* info, void* context) {
   }
   if (program.sa_handler == SIG_IGN) return;
   // SIG_DFL: complete the trace, then let the default action (termination) happen.
-  g_stop_signal.store(signal_number);
   complete_trace_from_signal_handler();
   struct sigaction default_action;
   std::memset(&default_action, 0, sizeof(default_action));
@@ -195,10 +193,6 @@ void start_signal_watcher() {
   for (int waited = 0; !g_watcher_running.load() && waited < 20000; ++waited) {
     nanosleep(&pause, nullptr);
   }
-}
-
-int pending_stop_signal() {
-  return g_stop_signal.load();
 }
 
 void forget_signal_watcher_after_fork() {

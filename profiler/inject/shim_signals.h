@@ -24,8 +24,5 @@ void install_signal_trampolines();
 void start_signal_watcher();
 // In a forked child: the parent's watcher thread is gone and its pipe is shared; drop both.
 void forget_signal_watcher_after_fork();
-// The SIGINT/SIGTERM whose default action is completing the trace now (0 = none): the flight
-// recorder dumps for it.
-int pending_stop_signal();
 
 }  // namespace moescope::inject
