@@ -387,6 +387,12 @@ class MoetraceFileLoader {
       case RecordKind::kClockSync:
         process_.clock_sync_points.push_back({record.as<trace::ClockSyncRecord>().sync_id, time});
         break;
+      case RecordKind::kTrigger: {
+        auto trigger = record.as<trace::TriggerRecord>();
+        process_.triggers.push_back(
+            {time, trigger.reason, trigger.origin_rank, trigger.code, header.name});
+        break;
+      }
       default:
         break;
     }

@@ -237,6 +237,8 @@ void finalize_process(FileLoad& file) {
   }
   sort_if_needed(process.step_markers,
                  [](const StepMarker& a, const StepMarker& b) { return a.time < b.time; });
+  sort_if_needed(process.triggers,
+                 [](const TriggerEvent& a, const TriggerEvent& b) { return a.time < b.time; });
   if (measure) {
     for (const auto& marker : process.step_markers) cover(marker.time, marker.time);
     for (const auto& sample : file.expert_loads) cover(sample.time, sample.time);
@@ -279,6 +281,7 @@ void shift_process_times(ProcessTrack& process, TimeNs offset) {
   for (auto& step : process.steps) step.start += offset, step.end += offset;
   for (auto& marker : process.step_markers) marker.time += offset;
   for (auto& point : process.clock_sync_points) point.time += offset;
+  for (auto& trigger : process.triggers) trigger.time += offset;
 }
 
 }  // namespace moescope::analysis

@@ -100,6 +100,7 @@ void remap_process_names(ProcessTrack& process, StringRemap& remap) {
     for (auto& op : comm.ops) op.name = remap(op.name);
   }
   for (auto& counter : process.counters) counter.name = remap(counter.name);
+  for (auto& trigger : process.triggers) trigger.detail = remap(trigger.detail);
 }
 
 // When the file's ids are kept, only made-up names need rewriting; the moetrace reader makes

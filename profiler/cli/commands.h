@@ -15,5 +15,6 @@ void add_report_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_record_command(CLI::App& app);
 void add_view_command(CLI::App& app);
+void add_dump_command(CLI::App& app);
 
 }  // namespace moescope::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   moescope::cli::add_export_command(app);
   moescope::cli::add_record_command(app);
   moescope::cli::add_view_command(app);
+  moescope::cli::add_dump_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "record_output.h"
+#include "record_window_options.h"
 #include "shim_trace_path.h"
 
 namespace moescope::cli {
@@ -37,7 +38,9 @@ struct RecordOptions {
   std::string step_marker;  // module:NAME | function:MODULE:QUALNAME
   int module_depth = 2;
   bool torch_ops = false;
-  int flush_ms = 0;  // 0 = the recorder's default
+  int flush_ms = 0;            // 0 = the recorder's default
+  RecordWindowOptions window;  // --steps/--delay/--duration/--ranks/--max-size/--flight-recorder
+  std::string run_dir;         // the flight recorder's run folder (record_window_options.h)
   std::vector<std::string> command;
 };
 
@@ -248,6 +251,7 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
   ::setenv("MOESCOPE_ROOT_PID", std::to_string(::getpid()).c_str(), 1);
   if (options.flush_ms > 0)
     ::setenv("MOESCOPE_FLUSH_MS", std::to_string(options.flush_ms).c_str(), 1);
+  export_record_window_environment(options.window, options.run_dir);
   if (options.no_cuda) {
     ::setenv("MOESCOPE_CUPTI", "off", 1);
   } else {
@@ -263,7 +267,7 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
   ::_exit(error == ENOENT ? 127 : 126);
 }
 
-int run_record(const RecordOptions& options) {
+int run_record(RecordOptions& options) {
   std::vector<std::string> looked_in;
   const char* shim = nccl_switched_off(options) ? kShimWithoutNccl : kDefaultShim;
   std::string library = find_inject_library(shim, looked_in);
@@ -292,6 +296,7 @@ int run_record(const RecordOptions& options) {
   }
   std::string session = session_id();
   time_t started = ::time(nullptr);
+  options.run_dir = make_run_folder(options.window, session, pattern, options.command);
   std::fflush(nullptr);
 
   pid_t child = ::fork();
@@ -314,6 +319,7 @@ int run_record(const RecordOptions& options) {
                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                         : 1;
 
+  remove_run_folder(options.run_dir);
   std::vector<std::string> traces;
   for (const auto& path : traces_written(pattern, started - 1)) {
     if (!written_by_session(path, session)) continue;  // not a trace of this run
@@ -323,7 +329,9 @@ int run_record(const RecordOptions& options) {
       traces.push_back(path);
     }
   }
-  if (traces.empty()) {
+  if (traces.empty() && !options.window.flight.empty()) {
+    std::fprintf(stderr, "moescope record: flight recorder: no trigger fired, nothing written\n");
+  } else if (traces.empty()) {
     std::fprintf(stderr, "moescope record: no trace written (pattern %s)\n", pattern.c_str());
   } else {
     std::fprintf(stderr, "moescope record: %zu trace%s written:\n", traces.size(),
@@ -379,6 +387,7 @@ void add_record_command(CLI::App& app) {
       ->add_option("--flush-ms", options->flush_ms,
                    "Write buffered events at least this often (1..200 ms, default 100)")
       ->check(CLI::Range(1, 200));
+  add_record_window_options(*command, options->window);
   // Everything after "--" is the command, passed on untouched ("--" may be left out when the
   // command has no options of its own).
   auto positional = std::make_shared<std::vector<std::string>>();

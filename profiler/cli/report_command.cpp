@@ -8,10 +8,12 @@
 #include <iostream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
 #include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/trace_loader.h"
+#include "moescope/analysis/what_happened.h"
 
 namespace moescope::cli {
 namespace {
@@ -52,7 +54,19 @@ void run_report(const ReportOptions& options) {
     throw CLI::RuntimeError(1);
   }
   analysis::Report report = analysis::build_report(model);
-  if (!write_command_output(analysis::render_report(model, report, format), options.output)) {
+  std::string rendered = analysis::render_report(model, report, format);
+  // Flight-recorder dumps: "what happened" comes first (what_happened.h).
+  analysis::WhatHappened what = analysis::explain_dump(model);
+  if (what.any && format == analysis::ReportFormat::kJson) {
+    nlohmann::json parsed = nlohmann::json::parse(rendered, nullptr, false);
+    if (parsed.is_object()) {
+      parsed["what_happened"] = nlohmann::json::parse(analysis::what_happened_json(what));
+      rendered = parsed.dump(2) + "\n";
+    }
+  } else if (what.any) {
+    rendered = analysis::render_what_happened(what, format) + rendered;
+  }
+  if (!write_command_output(rendered, options.output)) {
     std::fprintf(stderr, "moescope report: cannot write %s\n", options.output.c_str());
     throw CLI::RuntimeError(1);
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace moescope::inject {
 namespace {
@@ -22,7 +23,41 @@ bool env_flag(const char* name, bool fallback) {
   return fallback;
 }
 
+// A non-negative decimal number; 0 when unset or malformed (with a warning).
+double env_seconds(const char* name) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return 0;
+  char* end = nullptr;
+  double parsed = std::strtod(value, &end);
+  if (!end || *end || !(parsed >= 0) || parsed > 1e7) {
+    std::fprintf(stderr, "moescope: ignoring %s=%s (expected a number >= 0)\n", name, value);
+    return 0;
+  }
+  return parsed;
+}
+
 }  // namespace
+
+bool rank_is_selected(const std::string& ranks, int rank) {
+  if (ranks.empty()) return true;
+  if (rank < 0) return false;
+  size_t begin = 0;
+  while (begin <= ranks.size()) {
+    size_t end = ranks.find(',', begin);
+    if (end == std::string::npos) end = ranks.size();
+    std::string entry = ranks.substr(begin, end - begin);
+    size_t dash = entry.find('-');
+    char* stop = nullptr;
+    if (!entry.empty()) {
+      long first = std::strtol(entry.c_str(), &stop, 10);
+      long last =
+          dash != std::string::npos ? std::strtol(entry.c_str() + dash + 1, nullptr, 10) : first;
+      if (rank >= first && rank <= last) return true;
+    }
+    begin = end + 1;
+  }
+  return false;
+}
 
 bool read_shim_options(ShimOptions& options) {
   const char* output = std::getenv("MOESCOPE_OUTPUT");
@@ -43,6 +78,10 @@ bool read_shim_options(ShimOptions& options) {
   options.capture_nvtx = env_flag("MOESCOPE_NVTX", true);
   if (const char* root = std::getenv("MOESCOPE_ROOT_PID")) options.root_pid = std::atoi(root);
   if (const char* session = std::getenv("MOESCOPE_SESSION")) options.session = session;
+  if (const char* ranks = std::getenv("MOESCOPE_RANKS")) options.ranks = ranks;
+  if (const char* run_dir = std::getenv("MOESCOPE_RUN_DIR")) options.run_dir = run_dir;
+  options.hang_timeout_s = env_seconds("MOESCOPE_HANG_TIMEOUT_S");
+  options.slow_step_factor = env_seconds("MOESCOPE_SLOW_STEP_FACTOR");
   g_options = options;
   return true;
 }

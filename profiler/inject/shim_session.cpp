@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "flight_monitor.h"
 #include "moescope/recorder.h"
 #include "nccl_interpose.h"
 #include "nvtx_handles.h"
@@ -129,6 +130,7 @@ void after_fork_in_child() {
   Session& state = session();
   new (&state.mutex) std::mutex;  // the parent's lock holder does not exist here
   forget_signal_watcher_after_fork();
+  forget_flight_monitor_after_fork();
   forget_recorded_nvtx_ranges();
   forget_thread_names_after_fork();
   if (!state.active.load()) return;
@@ -139,6 +141,31 @@ void after_fork_in_child() {
   }
   state.gpu_capture_started = false;
   if (shim_options().fork_mode == ForkMode::kTrace) start_capture_session(/*forked_child=*/true);
+}
+
+// Takes moescope out of this process's environment, so what it runs (exec'd children, Python's
+// zero-code capture, CUDA's and NVTX's injection) does not load or use it.
+void leave_process_unrecorded() {
+  for (const char* name : {"MOESCOPE_OUTPUT", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH",
+                           "MOESCOPE_TORCH_CAPTURE_LIBRARY"}) {
+    ::unsetenv(name);
+  }
+  ::setenv("MOESCOPE_AUTOCAPTURE", "0", 1);
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (!preload) return;
+  std::string kept, entries = preload;
+  for (char& c : entries) c = c == ' ' ? ':' : c;
+  size_t begin = 0;
+  while (begin <= entries.size()) {
+    size_t end = entries.find(':', begin);
+    if (end == std::string::npos) end = entries.size();
+    std::string entry = entries.substr(begin, end - begin);
+    if (!entry.empty() && entry.find("libmoescope_inject") == std::string::npos) {
+      kept += (kept.empty() ? "" : ":") + entry;
+    }
+    begin = end + 1;
+  }
+  ::setenv("LD_PRELOAD", kept.c_str(), 1);
 }
 
 void stop_at_exit() {
@@ -180,6 +207,7 @@ bool start_capture_session(bool forked_child) {
       state.gpu_capture_started = true;
     }
     start_signal_watcher();
+    start_flight_monitor();
   }
   return true;
 }
@@ -188,6 +216,7 @@ void stop_capture_session() {
   Session& state = session();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.active.load()) return;
+  stop_flight_monitor();  // may still dump (a peer's trigger, SIGINT/SIGTERM)
   state.active = false;
   // Also where the session did not start it (a forked child, --no-cuda): NCCL ops may be
   // pending on a poller there, and stopping what never started does nothing.
@@ -217,6 +246,19 @@ __attribute__((constructor)) void moescope_shim_constructor() {
     if (getauxval(AT_SECURE)) return;
     ShimOptions options;
     if (!read_shim_options(options)) return;
+    // --ranks: a rank not listed runs as without the shim: nothing installed, nothing recorded,
+    // and its children and Python do not pick moescope up either.
+    int rank = moescope::recorder::current_process_identity().rank;
+    if (!rank_is_selected(options.ranks, rank)) {
+      // A process without a rank (the launcher) stays idle but passes moescope on: the ranks it
+      // starts decide for themselves.
+      if (rank >= 0) {
+        leave_process_unrecorded();
+      } else {
+        install_rank_filter(options);
+      }
+      return;
+    }
     install_signal_trampolines();
     // The recorder's fork handlers first: a fork waits for a drain in progress, and in the
     // child the recorder has abandoned the parent's recording before after_fork_in_child runs.

@@ -1,5 +1,6 @@
 #include "recorder/recorder.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <nlohmann/json.hpp>
 
 #include "moescope/recorder.h"
 #include "recorder/trace_path.h"
@@ -41,6 +43,30 @@ struct ThreadExitHook {
 };
 thread_local ThreadExitHook t_exit_hook;
 
+// What the header's metadata says about the window and the flight recorder.
+nlohmann::json capture_settings_json(const CaptureWindowOptions& window,
+                                     const FlightOptions& flight) {
+  nlohmann::json out = nlohmann::json::object();
+  if (window.any_window() || window.max_bytes) {
+    nlohmann::json described = nlohmann::json::object();
+    if (window.first_step >= 0) {
+      described["first_step"] = window.first_step;
+      described["last_step"] = window.last_step;
+    }
+    if (window.delay_ns) described["delay_s"] = window.delay_ns * 1e-9;
+    if (window.duration_ns) described["duration_s"] = window.duration_ns * 1e-9;
+    if (window.max_bytes) described["max_size_bytes"] = window.max_bytes;
+    out["capture_window"] = described;
+  }
+  if (flight.enabled) {
+    nlohmann::json described = {{"cap_bytes", flight.cap_bytes}};
+    if (flight.window_ns) described["window_s"] = flight.window_ns * 1e-9;
+    if (flight.window_steps) described["window_steps"] = flight.window_steps;
+    out["flight_recorder"] = described;
+  }
+  return out;
+}
+
 }  // namespace
 
 RecorderOptions RecorderOptions::from_environment() {
@@ -68,12 +94,33 @@ bool Recorder::start(const char* path_pattern, const char* metadata_json) {
   ProcessIdentity identity = current_process_identity();
   path_ = expand_trace_path(path_pattern ? path_pattern : "moescope.%p.moetrace", identity);
   clock_ = TickConverter();
-  std::string metadata = build_metadata_json(identity, metadata_json, monotonic_ns());
-  if (!writer_.open(path_, metadata)) {
+  window_options_ = CaptureWindowOptions::from_environment();
+  flight_options_ = FlightOptions::from_environment();
+  identity_ = identity;
+  {
+    nlohmann::json given =
+        nlohmann::json::parse(metadata_json ? metadata_json : "", nullptr, false);
+    if (!given.is_object()) given = nlohmann::json::object();
+    given.update(capture_settings_json(window_options_, flight_options_));
+    start_metadata_ = given.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  start_ns_ = monotonic_ns();
+  std::string metadata = build_metadata_json(identity, start_metadata_.c_str(), start_ns_);
+  // Under the flight recorder nothing is written until a trigger: the file is made then.
+  if (!flight_options_.enabled && !writer_.open(path_, metadata)) {
     std::fprintf(stderr, "moescope: not recording: %s\n", writer_.error().c_str());
     return false;
   }
   strings_.clear();
+  {
+    uint32_t step_end_name = strings_.intern("end");  // moescope_step_end's marker name
+    window_.reset(window_options_, start_ns_, step_end_name);
+    ring_.reset(flight_options_, step_end_name);
+  }
+  collectives_.reset();
+  size_limit_reached_ = size_note_written_ = false;
+  dumps_written_ = 0;
+  if (flight_options_.enabled) prepare_crash_dump();
   {
     std::lock_guard<std::mutex> lock(threads_mutex_);
     retire_threads();  // a thread may have registered while the last recording stopped
@@ -217,12 +264,16 @@ void Recorder::flush_loop() {
                            [&] { return stop_requested_ || flush_requested_ > flush_completed_; });
     bool final = stop_requested_;
     uint64_t serving = flush_requested_;
+    std::vector<std::shared_ptr<DumpRequest>> dumps;
+    dumps.swap(dump_requests_);
     lock.unlock();
     {
       std::lock_guard<std::timed_mutex> gate(drain_gate_);
       drain_all(final);
+      if (!dumps.empty()) write_dumps(dumps);
     }
     lock.lock();
+    for (auto& request : dumps) request->done = true;
     flush_completed_ = serving;
     flush_done_.notify_all();
     if (final) return;
@@ -248,6 +299,12 @@ void Recorder::write_records(uint32_t stream, std::vector<uint8_t>& records,
   // Split at record boundaries into chunks of about kChunkRawBytes.
   size_t begin = 0;
   do {
+    // --max-size: events stop at the first chunk past the limit (strings and the end still go).
+    if (stream != 0 && window_options_.max_bytes &&
+        writer_.bytes_written() >= window_options_.max_bytes) {
+      size_limit_reached_ = true;
+      return;
+    }
     size_t end = begin;
     while (end < records.size() && end - begin < kChunkRawBytes) {
       end += reinterpret_cast<const trace::RecordHeader*>(records.data() + end)->size;
@@ -304,22 +361,41 @@ void Recorder::drain_all(bool final) {
     snapshot = threads_;
   }
   std::vector<ThreadBuffer*> gone;
-  for (ThreadBuffer* buffer : snapshot) {
-    bool finished = buffer->finished();  // read before draining: then nothing is left behind
-    staging_.clear();
-    buffer->drain(staging_);
-    convert_ticks(staging_, buffer->last_tick_time_ns());
-    write_records(buffer->stream(), staging_, trace::ChunkType::kEvents);
-    if (finished) gone.push_back(buffer);
+  if (window_options_.any_window() || flight_options_.enabled) {
+    drain_windowed(snapshot, gone);
+  } else {
+    for (ThreadBuffer* buffer : snapshot) {
+      bool finished = buffer->finished();  // read before draining: then nothing is left behind
+      staging_.clear();
+      buffer->drain(staging_);
+      convert_ticks(staging_, buffer->last_tick_time_ns());
+      write_records(buffer->stream(), staging_, trace::ChunkType::kEvents);
+      if (finished) gone.push_back(buffer);
+    }
   }
   // Strings after events: a string interned during this drain is still in this flush.
   trace::RecordBuffer meta;
+  if (size_limit_reached_ && !size_note_written_) {
+    size_note_written_ = true;
+    std::string note = "moescope: --max-size " + std::to_string(window_options_.max_bytes) +
+                       " bytes reached; no events recorded from here on";
+    meta.append<trace::InstantRecord>(trace::RecordKind::kInstant, monotonic_ns(),
+                                      strings_.intern(note));
+    std::fprintf(stderr, "moescope: %s (%s)\n", note.c_str() + 10, path_.c_str());
+  }
   strings_.take_pending(meta);
+  if (flight_options_.enabled) {
+    // Kept in memory; the statistics are written with each dump.
+    ring_.append_strings(meta.bytes());
+    meta.clear();
+  }
   uint64_t dropped_now = external_dropped_.load(std::memory_order_relaxed) + retired_dropped_;
   for (ThreadBuffer* buffer : snapshot) dropped_now += buffer->dropped();
-  if (final || dropped_now != last_reported_dropped_) append_stats(meta);
-  write_records(0, meta.bytes(), final ? trace::ChunkType::kEnd : trace::ChunkType::kEvents);
-  writer_.flush();
+  if (!flight_options_.enabled) {
+    if (final || dropped_now != last_reported_dropped_) append_stats(meta);
+    write_records(0, meta.bytes(), final ? trace::ChunkType::kEnd : trace::ChunkType::kEvents);
+    writer_.flush();
+  }
   if (!gone.empty() || final) {
     std::lock_guard<std::mutex> lock(threads_mutex_);
     for (ThreadBuffer* buffer : gone) {

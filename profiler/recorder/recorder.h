@@ -12,15 +12,21 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "moescope/recorder.h"
 #include "moescope/trace/trace_writer.h"
+#include "recorder/capture_window.h"
+#include "recorder/collective_progress.h"
+#include "recorder/flight_ring.h"
 #include "recorder/string_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/tick_clock.h"
+#include "recorder/trace_path.h"
 
 namespace moescope::recorder {
 
@@ -81,6 +87,26 @@ class Recorder {
   bool active() const { return active_.load(std::memory_order_acquire); }
   void rename_current_thread(const char* name);
 
+  // ---- capture windows and the flight recorder (capture_window.h, flight_ring.h) ----
+  bool flight_mode() const { return flight_options_.enabled && active(); }
+  const FlightOptions& flight_options() const { return flight_options_; }
+  FlightRing& flight_ring() { return ring_; }
+  CollectiveProgress& collective_progress() { return collectives_; }
+  // Under the flight recorder: writes the ring now, with `trigger`'s record and `extra_json`
+  // (an object merged into the dump's metadata). Waits for the flush thread to write it (at
+  // most `wait_ms`); returns the dump's path, or "" when nothing was written. Without the
+  // flight recorder: only records the trigger.
+  std::string dump(const moescope_trigger_info& trigger, const std::string& extra_json,
+                   uint32_t wait_ms = 30000);
+  // From a fatal signal's handler: writes what the ring holds (async-signal-safe).
+  void dump_from_signal_handler(int signal_number, int32_t origin_rank);
+  // Called by moescope_trigger() under the flight recorder instead of dump() (the capture shim
+  // sets it to add what it knows and to make the dump job-wide).
+  using TriggerHandler = void (*)(const moescope_trigger_info* trigger);
+  void set_trigger_handler(TriggerHandler handler) { trigger_handler_ = handler; }
+  TriggerHandler trigger_handler() const { return trigger_handler_; }
+  uint32_t dumps_written() const { return dumps_written_.load(); }
+
  private:
   Recorder();
   ThreadBuffer* register_current_thread();
@@ -91,6 +117,18 @@ class Recorder {
   void warn_write_failure();
   void append_stats(trace::RecordBuffer& out);
   void retire_threads();  // needs threads_mutex_
+  // Windowed or flight-recorder drain: all streams first (step markers place the window), then
+  // filtered, then written or kept in the ring.
+  void drain_windowed(const std::vector<ThreadBuffer*>& snapshot, std::vector<ThreadBuffer*>& gone);
+  struct DumpRequest {
+    std::vector<uint8_t> trigger_record;
+    std::string extra_json;
+    std::string path;  // set once written
+    bool done = false;
+  };
+  void write_dumps(std::vector<std::shared_ptr<DumpRequest>>& requests);
+  std::string dump_path(uint32_t index) const;
+  void prepare_crash_dump();
 
   // A plain pointer with the initial-exec model: one TLS load on the hot path, no wrapper call.
   __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadBuffer* t_buffer =
@@ -136,7 +174,31 @@ class Recorder {
   bool flush_thread_running_ = false;  // start() returns once the new thread got this far
   uint64_t flush_requested_ = 0;
   uint64_t flush_completed_ = 0;
+
+  CaptureWindowOptions window_options_;
+  CaptureWindow window_;
+  bool size_limit_reached_ = false;
+  bool size_note_written_ = false;
+  FlightOptions flight_options_;
+  FlightRing ring_;
+  CollectiveProgress collectives_;
+  ProcessIdentity identity_;
+  std::string start_metadata_;  // what start() was given (JSON object)
+  uint64_t start_ns_ = 0;
+  std::vector<std::vector<uint8_t>> drained_;                // per stream of a windowed drain
+  std::vector<std::shared_ptr<DumpRequest>> dump_requests_;  // under flush_mutex_
+  std::atomic<uint32_t> dumps_written_{0};
+  TriggerHandler trigger_handler_ = nullptr;
+  // Prepared for a fatal signal: the next dump's path and its file header with metadata.
+  std::string crash_path_;
+  std::string crash_prefix_;
 };
+
+// moescope_trigger() under the flight recorder: hands the trigger to the dump (true), or false
+// when there is no flight recorder (the trigger is then only recorded).
+bool flight_recorder_takes(const moescope_trigger_info* trigger);
+// moescope_comm_op(): the collective completed (collective_progress.h).
+void flight_recorder_saw_comm_op(const moescope_comm_op_info* op);
 
 // Writes a fixed-size record of type Record on the calling thread's buffer; returns a pointer
 // to fill, or nullptr when the record is dropped. The caller must call commit_record.

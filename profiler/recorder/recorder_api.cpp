@@ -211,6 +211,21 @@ void moescope_clock_sync(uint64_t sync_id) {
   commit<trace::ClockSyncRecord>(buffer);
 }
 
+void moescope_trigger(const moescope_trigger_info* trigger) {
+  if (!trigger) return;
+  if (moescope::recorder::flight_recorder_takes(trigger)) return;
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record =
+      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
+  if (!record) return;
+  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
+  record->reason = trigger->reason;
+  record->origin_rank = trigger->origin_rank;
+  record->code = trigger->code;
+  commit<trace::TriggerRecord>(buffer);
+}
+
 void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
                           const int64_t* tokens_per_expert, uint32_t num_experts,
                           uint64_t dropped_tokens) {
@@ -302,6 +317,7 @@ void moescope_rebalance(const moescope_rebalance_info* info) {
 void moescope_comm_op(const moescope_comm_op_info* op) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || !op) return;
+  moescope::recorder::flight_recorder_saw_comm_op(op);
   uint32_t splits = op->split_bytes ? op->num_splits : 0;
   if (splits > (kMaxRecordBytes - sizeof(trace::CommOpRecord)) / 8) splits = 0;
   uint32_t bytes = sizeof(trace::CommOpRecord) + 8 * splits;

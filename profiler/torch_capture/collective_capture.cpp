@@ -280,6 +280,9 @@ std::shared_ptr<PendingCollective> describe_collective(const c10::OperatorHandle
   // NCCL ops are recorded by the shim's interposer with GPU times; writing them here too would
   // count each collective twice.
   const bool write_op = !(backend == "nccl" && state().nccl_left_to_shim.load());
+  // The flight recorder's view of the collective this rank now waits in (the op itself is
+  // written once done); only where this library also reports its completion.
+  if (write_op && moescope_comm_op_enter) moescope_comm_op_enter(&info);
   torch::ParamCommsDebugInfo description(
       std::make_tuple(group->getGroupName(), group->getGroupDesc()), group->getRank(),
       std::string(display_name), static_cast<int64_t>(sent.elements),

@@ -14,6 +14,7 @@
 #pragma weak moescope_span_complete
 #pragma weak moescope_instant
 #pragma weak moescope_comm_op
+#pragma weak moescope_comm_op_enter
 
 namespace moescope::torch_capture {
 

@@ -36,6 +36,7 @@ class Context:
         self.work = args.work
         self.static_hello = args.static_hello
         self.preload_report = args.preload_report
+        self.flight_recorder = args.flight_recorder
         self.trace_dir = os.path.join(self.work, "traces")
         self.env = dict(os.environ)
         # The recorded run must not find traces of an earlier session in the same place.
@@ -112,6 +113,15 @@ def compare(case, context, plain, recorded):
                               recursive=True))
     if case.traces == "none" and traces:
         raise Failure(f"expected no trace, found {traces}")
+    if context.flight_recorder:
+        # Nothing is written while a program runs well; what a trigger wrote (a killed or
+        # failing program) must load. The case's checks of a full recording do not apply.
+        for trace in traces:
+            info_of(context, trace)
+        if exit_status(recorded.returncode) == 0 and traces and case.signal_when_ready is None:
+            raise Failure(f"the flight recorder wrote {traces} for a run that went well\n"
+                          f"recorded stderr:\n{recorded.stderr}")
+        return traces
     if case.traces == "some" and not traces:
         raise Failure(f"expected a trace, found none\nrecorded stderr:\n{recorded.stderr}")
     infos = {trace: info_of(context, trace) for trace in traces}
@@ -126,11 +136,13 @@ def run_case(case, context):
     env = dict(context.env, **case.env(context))
     plain = run_command(command, env, case.timeout, case.signal_when_ready)
     pattern = os.path.join(context.trace_dir, case.pattern)
-    recorded_command = [context.moescope, "record", "-o", pattern, *case.record_args, "--",
-                        *command]
+    flight = ["--flight-recorder", "30"] if context.flight_recorder else []
+    recorded_command = [context.moescope, "record", "-o", pattern, *case.record_args, *flight,
+                        "--", *command]
     recorded = run_command(recorded_command, env, case.timeout, case.signal_when_ready)
     traces = compare(case, context, plain, recorded)
-    print(f"compat {case.name}: {case.compares}")
+    mode = " (--flight-recorder 30)" if context.flight_recorder else ""
+    print(f"compat {case.name}{mode}: {case.compares}")
     print(f"  exit status {exit_status(plain.returncode)} both; {len(traces)} trace(s) "
           f"readable")
 
@@ -143,6 +155,8 @@ def main():
     parser.add_argument("--work", required=True)
     parser.add_argument("--static-hello", default="")
     parser.add_argument("--preload-report", default="")
+    parser.add_argument("--flight-recorder", action="store_true",
+                        help="record with --flight-recorder 30 (nothing written unless triggered)")
     parser.add_argument("--in-mount-namespace", action="store_true",
                         help=argparse.SUPPRESS)  # set when re-run under `unshare -m`
     args = parser.parse_args()

@@ -397,6 +397,20 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
     draw->AddBezierCubic(a, ImVec2(a.x + 30, a.y), ImVec2(b.x - 30, b.y), b, colour, 1.5f);
     draw->AddTriangleFilled(b, ImVec2(b.x - 7, b.y - 4), ImVec2(b.x - 7, b.y + 4), colour);
   }
+  // Flight-recorder dumps: where each process's trigger fired (a red line across every track).
+  for (const auto& process : model.processes) {
+    for (const auto& trigger : process.triggers) {
+      double t = static_cast<double>(trigger.time);
+      if (t < axis_.start_ns() || t > axis_.end_ns()) continue;
+      float x = area_x + static_cast<float>(axis_.time_to_x(t));
+      draw->AddLine(ImVec2(x, window_pos.y), ImVec2(x, window_pos.y + visible_height),
+                    IM_COL32(235, 64, 52, 220), 2.0f);
+      char label[96];
+      std::snprintf(label, sizeof(label), "trigger: %s (rank %d)",
+                    analysis::trigger_reason_name(trigger.reason), process.rank);
+      draw->AddText(ImVec2(x + 4, window_pos.y + 2), IM_COL32(255, 110, 100, 255), label);
+    }
+  }
   // Box zoom rectangle.
   if (box_zooming_) {
     draw->AddRectFilled(ImVec2(std::min(press_position_.x, mouse.x), window_pos.y),

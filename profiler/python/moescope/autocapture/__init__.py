@@ -102,6 +102,9 @@ def install_from_environment():
         return
     if _recorder.library is None or not _recorder.recording():
         return
+    if os.environ.get("MOESCOPE_FLIGHT"):  # the flight recorder's exception trigger
+        from .. import flight_hooks
+        flight_hooks.install()
     config = Config.from_environment()
     after_import("torch", lambda torch: activate(config))
 

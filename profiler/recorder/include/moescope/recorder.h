@@ -183,6 +183,9 @@ typedef struct moescope_comm_op_info {
   moescope_name_t name; /* e.g. "ncclAllReduce", "a2a.dispatch" */
 } moescope_comm_op_info;
 MOESCOPE_API void moescope_comm_op(const moescope_comm_op_info* op);
+/* A collective was issued (called before it runs; moescope_comm_op reports it once done). Only
+   the flight recorder uses it: a hang's dump names the collective each rank waits in. */
+MOESCOPE_API void moescope_comm_op_enter(const moescope_comm_op_info* op);
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
@@ -251,6 +254,30 @@ MOESCOPE_API void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint6
 
 /* Records lost before they reached the recorder (e.g. CUPTI buffer overflow). */
 MOESCOPE_API void moescope_count_dropped(uint64_t records);
+
+/* ---- flight recorder triggers ------------------------------------------------------------- */
+
+enum moescope_trigger_reason {
+  MOESCOPE_TRIGGER_SIGNAL = 1,    /* SIGUSR1 / `moescope dump` */
+  MOESCOPE_TRIGGER_HANG = 2,      /* watchdog: no step end and no collective progress */
+  MOESCOPE_TRIGGER_CRASH = 3,     /* fatal signal (code = signal number) */
+  MOESCOPE_TRIGGER_EXCEPTION = 4, /* uncaught Python exception (detail = "Type: message") */
+  MOESCOPE_TRIGGER_EXIT = 5,      /* non-zero exit (code = status) */
+  MOESCOPE_TRIGGER_COLLECTIVE_TIMEOUT = 6, /* reported by c10d */
+  MOESCOPE_TRIGGER_SLOW_STEP = 7,          /* step > k x rolling median */
+  MOESCOPE_TRIGGER_PEER = 8,               /* another rank of the job triggered (origin_rank) */
+};
+
+typedef struct moescope_trigger_info {
+  uint64_t time_ns; /* 0 = now */
+  uint32_t reason;  /* moescope_trigger_reason */
+  int32_t origin_rank;
+  int32_t code;
+  moescope_name_t detail; /* interned text, 0 = none */
+} moescope_trigger_info;
+/* Something fired: records why and when. Under the flight recorder (moescope record
+   --flight-recorder) the process then writes its ring (docs/flight-recorder.md). */
+MOESCOPE_API void moescope_trigger(const moescope_trigger_info* trigger);
 
 #ifdef __cplusplus
 }

@@ -258,6 +258,17 @@ struct StepMarker {  // moescope_step(step) (or moescope_step_end) was called at
   bool is_end = false;
 };
 
+struct TriggerEvent {  // the flight recorder's ring was written because of this
+  TimeNs time = 0;
+  uint32_t reason = 0;  // moescope_trigger_reason
+  int32_t origin_rank = -1;
+  int32_t code = 0;
+  StringId detail = 0;
+};
+// "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer",
+// else "unknown".
+const char* trigger_reason_name(uint32_t reason);
+
 struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
   uint64_t sync_id = 0;
   TimeNs time = 0;
@@ -290,7 +301,8 @@ struct ProcessTrack {
   std::vector<StepInterval> steps;  // sorted by start (step_detection.h)
   std::vector<StepMarker> step_markers;
   std::vector<ClockSyncPoint> clock_sync_points;
-  TimeNs begin = 0, end = 0;  // this process's time range
+  std::vector<TriggerEvent> triggers;  // sorted by time
+  TimeNs begin = 0, end = 0;           // this process's time range
 
   // Counts of what the loader repaired: span ends with no open span, spans never closed,
   // range ends with no start.

@@ -86,6 +86,8 @@ inline constexpr RecordKindInfo kRecordKinds[] = {
                                               "all ranks pass this point together"),
     record_kind_table::fixed<StatsRecord>(RecordKind::kStats, "stats",
                                           "running totals of what was lost"),
+    record_kind_table::fixed<TriggerRecord>(RecordKind::kTrigger, "trigger",
+                                            "the flight recorder wrote its ring: why and when"),
 };
 static_assert(sizeof(kRecordKinds) / sizeof(kRecordKinds[0]) == kMaxRecordKind);
 constexpr bool record_kinds_in_order() {

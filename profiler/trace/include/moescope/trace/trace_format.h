@@ -79,8 +79,9 @@ enum class RecordKind : uint8_t {
   kString = 21,
   kClockSync = 22,
   kStats = 23,
+  kTrigger = 24,
 };
-inline constexpr uint8_t kMaxRecordKind = 23;
+inline constexpr uint8_t kMaxRecordKind = 24;
 
 enum RecordFlags : uint8_t {
   kRecordRawTicks = 1u << 0,  // in-memory only: header.time is in CPU ticks, not yet ns
@@ -328,6 +329,17 @@ struct StatsRecord {
   uint64_t failed_writes;        // chunks that could not be written (disk full)
 };
 static_assert(sizeof(StatsRecord) == 40);
+
+// The flight recorder wrote its ring because of this. header.name: detail string id (0 = none);
+// header.time: when it fired.
+struct TriggerRecord {
+  RecordHeader header;
+  uint32_t reason;      // moescope_trigger_reason (moescope/recorder.h)
+  int32_t origin_rank;  // the rank whose trigger started the job-wide dump (-1 unknown)
+  int32_t code;         // signal number (crash/signal), exit status (exit), else 0
+  uint32_t reserved;    // 0
+};
+static_assert(sizeof(TriggerRecord) == 32);
 #pragma pack(pop)
 
 constexpr uint32_t padded_to_8(uint32_t bytes) {

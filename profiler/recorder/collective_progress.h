@@ -1,0 +1,50 @@
+// Which collective each communicator of this process last entered and last completed: what a
+// flight-recorder dump says about a hang ("rank 1 waits in all_reduce #5 of comm X; rank 0
+// never entered it"). A collective is written to the trace only once it completed, so the one a
+// rank is stuck in is known only from here: moescope_comm_op_enter() reports it when issued,
+// moescope_comm_op() when done.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "moescope/recorder.h"
+
+namespace moescope::recorder {
+
+class CollectiveProgress {
+ public:
+  void reset();
+  void entered(const moescope_comm_op_info& op, uint64_t now_ns);
+  void completed(const moescope_comm_op_info& op, uint64_t now_ns);
+  // Last time a collective was entered or completed (ns; 0 = never).
+  uint64_t last_change_ns() const;
+  // True while some communicator has a collective entered and not completed.
+  bool any_open() const;
+  // {"communicators": [{comm_id (hex), rank, num_ranks, last_entered {...}, last_completed
+  // {...}, open: bool}]}; times as "ago_ns" before now_ns.
+  std::string describe_json(uint64_t now_ns) const;
+
+ private:
+  struct Op {
+    uint32_t sequence = 0;
+    uint32_t kind = 0;
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+    int32_t peer = -1;
+    uint64_t time_ns = 0;
+    bool valid = false;
+  };
+  struct Communicator {
+    int32_t rank = -1;
+    int32_t num_ranks = 0;
+    Op entered, completed;
+  };
+  mutable std::mutex mutex_;
+  std::unordered_map<uint64_t, Communicator> communicators_;
+  uint64_t last_change_ns_ = 0;
+};
+
+}  // namespace moescope::recorder
