@@ -324,6 +324,14 @@ class MoetraceFileLoader {
   void on(const trace::ClockSyncRecord& sync, const RecordView&) {
     process_.clock_sync_points.push_back({sync.sync_id, count_event(sync.header)});
   }
+  void on(const trace::TriggerRecord& trigger, const RecordView&) {
+    TriggerEvent event;
+    event.time = count_event(trigger.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, event, trigger);
+    event.detail = trigger.header.name;
+    process_.triggers.push_back(event);
+    tracks_.cover(event.time, event.time);
+  }
 
  private:
   // Counts an event record, keeps its name and returns its time.

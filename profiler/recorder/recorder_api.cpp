@@ -388,6 +388,17 @@ void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns, u
   commit<trace::GpuSyncRecord>(buffer);
 }
 
+void moescope_trigger(const moescope_trigger_info* trigger) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || !trigger) return;
+  auto* record =
+      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
+  if (!record) return;
+  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, *record, *trigger);
+  commit<trace::TriggerRecord>(buffer);
+}
+
 void moescope_count_dropped(uint64_t records) {
   Recorder::instance().count_dropped(records);
 }

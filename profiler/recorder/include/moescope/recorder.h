@@ -237,6 +237,29 @@ enum moescope_sync_kind {
 MOESCOPE_API void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns,
                                     uint32_t device, uint32_t stream, uint32_t correlation_id);
 
+/* ---- flight recorder ---------------------------------------------------------------------- */
+
+enum moescope_trigger_reason {
+  MOESCOPE_TRIGGER_SIGNAL = 1,    /* SIGUSR1 / `moescope dump` */
+  MOESCOPE_TRIGGER_HANG = 2,      /* watchdog: no step end and no collective progress */
+  MOESCOPE_TRIGGER_CRASH = 3,     /* fatal signal (code = signal number) */
+  MOESCOPE_TRIGGER_EXCEPTION = 4, /* uncaught Python exception (detail = "Type: message") */
+  MOESCOPE_TRIGGER_EXIT = 5,      /* non-zero exit (code = status) */
+  MOESCOPE_TRIGGER_COLLECTIVE_TIMEOUT = 6, /* reported by c10d */
+  MOESCOPE_TRIGGER_SLOW_STEP = 7,          /* step > k x rolling median */
+  MOESCOPE_TRIGGER_PEER = 8,               /* another rank of the job triggered (origin_rank) */
+};
+
+/* Why the flight recorder wrote its ring: what fired, when and where. */
+typedef struct moescope_trigger_info {
+  uint64_t time_ns; /* 0 = now */
+  /* u32 reason (moescope_trigger_reason), i32 origin_rank (the rank whose trigger started the
+   * job-wide dump, -1 unknown), i32 code (signal number or exit status, else 0) */
+  MOESCOPE_FIELDS_TRIGGER(MOESCOPE_C_FIELD)
+  moescope_name_t detail; /* interned text, 0 = none */
+} moescope_trigger_info;
+MOESCOPE_API void moescope_trigger(const moescope_trigger_info* trigger);
+
 /* Records lost before they reached the recorder (e.g. CUPTI buffer overflow). */
 MOESCOPE_API void moescope_count_dropped(uint64_t records);
 

@@ -259,6 +259,21 @@ struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
   TimeNs time = 0;
 };
 
+// The flight recorder's ring was written because of this (a `trigger` record).
+struct TriggerEvent {
+  TimeNs time = 0;
+  MOESCOPE_FIELDS_TRIGGER(MOESCOPE_MODEL_FIELD)  // reason, origin_rank (-1 unknown), code
+  StringId detail = 0;
+};
+// "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer";
+// "unknown" for any other value (TriggerEvent::reason, moescope_trigger_reason).
+inline const char* trigger_reason_name(uint32_t reason) {
+  static const char* const kNames[] = {
+      "unknown",   "signal", "hang", "crash", "exception", "exit", "collective_timeout",
+      "slow_step", "peer"};
+  return reason < sizeof(kNames) / sizeof(kNames[0]) ? kNames[reason] : "unknown";
+}
+
 struct ProcessTrack {
   int32_t rank = 0;  // from metadata, else the file's position
   int32_t world_size = 0;
@@ -286,7 +301,8 @@ struct ProcessTrack {
   std::vector<StepInterval> steps;  // sorted by start (step_detection.h)
   std::vector<StepMarker> step_markers;
   std::vector<ClockSyncPoint> clock_sync_points;
-  TimeNs begin = 0, end = 0;  // this process's time range
+  std::vector<TriggerEvent> triggers;  // sorted by time
+  TimeNs begin = 0, end = 0;           // this process's time range
 
   // Counts of what the loader repaired: span ends with no open span, spans never closed,
   // range ends with no start.
@@ -464,6 +480,8 @@ inline constexpr std::tuple kProcessEventArrays{
     // Matched by sync_id across ranks, in record order; each lies among the process's other
     // events, so it never widened a time range.
     ProcessEventArray<ClockSyncPoint>{&ProcessTrack::clock_sync_points, "clock_sync_points", false},
+    ProcessEventArray<TriggerEvent>{&ProcessTrack::triggers, "triggers", true,
+                                    &TriggerEvent::detail},
 };
 
 // Calls visit(array) for every row of kProcessEventArrays.

@@ -32,9 +32,9 @@
 /* ---- field lists shared by the C ABI, the on-disk record and the model ---------------------- */
 
 /* The fields of one MoE layer's statistics in one step (also its training coordinates). */
-#define MOESCOPE_FIELDS_LAYER_POSITION(F)                                   \
-  F(int64_t, step, , {}, "training step") \
-  F(uint32_t, layer, , {}, "MoE layer index")                               \
+#define MOESCOPE_FIELDS_LAYER_POSITION(F)     \
+  F(int64_t, step, , {}, "training step")     \
+  F(uint32_t, layer, , {}, "MoE layer index") \
   F(int32_t, rank, , {}, "the rank that recorded it")
 
 #define MOESCOPE_FIELDS_LAYER_STATS(F)                                                   \
@@ -97,6 +97,12 @@
   F(int32_t, device, , -1, "CUDA device, -1 for CPU (Gloo)")    \
   F(uint32_t, stream, , {}, "CUDA stream id, 0 for CPU")        \
   F(uint32_t, sequence, , {}, "per-communicator sequence number")
+
+/* Why the flight recorder wrote its ring (C ABI, on disk and the model's TriggerEvent). */
+#define MOESCOPE_FIELDS_TRIGGER(F)                                                               \
+  F(uint32_t, reason, , {}, "moescope_trigger_reason")                                           \
+  F(int32_t, origin_rank, , -1, "the rank whose trigger started the job-wide dump (-1 unknown)") \
+  F(int32_t, code, , {}, "signal number (crash/signal), exit status (exit), else 0")
 
 /* ---- on-disk records: the fields after the header, in order --------------------------------- */
 
@@ -180,6 +186,10 @@
   F(uint64_t, dropped_events, , {}, "records lost: buffers full")               \
   F(uint64_t, dropped_gpu_records, , {}, "reported by CUPTI or another source") \
   F(uint64_t, failed_writes, , {}, "chunks that could not be written")
+#define MOESCOPE_RECORD_TRIGGER(F) \
+  MOESCOPE_FIELDS_TRIGGER(F)       \
+  F(uint32_t, reserved, , {}, "0")
+
 /* ---- the kinds ----------------------------------------------------------------------------
  * X(Enum, number, Struct, FIELDS, "name", size, end_time, tail_count, tail_bytes, "description")
  *   end_time: true when the first field is `uint64_t end_time`, delta-coded against the start;
@@ -231,6 +241,8 @@
   X(kClockSync, 22, ClockSyncRecord, MOESCOPE_RECORD_CLOCK_SYNC, "clock_sync", 24, false, header,  \
     0, "all ranks pass this point together")                                                       \
   X(kStats, 23, StatsRecord, MOESCOPE_RECORD_STATS, "stats", 40, false, header, 0,                 \
-    "running totals of what was lost")
+    "running totals of what was lost")                                                             \
+  X(kTrigger, 24, TriggerRecord, MOESCOPE_RECORD_TRIGGER, "trigger", 32, false, header, 0,         \
+    "the flight recorder wrote its ring: why and when")
 
 #endif /* MOESCOPE_TRACE_RECORD_SCHEMA_H */
