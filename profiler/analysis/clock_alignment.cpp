@@ -136,14 +136,7 @@ void align_clocks(TraceModel& model) {
       if (flow.to.process == p) flow.to_time += offset;
     }
   }
-  if (!model.processes.empty()) {
-    model.begin = INT64_MAX;
-    model.end = INT64_MIN;
-    for (const auto& process : model.processes) {
-      model.begin = std::min(model.begin, process.begin);
-      model.end = std::max(model.end, process.end);
-    }
-  }
+  if (!model.processes.empty()) update_model_time_range(model);
 }
 
 }  // namespace moescope::analysis

@@ -77,6 +77,9 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
 // process time range. Names of copies are made up through `file`.
 void finalize_process(FileLoad& file);
 
+// The model's time range: the union of its processes' (0, 0 without any).
+void update_model_time_range(TraceModel& model);
+
 // Adds `offset` to every time of the process (clock alignment).
 void shift_process_times(ProcessTrack& process, TimeNs offset);
 

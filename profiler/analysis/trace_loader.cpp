@@ -182,19 +182,22 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     model.processes.push_back(std::move(file.process));
     file = FileLoad();  // free the file's memory as soon as it is merged
   }
-  model.begin = 0;
-  model.end = 0;
-  if (!model.processes.empty()) {
-    model.begin = INT64_MAX;
-    model.end = INT64_MIN;
-    for (const auto& process : model.processes) {
-      model.begin = std::min(model.begin, process.begin);
-      model.end = std::max(model.end, process.end);
-    }
-  }
+  update_model_time_range(model);
 }
 
 }  // namespace
+
+void update_model_time_range(TraceModel& model) {
+  model.begin = 0;
+  model.end = 0;
+  if (model.processes.empty()) return;
+  model.begin = INT64_MAX;
+  model.end = INT64_MIN;
+  for (const auto& process : model.processes) {
+    model.begin = std::min(model.begin, process.begin);
+    model.end = std::max(model.end, process.end);
+  }
+}
 
 std::function<void(const LoadProgress&)> line_progress(std::FILE* out, uint64_t min_bytes) {
   return [out, min_bytes](const LoadProgress& progress) {
