@@ -1,5 +1,6 @@
 // Clock alignment across hosts (see clock_alignment.h for the order of methods).
 #include "moescope/analysis/clock_alignment.h"
+#include "moescope/analysis/statistics.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,11 +12,6 @@
 
 namespace moescope::analysis {
 namespace {
-
-TimeNs median(std::vector<TimeNs> values) {
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
 
 bool is_collective(uint32_t kind) {
   switch (kind) {
@@ -130,28 +126,17 @@ void align_clocks(TraceModel& model) {
     TimeNs offset = alignment.offsets[p];
     if (offset == 0) continue;
     shift_process_times(model.processes[p], offset);
-    auto shift = [&](auto& samples) {
-      for (auto& sample : samples) {
+    for_each_sample_array([&](const auto& array) {
+      for (auto& sample : model.*array.samples) {
         if (sample.process == p) sample.time += offset;
       }
-    };
-    shift(model.expert_loads);
-    shift(model.expert_values);
-    shift(model.layer_stats);
-    shift(model.rebalances);
+    });
     for (auto& flow : model.flows) {
       if (flow.from.process == p) flow.from_time += offset;
       if (flow.to.process == p) flow.to_time += offset;
     }
   }
-  if (!model.processes.empty()) {
-    model.begin = INT64_MAX;
-    model.end = INT64_MIN;
-    for (const auto& process : model.processes) {
-      model.begin = std::min(model.begin, process.begin);
-      model.end = std::max(model.end, process.end);
-    }
-  }
+  if (!model.processes.empty()) update_model_time_range(model);
 }
 
 }  // namespace moescope::analysis

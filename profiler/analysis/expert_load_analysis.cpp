@@ -1,5 +1,6 @@
 // Expert load statistics per layer (definitions in expert_load_analysis.h).
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/statistics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -115,15 +116,9 @@ Percentiles percentiles_of(std::vector<double> values) {
   Percentiles result;
   if (values.empty()) return result;
   std::sort(values.begin(), values.end());
-  auto at = [&](double q) {
-    double position = q * double(values.size() - 1);
-    size_t low = static_cast<size_t>(position);
-    size_t high = std::min(low + 1, values.size() - 1);
-    return values[low] + (values[high] - values[low]) * (position - double(low));
-  };
-  result.p50 = at(0.5);
-  result.p90 = at(0.9);
-  result.p99 = at(0.99);
+  result.p50 = percentile_of_sorted(values, 0.5);
+  result.p90 = percentile_of_sorted(values, 0.9);
+  result.p99 = percentile_of_sorted(values, 0.99);
   result.max = values.back();
   return result;
 }
@@ -174,7 +169,7 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
       sum_min += min, sum_max += max, sum_std += stddev, sum_mean += mean;
       for (uint32_t e = 0; e < experts; ++e) {
         expert_total[e] += tokens[e];
-        if (total > 0) layer.share[e] += tokens[e] / total;
+        layer.share[e] += share(tokens[e], total);
       }
       layer.total_tokens += static_cast<uint64_t>(total);
       layer.dropped_tokens += load.dropped;
@@ -274,6 +269,10 @@ int ExpertLoadMatrix::row_of(uint32_t layer) const {
   return static_cast<int>(found - layer_ids.begin());
 }
 
+double ExpertLoadMatrix::per_step_at(int row, int expert) const {
+  return per_step(at(row, expert), row_steps[static_cast<size_t>(row)]);
+}
+
 ExpertLoadMatrix expert_load_matrix(const TraceModel& model, const StepRankFilter& filter) {
   ExpertLoadMatrix matrix;
   const std::vector<LayerStepLoad> loads = layer_step_loads(model, filter);
@@ -288,6 +287,10 @@ ExpertLoadMatrix expert_load_matrix(const TraceModel& model, const StepRankFilte
     any_prediction = any_prediction || !load.predicted.empty();
   }
   matrix.num_steps = static_cast<int64_t>(steps.size());
+  std::vector<std::set<int64_t>> steps_of_row(matrix.layer_ids.size());
+  for (const LayerStepLoad& load : loads)
+    steps_of_row[size_t(matrix.row_of(load.layer))].insert(load.step);
+  for (const auto& row_steps : steps_of_row) matrix.row_steps.push_back(int64_t(row_steps.size()));
   const size_t width = static_cast<size_t>(matrix.num_experts);
   matrix.tokens.assign(matrix.layer_ids.size() * width, 0.0);
   if (any_prediction) matrix.predicted.assign(matrix.tokens.size(), 0.0);

@@ -38,8 +38,8 @@ struct ReadTimeIndex {
   bool made_up_names_only_on_gpu_ops = false;
 };
 
-struct FileLoad {
-  bool opened = false;  // false: nothing of the file could be read
+struct FileLoad : ModelSampleArrays {  // the file's sample arrays (kSampleArrays)
+  bool opened = false;                 // false: nothing of the file could be read
   ProcessTrack process;
   int32_t metadata_rank = -1;  // -1 when the metadata has none
   int64_t start_ns = 0;        // metadata: the trace clock at start
@@ -51,12 +51,6 @@ struct FileLoad {
   std::unordered_map<std::string, uint32_t> extra_index;
   uint32_t intern_extra(std::string_view text);
 
-  std::vector<ExpertLoadSample> expert_loads;  // offsets into expert_tokens below
-  std::vector<uint32_t> expert_tokens;
-  std::vector<ExpertValuesSample> expert_values;
-  std::vector<float> expert_value_data;
-  std::vector<LayerStatsSample> layer_stats;
-  std::vector<RebalanceDecision> rebalances;
   std::vector<FlowArrow> flows;  // process fields are filled in at merge
   std::vector<LoadError> errors;
   ReadTimeIndex read_index;
@@ -82,6 +76,9 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
 // per-depth index), running max ends, launch links by correlation id, memory usage, the
 // process time range. Names of copies are made up through `file`.
 void finalize_process(FileLoad& file);
+
+// The model's time range: the union of its processes' (0, 0 without any).
+void update_model_time_range(TraceModel& model);
 
 // Adds `offset` to every time of the process (clock alignment).
 void shift_process_times(ProcessTrack& process, TimeNs offset);

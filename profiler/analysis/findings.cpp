@@ -1,5 +1,6 @@
 // The bottleneck rules (thresholds in findings.h, explanations in docs/analysis.md).
 #include "moescope/analysis/findings.h"
+#include "moescope/analysis/statistics.h"
 
 #include <algorithm>
 #include <cctype>
@@ -70,13 +71,6 @@ StepRange step_range(const TraceModel& model) {
     }
   }
   return range;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // Upper regularized incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a): a series below a + 1,
@@ -293,13 +287,11 @@ class Rules {
 
   void straggler_rank() {
     if (means_.size() < 2) return;
+    std::vector<double> busy;
+    for (const auto& mean : means_) busy.push_back(mean.busy_ms());
     for (size_t r = 0; r < means_.size(); ++r) {
-      std::vector<double> others;
-      for (size_t o = 0; o < means_.size(); ++o) {
-        if (o != r) others.push_back(means_[o].busy_ms());
-      }
-      double typical = median(others);
-      double excess = means_[r].busy_ms() - typical;
+      const double typical = median_of_others(busy, r);
+      const double excess = straggler_excess(busy, r);
       if (excess < std::max(limits_.straggler_min_ms, limits_.straggler_excess * typical)) continue;
       Finding& finding = add("straggler_rank", excess);
       finding.where.ranks = {means_[r].rank};

@@ -6,6 +6,7 @@
 
 #include "chunk_pipeline.h"
 #include "file_load.h"
+#include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_reader.h"
 #include "track_appender.h"
 
@@ -91,311 +92,263 @@ class MoetraceFileLoader {
     return static_cast<TimeNs>(end >= start ? end : start);
   }
 
-  void read_record(const RecordView& record) {
-    const trace::RecordHeader& header = record.header();
-    const TimeNs time = static_cast<TimeNs>(header.time);
-    switch (record.kind()) {
-      case RecordKind::kString: {
-        auto string = record.as<trace::StringRecord>();
-        uint32_t length = std::min(string.length, record.tail_bytes<trace::StringRecord>());
-        out_.file_strings[header.name].assign(
-            reinterpret_cast<const char*>(record.tail<trace::StringRecord>()), length);
-        return;
-      }
-      case RecordKind::kStats: {
-        auto stats = record.as<trace::StatsRecord>();
-        process_.dropped_events = stats.dropped_events + stats.dropped_gpu_records;
-        return;
-      }
-      default:
-        break;
+  // Dispatches to the decoder of the record's kind below.
+  void read_record(const RecordView& record) { trace::dispatch_record(record, *this); }
+
+ public:
+  // ---- one decoder per record kind (trace::dispatch_record picks it) ----------------------
+  // Names and totals: not events of the process.
+  void on(const trace::StringRecord& string, const RecordView& record) {
+    uint32_t length = std::min(string.length, record.tail_bytes<trace::StringRecord>());
+    out_.file_strings[string.header.name].assign(
+        reinterpret_cast<const char*>(record.tail<trace::StringRecord>()), length);
+  }
+  void on(const trace::StatsRecord& stats, const RecordView&) {
+    process_.dropped_events = stats.dropped_events + stats.dropped_gpu_records;
+  }
+  // The reader rejects chunks with records of unknown kinds: nothing reaches here.
+  void on_unknown(const RecordView&) {}
+
+  // Events: each decoder first counts its record (count_event).
+  void on(const trace::SpanBeginRecord& begin, const RecordView&) {
+    const TimeNs time = count_event(begin.header);
+    Span span;
+    span.start = time;
+    span.end = time;
+    span.name = begin.header.name;
+    span.domain = begin.domain;
+    tracks_.use_name(span.domain);
+    tracks_.begin_span(chunk_thread(), span, true);
+  }
+  void on(const trace::SpanEndRecord& end, const RecordView&) {
+    tracks_.end_span(chunk_thread(), count_event(end.header));
+  }
+  void on(const trace::SpanCompleteRecord& complete, const RecordView&) {
+    Span span;
+    span.start = count_event(complete.header);
+    span.end = end_or_start(complete.header.time, complete.end_time);
+    span.name = complete.header.name;
+    span.domain = complete.domain;
+    span.flags = kSpanComplete;
+    tracks_.use_name(span.domain);
+    tracks_.begin_span(chunk_thread(), span, false);
+  }
+  void on(const trace::RangeStartRecord& range, const RecordView&) {
+    const TimeNs time = count_event(range.header);
+    uint32_t t = chunk_thread();
+    Span span;
+    span.start = time;
+    span.end = time;
+    span.name = range.header.name;
+    span.domain = range.domain;
+    span.flags = kSpanFromRange;
+    tracks_.use_name(span.domain);
+    open_ranges_[range.range_id] = {t, tracks_.begin_span(t, span, false)};
+  }
+  void on(const trace::RangeEndRecord& range, const RecordView&) {
+    const TimeNs time = count_event(range.header);
+    tracks_.touch(chunk_thread(), time);
+    auto found = open_ranges_.find(range.range_id);
+    if (found == open_ranges_.end()) {
+      ++process_.unmatched_range_ends;
+      return;
     }
+    tracks_.close_span(found->second.first, found->second.second, time);
+    open_ranges_.erase(found);
+  }
+  void on(const trace::InstantRecord& instant, const RecordView&) {
+    const TimeNs time = count_event(instant.header);
+    tracks_.use_name(instant.domain);
+    tracks_.add_instant(chunk_thread(), {time, instant.header.name, instant.domain});
+  }
+  void on(const trace::CounterRecord& counter, const RecordView&) {
+    const TimeNs time = count_event(counter.header);
+    tracks_.add_counter_sample(counter.header.name, time, counter.value);
+  }
+  void on(const trace::FlowRecord& flow, const RecordView&) {
+    const TimeNs time = count_event(flow.header);
+    uint32_t t = chunk_thread();
+    FlowEnds& ends = flow_ends_[flow.flow_id];
+    if (flow.phase == 0) {
+      ends.has_start = true;
+      ends.start_thread = t;
+      ends.start_time = time;
+    } else {
+      ends.has_end = true;
+      ends.end_thread = t;
+      ends.end_time = time;
+    }
+  }
+  void on(const trace::ApiCallRecord& call, const RecordView&) {
+    const TimeNs time = count_event(call.header);
+    tracks_.add_api_call(chunk_thread(), {time, end_or_start(call.header.time, call.end_time),
+                                          call.header.name, call.correlation_id});
+  }
+  void on(const trace::GpuKernelRecord& kernel, const RecordView&) {
+    const TimeNs time = count_event(kernel.header);
+    const uint32_t stream_index = tracks_.gpu_stream(kernel.device, kernel.stream);
+    GpuOp op;
+    op.start = time;
+    op.end = end_or_start(kernel.header.time, kernel.end_time);
+    op.name = kernel.header.name;
+    op.correlation_id = kernel.correlation_id;
+    op.kind = GpuOpKind::kKernel;
+    KernelDetail detail;
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_KERNEL_LAUNCH, detail, kernel);
+    detail.context = kernel.context;
+    op.detail = tracks_.kernel_detail(stream_index, kernel.header.name, detail);
+    tracks_.add_gpu_op(stream_index, op);
+  }
+  void on(const trace::GpuCopyRecord& copy, const RecordView&) {
+    GpuOp op;
+    op.start = count_event(copy.header);
+    op.end = end_or_start(copy.header.time, copy.end_time);
+    op.correlation_id = copy.correlation_id;
+    op.bytes = copy.bytes;
+    op.kind = copy.is_memset ? GpuOpKind::kMemset : GpuOpKind::kMemcpy;
+    op.copy_kind = copy.copy_kind;
+    if (copy.header.name) {
+      op.name = copy.header.name;
+    } else {
+      const uint32_t slot =
+          op.kind == GpuOpKind::kMemset ? 0 : 1u + std::min(op.copy_kind, uint8_t{6});
+      op.name = made_up_name(copy_names_[slot], copy_name(op));
+    }
+    tracks_.add_gpu_op(tracks_.gpu_stream(copy.device, copy.stream), op);
+  }
+  void on(const trace::GpuSyncRecord& sync, const RecordView&) {
+    GpuOp op;
+    op.start = count_event(sync.header);
+    op.end = end_or_start(sync.header.time, sync.end_time);
+    op.correlation_id = sync.correlation_id;
+    op.kind = GpuOpKind::kSync;
+    op.copy_kind = static_cast<uint8_t>(sync.sync_kind);
+    op.name = made_up_name(sync_names_[std::min(sync.sync_kind, 5u)], sync_name(sync.sync_kind));
+    // Host waits overlap the stream's work: they get the device's own track.
+    op.detail = sync.sync_kind == 1 /*device*/ ? kAllStreams : sync.stream;
+    tracks_.add_gpu_op(tracks_.gpu_stream(sync.device, kAllStreams), op);
+    // The waiting thread is where the sync was recorded: its time moves on.
+    tracks_.touch(chunk_thread(), op.end);
+  }
+  void on(const trace::MemoryRecord& memory, const RecordView&) {
+    const TimeNs time = count_event(memory.header);
+    MemoryEvent event;
+    event.time = time;
+    event.address = memory.address;
+    event.bytes =
+        memory.is_free ? -static_cast<int64_t>(memory.bytes) : static_cast<int64_t>(memory.bytes);
+    event.device = memory.device;
+    event.category = memory.category < kNumMemoryCategories ? memory.category : 0;
+    event.is_free = memory.is_free ? 1 : 0;
+    tracks_.cover(time, time);
+    process_.memory_events.push_back(event);
+  }
+  void on(const trace::CommOpRecord& comm, const RecordView& record) {
+    const TimeNs time = count_event(comm.header);
+    const uint32_t comm_index = tracks_.communicator(comm.comm_id);
+    auto& track = process_.communicators[comm_index];
+    CommOp op;
+    op.enqueue = time;
+    op.start = comm.start_time ? static_cast<TimeNs>(comm.start_time) : time;
+    if (comm.end_time && comm.end_time >= static_cast<uint64_t>(op.start)) {
+      op.end = static_cast<TimeNs>(comm.end_time);
+    } else {
+      op.end = op.start;
+      op.flags |= kCommEndUnknown;
+    }
+    op.name = comm.header.name;
+    op.kind = comm.kind;
+    op.bytes = comm.bytes;
+    op.count = comm.count;
+    op.group_id = comm.group_id;
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_COMM_PLACE, op, comm);
+    op.dtype = comm.dtype;
+    uint32_t splits = std::min<uint32_t>(
+        comm.num_splits, record.tail_bytes<trace::CommOpRecord>() / sizeof(uint64_t));
+    op.split_offset = static_cast<uint32_t>(track.split_bytes.size());
+    op.num_splits = splits;
+    const uint8_t* tail = record.tail<trace::CommOpRecord>();
+    for (uint32_t i = 0; i < splits; ++i) {
+      uint64_t value;
+      std::memcpy(&value, tail + i * sizeof(uint64_t), sizeof(value));
+      track.split_bytes.push_back(value);
+    }
+    tracks_.add_comm_op(comm_index, op);
+  }
+  void on(const trace::ExpertLoadRecord& load, const RecordView& record) {
+    ExpertLoadSample sample;
+    sample.time = count_event(load.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_EXPERT_LOAD, sample, load);
+    sample.num_experts = std::min<uint32_t>(
+        load.num_experts, record.tail_bytes<trace::ExpertLoadRecord>() / sizeof(uint32_t));
+    sample.offset =
+        append_tail(out_.expert_tokens, record.tail<trace::ExpertLoadRecord>(), sample.num_experts);
+    out_.expert_loads.push_back(sample);
+    tracks_.cover(sample.time, sample.time);
+  }
+  void on(const trace::ExpertValuesRecord& values, const RecordView& record) {
+    ExpertValuesSample sample;
+    sample.time = count_event(values.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_EXPERT_VALUES, sample, values);
+    sample.num_experts = std::min<uint32_t>(
+        values.num_experts, record.tail_bytes<trace::ExpertValuesRecord>() / sizeof(float));
+    sample.offset = append_tail(out_.expert_value_data, record.tail<trace::ExpertValuesRecord>(),
+                                sample.num_experts);
+    out_.expert_values.push_back(sample);
+  }
+  void on(const trace::LayerStatsRecord& stats, const RecordView&) {
+    LayerStatsSample sample;
+    sample.time = count_event(stats.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, sample, stats);
+    out_.layer_stats.push_back(sample);
+    tracks_.cover(sample.time, sample.time);
+  }
+  void on(const trace::StepRecord& step, const RecordView&) {
+    const TimeNs time = count_event(step.header);
+    process_.step_markers.push_back({step.step, time, step.header.name != 0});
+    tracks_.cover(time, time);
+  }
+  void on(const trace::RebalanceRecord& rebalance, const RecordView&) {
+    RebalanceDecision decision;
+    decision.time = count_event(rebalance.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE, decision, rebalance);
+    decision.applied = rebalance.applied != 0;
+    out_.rebalances.push_back(decision);
+  }
+  void on(const trace::ThreadInfoRecord& info, const RecordView&) {
+    count_event(info.header);
+    auto& thread = process_.threads[chunk_thread()];
+    thread.name = info.header.name;
+    thread.os_thread_id = info.os_thread_id;
+  }
+  void on(const trace::ClockSyncRecord& sync, const RecordView&) {
+    process_.clock_sync_points.push_back({sync.sync_id, count_event(sync.header)});
+  }
+  void on(const trace::TriggerRecord& trigger, const RecordView&) {
+    TriggerEvent event;
+    event.time = count_event(trigger.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, event, trigger);
+    event.detail = trigger.header.name;
+    process_.triggers.push_back(event);
+    tracks_.cover(event.time, event.time);
+  }
+
+ private:
+  // Counts an event record, keeps its name and returns its time.
+  TimeNs count_event(const trace::RecordHeader& header) {
     ++process_.events;
     ++process_.events_per_kind[header.kind & 31];
     tracks_.use_name(header.name);
-    switch (record.kind()) {
-      case RecordKind::kSpanBegin: {
-        Span span;
-        span.start = time;
-        span.end = time;
-        span.name = header.name;
-        span.domain = record.as<trace::SpanBeginRecord>().domain;
-        tracks_.use_name(span.domain);
-        tracks_.begin_span(chunk_thread(), span, true);
-        break;
-      }
-      case RecordKind::kSpanEnd:
-        tracks_.end_span(chunk_thread(), time);
-        break;
-      case RecordKind::kSpanComplete: {
-        auto complete = record.as<trace::SpanCompleteRecord>();
-        Span span;
-        span.start = time;
-        span.end = end_or_start(header.time, complete.end_time);
-        span.name = header.name;
-        span.domain = complete.domain;
-        span.flags = kSpanComplete;
-        tracks_.use_name(span.domain);
-        tracks_.begin_span(chunk_thread(), span, false);
-        break;
-      }
-      case RecordKind::kRangeStart: {
-        auto range = record.as<trace::RangeStartRecord>();
-        uint32_t t = chunk_thread();
-        Span span;
-        span.start = time;
-        span.end = time;
-        span.name = header.name;
-        span.domain = range.domain;
-        span.flags = kSpanFromRange;
-        tracks_.use_name(span.domain);
-        open_ranges_[range.range_id] = {t, tracks_.begin_span(t, span, false)};
-        break;
-      }
-      case RecordKind::kRangeEnd: {
-        auto range = record.as<trace::RangeEndRecord>();
-        tracks_.touch(chunk_thread(), time);
-        auto found = open_ranges_.find(range.range_id);
-        if (found == open_ranges_.end()) {
-          ++process_.unmatched_range_ends;
-          break;
-        }
-        tracks_.close_span(found->second.first, found->second.second, time);
-        open_ranges_.erase(found);
-        break;
-      }
-      case RecordKind::kInstant: {
-        const uint32_t domain = record.as<trace::InstantRecord>().domain;
-        tracks_.use_name(domain);
-        tracks_.add_instant(chunk_thread(), {time, header.name, domain});
-        break;
-      }
-      case RecordKind::kCounter: {
-        tracks_.add_counter_sample(header.name, time, record.as<trace::CounterRecord>().value);
-        break;
-      }
-      case RecordKind::kFlow: {
-        auto flow = record.as<trace::FlowRecord>();
-        uint32_t t = chunk_thread();
-        FlowEnds& ends = flow_ends_[flow.flow_id];
-        if (flow.phase == 0) {
-          ends.has_start = true;
-          ends.start_thread = t;
-          ends.start_time = time;
-        } else {
-          ends.has_end = true;
-          ends.end_thread = t;
-          ends.end_time = time;
-        }
-        break;
-      }
-      case RecordKind::kApiCall: {
-        auto call = record.as<trace::ApiCallRecord>();
-        tracks_.add_api_call(chunk_thread(), {time, end_or_start(header.time, call.end_time),
-                                              header.name, call.correlation_id});
-        break;
-      }
-      case RecordKind::kGpuKernel: {
-        auto kernel = record.as<trace::GpuKernelRecord>();
-        const uint32_t stream_index = tracks_.gpu_stream(kernel.device, kernel.stream);
-        GpuOp op;
-        op.start = time;
-        op.end = end_or_start(header.time, kernel.end_time);
-        op.name = header.name;
-        op.correlation_id = kernel.correlation_id;
-        op.kind = GpuOpKind::kKernel;
-        KernelDetail detail;
-        std::memcpy(detail.grid, kernel.grid, sizeof(detail.grid));
-        std::memcpy(detail.block, kernel.block, sizeof(detail.block));
-        detail.shared_memory_bytes = kernel.shared_memory_bytes;
-        detail.registers_per_thread = kernel.registers_per_thread;
-        detail.context = kernel.context;
-        op.detail = tracks_.kernel_detail(stream_index, header.name, detail);
-        tracks_.add_gpu_op(stream_index, op);
-        break;
-      }
-      case RecordKind::kGpuCopy: {
-        auto copy = record.as<trace::GpuCopyRecord>();
-        GpuOp op;
-        op.start = time;
-        op.end = end_or_start(header.time, copy.end_time);
-        op.correlation_id = copy.correlation_id;
-        op.bytes = copy.bytes;
-        op.kind = copy.is_memset ? GpuOpKind::kMemset : GpuOpKind::kMemcpy;
-        op.copy_kind = copy.copy_kind;
-        if (header.name) {
-          op.name = header.name;
-        } else {
-          const uint32_t slot =
-              op.kind == GpuOpKind::kMemset ? 0 : 1u + std::min(op.copy_kind, uint8_t{6});
-          op.name = made_up_name(copy_names_[slot], copy_name(op));
-        }
-        tracks_.add_gpu_op(tracks_.gpu_stream(copy.device, copy.stream), op);
-        break;
-      }
-      case RecordKind::kGpuSync: {
-        auto sync = record.as<trace::GpuSyncRecord>();
-        GpuOp op;
-        op.start = time;
-        op.end = end_or_start(header.time, sync.end_time);
-        op.correlation_id = sync.correlation_id;
-        op.kind = GpuOpKind::kSync;
-        op.copy_kind = static_cast<uint8_t>(sync.sync_kind);
-        op.name =
-            made_up_name(sync_names_[std::min(sync.sync_kind, 5u)], sync_name(sync.sync_kind));
-        // Host waits overlap the stream's work: they get the device's own track.
-        op.detail = sync.sync_kind == 1 /*device*/ ? kAllStreams : sync.stream;
-        tracks_.add_gpu_op(tracks_.gpu_stream(sync.device, kAllStreams), op);
-        // The waiting thread is where the sync was recorded: its time moves on.
-        tracks_.touch(chunk_thread(), op.end);
-        break;
-      }
-      case RecordKind::kMemory: {
-        auto memory = record.as<trace::MemoryRecord>();
-        MemoryEvent event;
-        event.time = time;
-        event.address = memory.address;
-        event.bytes = memory.is_free ? -static_cast<int64_t>(memory.bytes)
-                                     : static_cast<int64_t>(memory.bytes);
-        event.device = memory.device;
-        event.category = memory.category < kNumMemoryCategories ? memory.category : 0;
-        event.is_free = memory.is_free ? 1 : 0;
-        tracks_.cover(time, time);
-        process_.memory_events.push_back(event);
-        break;
-      }
-      case RecordKind::kCommOp: {
-        auto comm = record.as<trace::CommOpRecord>();
-        const uint32_t comm_index = tracks_.communicator(comm.comm_id);
-        auto& track = process_.communicators[comm_index];
-        CommOp op;
-        op.enqueue = time;
-        op.start = comm.start_time ? static_cast<TimeNs>(comm.start_time) : time;
-        if (comm.end_time && comm.end_time >= static_cast<uint64_t>(op.start)) {
-          op.end = static_cast<TimeNs>(comm.end_time);
-        } else {
-          op.end = op.start;
-          op.flags |= kCommEndUnknown;
-        }
-        op.name = header.name;
-        op.kind = comm.kind;
-        op.bytes = comm.bytes;
-        op.count = comm.count;
-        op.group_id = comm.group_id;
-        op.rank = comm.rank;
-        op.num_ranks = comm.num_ranks;
-        op.peer = comm.peer;
-        op.root = comm.root;
-        op.device = comm.device;
-        op.stream = comm.stream;
-        op.sequence = comm.sequence;
-        op.dtype = comm.dtype;
-        uint32_t splits = std::min<uint32_t>(
-            comm.num_splits, record.tail_bytes<trace::CommOpRecord>() / sizeof(uint64_t));
-        op.split_offset = static_cast<uint32_t>(track.split_bytes.size());
-        op.num_splits = splits;
-        const uint8_t* tail = record.tail<trace::CommOpRecord>();
-        for (uint32_t i = 0; i < splits; ++i) {
-          uint64_t value;
-          std::memcpy(&value, tail + i * sizeof(uint64_t), sizeof(value));
-          track.split_bytes.push_back(value);
-        }
-        tracks_.add_comm_op(comm_index, op);
-        break;
-      }
-      case RecordKind::kExpertLoad: {
-        auto load = record.as<trace::ExpertLoadRecord>();
-        uint32_t experts = std::min<uint32_t>(
-            load.num_experts, record.tail_bytes<trace::ExpertLoadRecord>() / sizeof(uint32_t));
-        ExpertLoadSample sample;
-        sample.time = time;
-        sample.step = load.step;
-        sample.layer = load.layer;
-        sample.rank = load.rank;
-        sample.scope = load.scope;
-        sample.num_experts = experts;
-        sample.dropped_tokens = load.dropped_tokens;
-        sample.offset = static_cast<uint32_t>(out_.expert_tokens.size());
-        out_.expert_tokens.resize(out_.expert_tokens.size() + experts);
-        std::memcpy(out_.expert_tokens.data() + sample.offset,
-                    record.tail<trace::ExpertLoadRecord>(), experts * sizeof(uint32_t));
-        out_.expert_loads.push_back(sample);
-        tracks_.cover(time, time);
-        break;
-      }
-      case RecordKind::kExpertValues: {
-        auto values = record.as<trace::ExpertValuesRecord>();
-        uint32_t experts = std::min<uint32_t>(
-            values.num_experts, record.tail_bytes<trace::ExpertValuesRecord>() / sizeof(float));
-        ExpertValuesSample sample;
-        sample.time = time;
-        sample.step = values.step;
-        sample.layer = values.layer;
-        sample.rank = values.rank;
-        sample.quantity = values.quantity;
-        sample.num_experts = experts;
-        sample.offset = static_cast<uint32_t>(out_.expert_value_data.size());
-        out_.expert_value_data.resize(out_.expert_value_data.size() + experts);
-        std::memcpy(out_.expert_value_data.data() + sample.offset,
-                    record.tail<trace::ExpertValuesRecord>(), experts * sizeof(float));
-        out_.expert_values.push_back(sample);
-        break;
-      }
-      case RecordKind::kLayerStats: {
-        auto stats = record.as<trace::LayerStatsRecord>();
-        LayerStatsSample sample;
-        sample.time = time;
-        sample.step = stats.step;
-        sample.layer = stats.layer;
-        sample.rank = stats.rank;
-        sample.aux_loss = stats.aux_loss;
-        sample.z_loss = stats.z_loss;
-        sample.router_entropy = stats.router_entropy;
-        sample.max_over_mean = stats.max_over_mean;
-        sample.nonfinite_logits = stats.nonfinite_logits;
-        sample.nonfinite_outputs = stats.nonfinite_outputs;
-        out_.layer_stats.push_back(sample);
-        tracks_.cover(time, time);
-        break;
-      }
-      case RecordKind::kStep:
-        process_.step_markers.push_back(
-            {record.as<trace::StepRecord>().step, time, header.name != 0});
-        tracks_.cover(time, time);
-        break;
-      case RecordKind::kRebalance: {
-        auto rebalance = record.as<trace::RebalanceRecord>();
-        RebalanceDecision decision;
-        decision.time = time;
-        decision.step = rebalance.step;
-        decision.layer = rebalance.layer;
-        decision.rank = rebalance.rank;
-        decision.imbalance_before = rebalance.imbalance_before;
-        decision.imbalance_after = rebalance.imbalance_after;
-        decision.bytes_moved = rebalance.bytes_moved;
-        decision.duration_ns = rebalance.duration_ns;
-        decision.applied = rebalance.applied != 0;
-        out_.rebalances.push_back(decision);
-        break;
-      }
-      case RecordKind::kThreadInfo: {
-        auto& thread = process_.threads[chunk_thread()];
-        thread.name = header.name;
-        thread.os_thread_id = record.as<trace::ThreadInfoRecord>().os_thread_id;
-        break;
-      }
-      case RecordKind::kClockSync:
-        process_.clock_sync_points.push_back({record.as<trace::ClockSyncRecord>().sync_id, time});
-        break;
-      case RecordKind::kTrigger: {
-        auto trigger = record.as<trace::TriggerRecord>();
-        process_.triggers.push_back(
-            {time, trigger.reason, trigger.origin_rank, trigger.code, header.name});
-        break;
-      }
-      default:
-        break;
-    }
+    return static_cast<TimeNs>(header.time);
+  }
+
+  // Appends a record's tail of `count` elements to a model-wide array; returns its offset.
+  template <typename Element>
+  static uint32_t append_tail(std::vector<Element>& data, const uint8_t* tail, uint32_t count) {
+    const uint32_t offset = static_cast<uint32_t>(data.size());
+    data.resize(data.size() + count);
+    std::memcpy(data.data() + offset, tail, count * sizeof(Element));
+    return offset;
   }
 
   static const char* copy_name(const GpuOp& op) {

@@ -231,18 +231,18 @@ void finalize_process(FileLoad& file) {
     }
     if (measure && !counter.times.empty()) cover(counter.times.front(), counter.times.back());
   }
+  for_each_process_event_array([&](const auto& array) {
+    if (!array.sorted_in_time_range) return;
+    auto& events = process.*array.events;
+    sort_if_needed(events, [](const auto& a, const auto& b) { return a.time < b.time; });
+    if (measure && !events.empty()) cover(events.front().time, events.back().time);
+  });
   build_memory_usage(process);
-  if (measure && !process.memory_events.empty()) {
-    cover(process.memory_events.front().time, process.memory_events.back().time);
-  }
-  sort_if_needed(process.step_markers,
-                 [](const StepMarker& a, const StepMarker& b) { return a.time < b.time; });
-  sort_if_needed(process.triggers,
-                 [](const TriggerEvent& a, const TriggerEvent& b) { return a.time < b.time; });
   if (measure) {
-    for (const auto& marker : process.step_markers) cover(marker.time, marker.time);
-    for (const auto& sample : file.expert_loads) cover(sample.time, sample.time);
-    for (const auto& sample : file.layer_stats) cover(sample.time, sample.time);
+    for_each_sample_array([&](const auto& array) {
+      if (!array.in_time_range) return;
+      for (const auto& sample : file.*array.samples) cover(sample.time, sample.time);
+    });
   }
   if (!known.launches_linked) link_launches(process);
   if (!measure) {
@@ -276,12 +276,11 @@ void shift_process_times(ProcessTrack& process, TimeNs offset) {
   for (auto& counter : process.counters) {
     for (auto& time : counter.times) time += offset;
   }
-  for (auto& event : process.memory_events) event.time += offset;
+  for_each_process_event_array([&](const auto& array) {
+    for (auto& event : process.*array.events) event.time += offset;
+  });
   for (auto& time : process.memory_usage.times) time += offset;
   for (auto& step : process.steps) step.start += offset, step.end += offset;
-  for (auto& marker : process.step_markers) marker.time += offset;
-  for (auto& point : process.clock_sync_points) point.time += offset;
-  for (auto& trigger : process.triggers) trigger.time += offset;
 }
 
 }  // namespace moescope::analysis

@@ -1,5 +1,6 @@
 // Pairs the per-step numbers of two runs and decides what changed (definitions in run_diff.h).
 #include "moescope/analysis/run_diff.h"
+#include "moescope/analysis/statistics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -142,16 +143,12 @@ class MetricCollector {
     std::map<int32_t, StepSeries> excess;
     for (const auto& [step, ranks] : busy) {
       if (ranks.size() < 2) continue;
+      std::vector<double> busy_ms;
+      for (const auto& [rank, ms] : ranks) busy_ms.push_back(ms);
+      size_t index = 0;
       for (const auto& [rank, ms] : ranks) {
-        std::vector<double> others;
-        for (const auto& [other, other_ms] : ranks) {
-          if (other != rank) others.push_back(other_ms);
-        }
-        std::sort(others.begin(), others.end());
-        const size_t n = others.size();
-        const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
         excess[rank].steps.push_back(step);
-        excess[rank].values.push_back(ms - median);
+        excess[rank].values.push_back(straggler_excess(busy_ms, index++));
       }
     }
     for (const auto& [rank, series] : excess) {

@@ -229,9 +229,9 @@ void detect_steps(TraceModel& model) {
   } else {
     model.step_source = StepSource::kNone;
   }
-  number_by_time(model, model.expert_loads);
-  number_by_time(model, model.expert_values);
-  number_by_time(model, model.layer_stats);
+  for_each_sample_array([&](const auto& array) {
+    if (array.numbered_by_time) number_by_time(model, model.*array.samples);
+  });
 }
 
 int step_at(const ProcessTrack& process, TimeNs time) {

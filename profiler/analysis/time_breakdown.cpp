@@ -1,5 +1,6 @@
 // Per rank and step time breakdown (definitions in time_breakdown.h).
 #include "moescope/analysis/time_breakdown.h"
+#include "moescope/analysis/statistics.h"
 
 #include <algorithm>
 #include <map>
@@ -203,11 +204,7 @@ TimeBreakdown compute_time_breakdown(const TraceModel& model) {
         spread.slowest_rank = rank;
       }
     }
-    std::sort(busy.begin(), busy.end());
-    spread.median_busy_ms = busy[busy.size() / 2];
-    if (busy.size() % 2 == 0) {
-      spread.median_busy_ms = 0.5 * (busy[busy.size() / 2 - 1] + busy[busy.size() / 2]);
-    }
+    spread.median_busy_ms = median(std::move(busy));
     result.spread.push_back(spread);
   }
   return result;

@@ -100,7 +100,10 @@ void remap_process_names(ProcessTrack& process, StringRemap& remap) {
     for (auto& op : comm.ops) op.name = remap(op.name);
   }
   for (auto& counter : process.counters) counter.name = remap(counter.name);
-  for (auto& trigger : process.triggers) trigger.detail = remap(trigger.detail);
+  for_each_process_event_array([&](const auto& array) {
+    if (!array.name_id) return;
+    for (auto& event : process.*array.events) event.*array.name_id = remap(event.*array.name_id);
+  });
 }
 
 // When the file's ids are kept, only made-up names need rewriting; the moetrace reader makes
@@ -132,17 +135,15 @@ std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
   std::vector<int32_t> ranks = choose_ranks(files);
   // The model-wide arrays are filled file by file: reserved once, each page is touched once.
-  size_t tokens = 0, values = 0, loads = 0, value_samples = 0;
-  for (const FileLoad& file : files) {
-    tokens += file.expert_tokens.size();
-    values += file.expert_value_data.size();
-    loads += file.expert_loads.size();
-    value_samples += file.expert_values.size();
-  }
-  model.expert_tokens.reserve(tokens);
-  model.expert_value_data.reserve(values);
-  model.expert_loads.reserve(loads);
-  model.expert_values.reserve(value_samples);
+  for_each_sample_array([&](const auto& array) {
+    size_t samples = 0, tail = 0;
+    for (const FileLoad& file : files) {
+      samples += (file.*array.samples).size();
+      if constexpr (array.kHasTail) tail += (file.*array.tail).size();
+    }
+    (model.*array.samples).reserve(samples);
+    if constexpr (array.kHasTail) (model.*array.tail).reserve(tail);
+  });
   std::vector<size_t> order(files.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -159,30 +160,20 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
       remap_made_up_gpu_names(file.process, remap);
     }
     file.process.rank = ranks[i];
-    const uint32_t token_base = static_cast<uint32_t>(model.expert_tokens.size());
-    model.expert_tokens.insert(model.expert_tokens.end(), file.expert_tokens.begin(),
-                               file.expert_tokens.end());
-    for (auto sample : file.expert_loads) {
-      sample.offset += token_base;
-      sample.process = process_index;
-      model.expert_loads.push_back(sample);
-    }
-    const uint32_t value_base = static_cast<uint32_t>(model.expert_value_data.size());
-    model.expert_value_data.insert(model.expert_value_data.end(), file.expert_value_data.begin(),
-                                   file.expert_value_data.end());
-    for (auto sample : file.expert_values) {
-      sample.offset += value_base;
-      sample.process = process_index;
-      model.expert_values.push_back(sample);
-    }
-    for (auto sample : file.layer_stats) {
-      sample.process = process_index;
-      model.layer_stats.push_back(sample);
-    }
-    for (auto decision : file.rebalances) {
-      decision.process = process_index;
-      model.rebalances.push_back(decision);
-    }
+    for_each_sample_array([&](const auto& array) {
+      uint32_t tail_base = 0;
+      if constexpr (array.kHasTail) {
+        auto& tail = model.*array.tail;
+        tail_base = static_cast<uint32_t>(tail.size());
+        tail.insert(tail.end(), (file.*array.tail).begin(), (file.*array.tail).end());
+      }
+      auto& samples = model.*array.samples;
+      for (auto sample : file.*array.samples) {
+        if constexpr (array.kHasTail) sample.offset += tail_base;
+        sample.process = process_index;
+        samples.push_back(sample);
+      }
+    });
     for (auto flow : file.flows) {
       flow.from.process = process_index;
       flow.to.process = process_index;
@@ -192,19 +183,22 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     model.processes.push_back(std::move(file.process));
     file = FileLoad();  // free the file's memory as soon as it is merged
   }
-  model.begin = 0;
-  model.end = 0;
-  if (!model.processes.empty()) {
-    model.begin = INT64_MAX;
-    model.end = INT64_MIN;
-    for (const auto& process : model.processes) {
-      model.begin = std::min(model.begin, process.begin);
-      model.end = std::max(model.end, process.end);
-    }
-  }
+  update_model_time_range(model);
 }
 
 }  // namespace
+
+void update_model_time_range(TraceModel& model) {
+  model.begin = 0;
+  model.end = 0;
+  if (model.processes.empty()) return;
+  model.begin = INT64_MAX;
+  model.end = INT64_MIN;
+  for (const auto& process : model.processes) {
+    model.begin = std::min(model.begin, process.begin);
+    model.end = std::max(model.end, process.end);
+  }
+}
 
 std::function<void(const LoadProgress&)> line_progress(std::FILE* out, uint64_t min_bytes) {
   return [out, min_bytes](const LoadProgress& progress) {

@@ -40,13 +40,6 @@ const char* clock_alignment_method_name(ClockAlignmentMethod method) {
   return "?";
 }
 
-const char* trigger_reason_name(uint32_t reason) {
-  static const char* const kNames[] = {
-      "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer"};
-  if (reason < 1 || reason > 8) return "unknown";
-  return kNames[reason - 1];
-}
-
 const char* step_source_name(StepSource source) {
   switch (source) {
     case StepSource::kNone:

@@ -136,13 +136,11 @@ void TrackAppender::reserve_projected(uint64_t bytes_read, uint64_t file_bytes) 
     grow(counter.times);
     grow(counter.values);
   }
-  grow(process_.memory_events);
-  grow(process_.step_markers);
-  grow(out_.expert_loads);
-  grow(out_.expert_tokens);
-  grow(out_.expert_values);
-  grow(out_.expert_value_data);
-  grow(out_.layer_stats);
+  for_each_process_event_array([&](const auto& array) { grow(process_.*array.events); });
+  for_each_sample_array([&](const auto& array) {
+    grow(out_.*array.samples);
+    if constexpr (array.kHasTail) grow(out_.*array.tail);
+  });
 }
 
 void TrackAppender::finish(const std::vector<std::pair<uint32_t, uint32_t>>& open_ranges) {

@@ -55,9 +55,8 @@ balancer::ExpertLoads expert_loads_of_model(const analysis::TraceModel& model,
     const int matrix_row = tokens_over_steps.row_of(layer.layer);
     std::vector<double> row(static_cast<size_t>(loads.num_experts), 0.0);
     for (int e = 0; e < loads.num_experts && e < tokens_over_steps.num_experts; ++e) {
-      row[static_cast<size_t>(e)] = tokens_over_steps.at(matrix_row, e);
+      row[static_cast<size_t>(e)] = tokens_over_steps.per_step_at(matrix_row, e);
     }
-    for (double& tokens : row) tokens /= std::max<uint32_t>(layer.num_steps, 1);
     loads.values.insert(loads.values.end(), row.begin(), row.end());
     layer_ids += (layer_ids.empty() ? "" : ", ") + std::to_string(layer.layer);
     ids_are_dense = ids_are_dense && layer.layer == static_cast<uint32_t>(loads.num_layers);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "moescope/recorder.h"
+#include "moescope/trace/record_kinds.h"
 #include "recorder/recorder.h"
 
 using moescope::recorder::begin_record;
@@ -211,21 +212,6 @@ void moescope_clock_sync(uint64_t sync_id) {
   commit<trace::ClockSyncRecord>(buffer);
 }
 
-void moescope_trigger(const moescope_trigger_info* trigger) {
-  if (!trigger) return;
-  if (moescope::recorder::flight_recorder_takes(trigger)) return;
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record =
-      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
-  if (!record) return;
-  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
-  record->reason = trigger->reason;
-  record->origin_rank = trigger->origin_rank;
-  record->code = trigger->code;
-  commit<trace::TriggerRecord>(buffer);
-}
-
 void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
                           const int64_t* tokens_per_expert, uint32_t num_experts,
                           uint64_t dropped_tokens) {
@@ -286,15 +272,7 @@ void moescope_layer_stats_record(const moescope_layer_stats* stats) {
   if (!buffer || !stats) return;
   auto* record = begin_now<trace::LayerStatsRecord>(buffer, trace::RecordKind::kLayerStats, 0);
   if (!record) return;
-  record->step = stats->step;
-  record->layer = stats->layer;
-  record->rank = stats->rank;
-  record->aux_loss = stats->aux_loss;
-  record->z_loss = stats->z_loss;
-  record->router_entropy = stats->router_entropy;
-  record->max_over_mean = stats->max_over_mean;
-  record->nonfinite_logits = stats->nonfinite_logits;
-  record->nonfinite_outputs = stats->nonfinite_outputs;
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, *record, *stats);
   commit<trace::LayerStatsRecord>(buffer);
 }
 
@@ -303,13 +281,7 @@ void moescope_rebalance(const moescope_rebalance_info* info) {
   if (!buffer || !info) return;
   auto* record = begin_now<trace::RebalanceRecord>(buffer, trace::RecordKind::kRebalance, 0);
   if (!record) return;
-  record->step = info->step;
-  record->layer = info->layer;
-  record->rank = info->rank;
-  record->imbalance_before = info->imbalance_before;
-  record->imbalance_after = info->imbalance_after;
-  record->bytes_moved = info->bytes_moved;
-  record->duration_ns = info->duration_ns;
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE, *record, *info);
   record->applied = info->applied;
   commit<trace::RebalanceRecord>(buffer);
 }
@@ -333,13 +305,7 @@ void moescope_comm_op(const moescope_comm_op_info* op) {
   record->group_id = op->group_id;
   record->kind = op->kind;
   record->dtype = op->dtype;
-  record->rank = op->rank;
-  record->num_ranks = op->num_ranks;
-  record->peer = op->peer;
-  record->root = op->root;
-  record->device = op->device;
-  record->stream = op->stream;
-  record->sequence = op->sequence;
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_COMM_PLACE, *record, *op);
   record->num_splits = splits;
   if (splits) {
     std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::CommOpRecord), op->split_bytes,
@@ -378,14 +344,7 @@ void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel) {
   if (!record) return;
   record->header.time = kernel->start_ns;
   record->end_time = kernel->end_ns;
-  record->correlation_id = kernel->correlation_id;
-  record->device = kernel->device;
-  record->context = kernel->context;
-  record->stream = kernel->stream;
-  std::memcpy(record->grid, kernel->grid, sizeof(record->grid));
-  std::memcpy(record->block, kernel->block, sizeof(record->block));
-  record->shared_memory_bytes = kernel->shared_memory_bytes;
-  record->registers_per_thread = kernel->registers_per_thread;
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_KERNEL, *record, *kernel);
   commit<trace::GpuKernelRecord>(buffer);
 }
 
@@ -396,10 +355,7 @@ void moescope_gpu_copy(const moescope_gpu_copy_info* copy) {
   if (!record) return;
   record->header.time = copy->start_ns;
   record->end_time = copy->end_ns;
-  record->bytes = copy->bytes;
-  record->correlation_id = copy->correlation_id;
-  record->device = copy->device;
-  record->stream = copy->stream;
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_COPY, *record, *copy);
   record->copy_kind = static_cast<uint8_t>(copy->copy_kind);
   record->is_memset = copy->is_memset ? 1 : 0;
   record->value = copy->value;
@@ -431,6 +387,19 @@ void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns, u
   record->device = device;
   record->stream = stream;
   commit<trace::GpuSyncRecord>(buffer);
+}
+
+void moescope_trigger(const moescope_trigger_info* trigger) {
+  if (!trigger) return;
+  if (moescope::recorder::flight_recorder_takes(trigger)) return;
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  auto* record =
+      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
+  if (!record) return;
+  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
+  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, *record, *trigger);
+  commit<trace::TriggerRecord>(buffer);
 }
 
 void moescope_count_dropped(uint64_t records) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "file_load.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/trace/trace_writer.h"
@@ -296,6 +297,60 @@ TEST(TraceLoader, PipelinedDecodingGivesTheSameModel) {
   cancelled_options.cancel = &cancel;
   TraceModel cancelled = load_traces(paths, cancelled_options);
   EXPECT_TRUE(cancelled.processes.empty());
+}
+
+}  // namespace
+}  // namespace moescope::analysis
+
+namespace moescope::analysis {
+namespace {
+
+// The `trigger` kind (the flight recorder's "why"): decoded into ProcessTrack::triggers, sorted
+// by time, its detail a model string, counted in the time range and shifted with the clock.
+TEST(TraceLoader, ReadsTriggersSortedWithTheirDetail) {
+  std::string path = testing::test_directory("triggers") + "/triggers.moetrace";
+  trace::TraceWriter writer;
+  ASSERT_TRUE(writer.open(path, R"({"rank": 0, "host": "h"})"));
+  trace::RecordBuffer records;
+  records.define_string(1, "RuntimeError: boom");
+  records.append<trace::SpanBeginRecord>(trace::RecordKind::kSpanBegin, 100, 1);
+  records.append<trace::SpanEndRecord>(trace::RecordKind::kSpanEnd, 200);
+  {
+    auto& late = records.append<trace::TriggerRecord>(trace::RecordKind::kTrigger, 900, 1);
+    late.reason = 4;  // MOESCOPE_TRIGGER_EXCEPTION
+    late.origin_rank = 3;
+  }
+  {
+    auto& early = records.append<trace::TriggerRecord>(trace::RecordKind::kTrigger, 150, 0);
+    early.reason = 3;  // MOESCOPE_TRIGGER_CRASH
+    early.origin_rank = -1;
+    early.code = 11;
+  }
+  ASSERT_TRUE(writer.write_chunk(1, records.bytes()));
+  writer.close();
+  TraceModel model = load_traces({path});
+  ASSERT_EQ(model.processes.size(), 1u);
+  const ProcessTrack& process = model.processes[0];
+  ASSERT_EQ(process.triggers.size(), 2u);
+  EXPECT_EQ(process.triggers[0].time, 150);
+  EXPECT_STREQ(trigger_reason_name(process.triggers[0].reason), "crash");
+  EXPECT_EQ(process.triggers[0].code, 11);
+  EXPECT_EQ(process.triggers[0].origin_rank, -1);
+  EXPECT_EQ(process.triggers[0].detail, 0u);
+  EXPECT_EQ(process.triggers[1].time, 900);
+  EXPECT_STREQ(trigger_reason_name(process.triggers[1].reason), "exception");
+  EXPECT_EQ(process.triggers[1].origin_rank, 3);
+  EXPECT_EQ(model.name(process.triggers[1].detail), "RuntimeError: boom");
+  EXPECT_EQ(process.end, 900);  // the last trigger is the process's last event
+  EXPECT_EQ(process.events_per_kind[static_cast<size_t>(trace::RecordKind::kTrigger)], 2u);
+  EXPECT_STREQ(trigger_reason_name(0), "unknown");
+  EXPECT_STREQ(trigger_reason_name(99), "unknown");
+  EXPECT_STREQ(trigger_reason_name(6), "collective_timeout");
+
+  ProcessTrack shifted = process;
+  shift_process_times(shifted, 1000);
+  EXPECT_EQ(shifted.triggers[0].time, 1150);
+  EXPECT_EQ(shifted.triggers[1].time, 1900);
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_format.h"
@@ -18,7 +20,53 @@ struct DocumentedKind {
   std::string name;
   uint32_t size = 0;
   bool variable = false;
+  std::string fields;  // the "fields after the header" cell
 };
+
+// "u64 end_time (0 unknown), start_time, u32 kind" -> "u64 end_time, u64 start_time, u32 kind":
+// the first `code` span of a fields cell, each field with its type (a field without one has the
+// type of the field before it), parentheses dropped. Empty when the cell has no code span.
+std::string documented_field_list(const std::string& cell) {
+  const size_t open = cell.find('`');
+  if (open == std::string::npos) return "";
+  const size_t close = cell.find('`', open + 1);
+  const std::string code = cell.substr(open + 1, close - open - 1);
+  std::vector<std::string> items;
+  std::string item;
+  int depth = 0;
+  for (char c : code) {
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c == ',' && depth == 0) {
+      items.push_back(item);
+      item.clear();
+    } else if (depth == 0 && c != ')') {
+      item += c;
+    }
+  }
+  items.push_back(item);
+  std::string out, type;
+  for (const std::string& raw : items) {
+    std::istringstream words(raw);
+    std::vector<std::string> tokens;
+    for (std::string word; words >> word;) tokens.push_back(word);
+    if (tokens.empty()) continue;
+    if (tokens.size() >= 2) type = tokens[0];
+    out += (out.empty() ? "" : ", ") + type + " " + tokens.back();
+  }
+  return out;
+}
+
+// The same list from record_schema.h's declaration of the kind.
+std::string declared_field_list(const RecordKindInfo& info) {
+  std::string out;
+  for (uint16_t i = 0; i < info.num_fields; ++i) {
+    const RecordFieldInfo& field = info.fields[i];
+    out += (out.empty() ? "" : ", ") + std::string(field.type) + " " + field.name;
+    if (field.count != 1) out += "[" + std::to_string(field.count) + "]";
+  }
+  return out;
+}
 
 // Rows "| 14 | comm_op | 104 + 8n | ..." of the records table.
 std::map<int, DocumentedKind> documented_kinds() {
@@ -26,14 +74,14 @@ std::map<int, DocumentedKind> documented_kinds() {
   EXPECT_NE(source, nullptr) << "MOESCOPE_SOURCE_DIR is set by CTest";
   std::ifstream in(std::string(source ? source : ".") + "/docs/trace-format.md");
   EXPECT_TRUE(in) << "cannot read docs/trace-format.md";
-  const std::regex row(R"(^\| (\d+) \| ([a-z_]+) \| (\d+)( \+ \d*n)? \|)");
+  const std::regex row(R"(^\| (\d+) \| ([a-z_]+) \| (\d+)( \+ \d*n)? \| ([^|]*) \|)");
   std::map<int, DocumentedKind> kinds;
   std::string line;
   while (std::getline(in, line)) {
     std::smatch match;
     if (!std::regex_search(line, match, row)) continue;
     kinds[std::stoi(match[1])] = {match[2], static_cast<uint32_t>(std::stoul(match[3])),
-                                  match[4].matched};
+                                  match[4].matched, match[5]};
   }
   return kinds;
 }
@@ -50,6 +98,8 @@ TEST(RecordKindTable, MatchesTheSpecification) {
     EXPECT_EQ(found->second.variable, has_variable_tail(static_cast<uint8_t>(kind))) << info.name;
     EXPECT_STREQ(record_kind_name(static_cast<uint8_t>(kind)), info.name);
     EXPECT_NE(std::string(info.description), "") << info.name;
+    // Every field the schema declares, in order, with its type and array extent.
+    EXPECT_EQ(documented_field_list(found->second.fields), declared_field_list(info)) << info.name;
   }
   EXPECT_STREQ(record_kind_name(0), "unknown");
   EXPECT_STREQ(record_kind_name(kMaxRecordKind + 1), "unknown");

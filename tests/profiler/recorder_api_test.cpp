@@ -363,5 +363,36 @@ TEST(RecorderApi, FullDiskWarnsOnceAndTheProgramRunsOn) {
   std::remove(path.c_str());
 }
 
+// moescope_trigger writes one `trigger` record with the detail as its name.
+TEST(RecorderApi, TriggerRecordsWhyAndWhen) {
+  std::string path = temp_path("api_trigger.moetrace");
+  ASSERT_EQ(moescope_recorder_start(path.c_str(), nullptr), 0);
+  const uint64_t before = moescope_now_ns();
+  moescope_trigger_info fired{};
+  fired.reason = MOESCOPE_TRIGGER_SIGNAL;
+  fired.origin_rank = 2;
+  fired.code = 10;
+  fired.detail = moescope_intern("SIGUSR1");
+  moescope_trigger(&fired);  // time_ns 0: now
+  fired.time_ns = 42;
+  fired.reason = MOESCOPE_TRIGGER_PEER;
+  moescope_trigger(&fired);
+  moescope_trigger(nullptr);  // ignored
+  moescope_recorder_stop();
+  auto trace = load_trace(path);
+  auto triggers = trace.of_kind(RecordKind::kTrigger);
+  ASSERT_EQ(triggers.size(), 2u);
+  auto now = triggers[0].as<trace::TriggerRecord>();
+  EXPECT_GE(now.header.time, before);
+  EXPECT_EQ(now.reason, uint32_t{MOESCOPE_TRIGGER_SIGNAL});
+  EXPECT_EQ(now.origin_rank, 2);
+  EXPECT_EQ(now.code, 10);
+  EXPECT_EQ(now.reserved, 0u);
+  EXPECT_EQ(trace.strings.at(now.header.name), "SIGUSR1");
+  auto peer = triggers[1].as<trace::TriggerRecord>();
+  EXPECT_EQ(peer.header.time, 42u);
+  EXPECT_EQ(peer.reason, uint32_t{MOESCOPE_TRIGGER_PEER});
+}
+
 }  // namespace
 }  // namespace moescope

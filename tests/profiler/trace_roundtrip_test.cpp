@@ -98,6 +98,12 @@ RecordBuffer every_kind(std::mt19937_64& rng) {
     std::memcpy(buffer.tail<CommOpRecord>(), splits, sizeof(splits));
   }
   {
+    auto& r = buffer.append<TriggerRecord>(RecordKind::kTrigger, t(), 3);
+    r.reason = 2;
+    r.origin_rank = -1;
+    r.code = -7;
+  }
+  {
     auto& r = buffer.append_sized<ExpertLoadRecord>(RecordKind::kExpertLoad, t(), 0, 5 * 4);
     r.step = -1;
     r.layer = 11;

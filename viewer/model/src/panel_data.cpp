@@ -1,5 +1,7 @@
 #include "moescope/viewer/panel_data.h"
 
+#include "moescope/analysis/statistics.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,16 +51,9 @@ std::vector<NameStatistics> statistics_of(
       row.max_ns = std::max(row.max_ns, d);
     }
     row.mean_ns = row.total_ns / static_cast<double>(durations.size());
-    // Nearest-rank percentiles.
-    auto percentile = [&](double p) {
-      size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(durations.size())));
-      size_t index = rank == 0 ? 0 : rank - 1;
-      std::nth_element(durations.begin(), durations.begin() + static_cast<std::ptrdiff_t>(index),
-                       durations.end());
-      return durations[index];
-    };
-    row.p50_ns = percentile(0.50);
-    row.p99_ns = percentile(0.99);
+    std::sort(durations.begin(), durations.end());
+    row.p50_ns = analysis::percentile_of_sorted(durations, 0.50);
+    row.p99_ns = analysis::percentile_of_sorted(durations, 0.99);
     table.push_back(row);
   }
   std::sort(table.begin(), table.end(), [](const NameStatistics& a, const NameStatistics& b) {
@@ -103,8 +98,10 @@ HeatmapCell heatmap_cell(const analysis::ExpertLoadMatrix& heatmap, int row, int
   cell.tokens = heatmap.at(row, expert);
   const double layer_total = heatmap.layer_total(row);
   const double mean = layer_total / std::max(heatmap.num_experts, 1);
-  cell.share = layer_total > 0 ? cell.tokens / layer_total : 0.0;
-  cell.over_mean = mean > 0 ? cell.tokens / mean : 0.0;
+  // The share of the tokens shown (summed over the window's steps); LayerLoad::share is the
+  // mean of each step's share. Both through analysis::share.
+  cell.share = analysis::share(cell.tokens, layer_total);
+  cell.over_mean = analysis::share(cell.tokens, mean);
   if (!heatmap.predicted.empty()) {
     cell.has_prediction = true;
     cell.predicted = heatmap.predicted[static_cast<size_t>(row) * heatmap.num_experts +

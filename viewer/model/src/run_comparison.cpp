@@ -7,15 +7,15 @@
 namespace moescope::viewer {
 namespace {
 
-// Adds `matrix` / its steps into `cells` laid out on (layer_ids, num_experts).
+// Adds `matrix` per step (ExpertLoadMatrix::per_step_at) into `cells` laid out on
+// (layer_ids, num_experts).
 void add_per_step(const analysis::ExpertLoadMatrix& matrix, const RunComparison& grid,
                   std::vector<double>& cells) {
-  const double steps = static_cast<double>(std::max<int64_t>(matrix.num_steps, 1));
   for (int row = 0; row < grid.num_layers(); ++row) {
     const int source = matrix.row_of(grid.layer_ids[static_cast<size_t>(row)]);
     if (source < 0) continue;
     for (int expert = 0; expert < matrix.num_experts && expert < grid.num_experts; ++expert) {
-      cells[grid.cell(row, expert)] = matrix.at(source, expert) / steps;
+      cells[grid.cell(row, expert)] = matrix.per_step_at(source, expert);
     }
   }
 }

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The field lists the structs below share with the trace's records (moescope_trace). */
+#include "moescope/trace/record_schema.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,6 +33,9 @@ extern "C" {
 #define MOESCOPE_API
 #define MOESCOPE_UNLIKELY(x) (x)
 #endif
+
+/* A struct field from a field list of moescope/trace/record_schema.h (which documents each). */
+#define MOESCOPE_C_FIELD(type, name, dims, init, doc) type name dims;
 
 /* Interned string id. 0 means "no name". */
 typedef uint32_t moescope_name_t;
@@ -118,27 +124,17 @@ MOESCOPE_API void moescope_expert_values(int64_t step, uint32_t layer, int32_t r
 
 /* Per layer and step router statistics. Non-finite counts > 0 mark a NaN/Inf event. */
 typedef struct moescope_layer_stats {
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  float aux_loss;       /* NaN when not computed */
-  float z_loss;         /* NaN when not computed */
-  float router_entropy; /* mean entropy of the routing distribution, nats */
-  float max_over_mean;  /* max/mean tokens per expert (global scope) */
-  uint32_t nonfinite_logits;
-  uint32_t nonfinite_outputs;
+  /* int64 step, u32 layer, i32 rank, f32 aux_loss (NaN when not computed), z_loss (NaN when not
+   * computed), router_entropy (nats), max_over_mean, u32 nonfinite_logits, nonfinite_outputs */
+  MOESCOPE_FIELDS_LAYER_STATS(MOESCOPE_C_FIELD)
 } moescope_layer_stats;
 MOESCOPE_API void moescope_layer_stats_record(const moescope_layer_stats* stats);
 
 /* A load-balancer decision: predicted imbalance before/after, what moving cost. */
 typedef struct moescope_rebalance_info {
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  float imbalance_before; /* predicted max/mean per-rank load with the old placement */
-  float imbalance_after;  /* predicted max/mean per-rank load with the new placement */
-  uint64_t bytes_moved;
-  uint64_t duration_ns;
+  /* int64 step, u32 layer, i32 rank, f32 imbalance_before, imbalance_after (predicted max/mean
+   * per-rank load with the old / new placement), u64 bytes_moved, duration_ns */
+  MOESCOPE_FIELDS_REBALANCE(MOESCOPE_C_FIELD)
   int32_t applied; /* 0 when the plan was rejected (gain below migration cost) */
 } moescope_rebalance_info;
 MOESCOPE_API void moescope_rebalance(const moescope_rebalance_info* info);
@@ -168,13 +164,9 @@ typedef struct moescope_comm_op_info {
   uint64_t bytes;    /* bytes this rank sends (for all-to-all: the sum of split_bytes) */
   uint64_t comm_id;  /* communicator identity (hash of the unique id or pointer) */
   uint64_t group_id; /* ops issued inside one group start/end share it; 0 = none */
-  int32_t rank;      /* this rank inside the communicator */
-  int32_t num_ranks;
-  int32_t peer;                /* send/recv peer, -1 otherwise */
-  int32_t root;                /* broadcast/reduce root, -1 otherwise */
-  int32_t device;              /* CUDA device, -1 for CPU (Gloo) */
-  uint32_t stream;             /* CUDA stream id, 0 for CPU */
-  uint32_t sequence;           /* per-communicator sequence number */
+  /* i32 rank (inside the communicator), num_ranks, peer (send/recv, else -1), root (broadcast/
+   * reduce, else -1), device (-1 for CPU), u32 stream (0 for CPU), sequence (per communicator) */
+  MOESCOPE_FIELDS_COMM_PLACE(MOESCOPE_C_FIELD)
   uint64_t enqueue_ns;         /* when the call was issued on the host */
   uint64_t start_ns;           /* when the transfer started (GPU time when known, else enqueue) */
   uint64_t end_ns;             /* when it completed (GPU time when known); 0 = unknown */
@@ -210,11 +202,9 @@ MOESCOPE_API void moescope_memory_event_at(uint64_t time_ns, uint64_t address, u
 typedef struct moescope_gpu_kernel_info {
   moescope_name_t name;
   uint64_t start_ns, end_ns;
-  uint32_t correlation_id;
-  uint32_t device, context, stream;
-  uint32_t grid[3], block[3];
-  uint32_t shared_memory_bytes;
-  uint32_t registers_per_thread;
+  /* u32 correlation_id, device, context, stream, grid[3], block[3], shared_memory_bytes,
+   * registers_per_thread */
+  MOESCOPE_FIELDS_GPU_KERNEL(MOESCOPE_C_FIELD)
 } moescope_gpu_kernel_info;
 MOESCOPE_API void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel);
 
@@ -229,11 +219,9 @@ enum moescope_copy_kind {
 
 typedef struct moescope_gpu_copy_info {
   uint64_t start_ns, end_ns;
-  uint64_t bytes;
-  uint32_t correlation_id;
-  uint32_t device, stream;
-  uint32_t copy_kind; /* moescope_copy_kind; ignored for memset */
-  uint32_t value;     /* memset value; ignored for memcpy */
+  MOESCOPE_FIELDS_GPU_COPY(MOESCOPE_C_FIELD) /* u64 bytes, u32 correlation_id, device, stream */
+  uint32_t copy_kind;                        /* moescope_copy_kind; ignored for memset */
+  uint32_t value;                            /* memset value; ignored for memcpy */
   int is_memset;
 } moescope_gpu_copy_info;
 MOESCOPE_API void moescope_gpu_copy(const moescope_gpu_copy_info* copy);
@@ -252,10 +240,7 @@ enum moescope_sync_kind {
 MOESCOPE_API void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns,
                                     uint32_t device, uint32_t stream, uint32_t correlation_id);
 
-/* Records lost before they reached the recorder (e.g. CUPTI buffer overflow). */
-MOESCOPE_API void moescope_count_dropped(uint64_t records);
-
-/* ---- flight recorder triggers ------------------------------------------------------------- */
+/* ---- flight recorder ---------------------------------------------------------------------- */
 
 enum moescope_trigger_reason {
   MOESCOPE_TRIGGER_SIGNAL = 1,    /* SIGUSR1 / `moescope dump` */
@@ -268,16 +253,18 @@ enum moescope_trigger_reason {
   MOESCOPE_TRIGGER_PEER = 8,               /* another rank of the job triggered (origin_rank) */
 };
 
+/* Why the flight recorder wrote its ring: what fired, when and where. */
 typedef struct moescope_trigger_info {
   uint64_t time_ns; /* 0 = now */
-  uint32_t reason;  /* moescope_trigger_reason */
-  int32_t origin_rank;
-  int32_t code;
+  /* u32 reason (moescope_trigger_reason), i32 origin_rank (the rank whose trigger started the
+   * job-wide dump, -1 unknown), i32 code (signal number or exit status, else 0) */
+  MOESCOPE_FIELDS_TRIGGER(MOESCOPE_C_FIELD)
   moescope_name_t detail; /* interned text, 0 = none */
 } moescope_trigger_info;
-/* Something fired: records why and when. Under the flight recorder (moescope record
-   --flight-recorder) the process then writes its ring (docs/flight-recorder.md). */
 MOESCOPE_API void moescope_trigger(const moescope_trigger_info* trigger);
+
+/* Records lost before they reached the recorder (e.g. CUPTI buffer overflow). */
+MOESCOPE_API void moescope_count_dropped(uint64_t records);
 
 #ifdef __cplusplus
 }

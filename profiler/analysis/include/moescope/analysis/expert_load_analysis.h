@@ -120,6 +120,7 @@ struct ExpertLoadMatrix {
   std::vector<double> tokens;       // [num_layers, num_experts]
   std::vector<double> predicted;    // [num_layers, num_experts]; empty when never recorded
   int64_t num_steps = 0;            // distinct steps summed
+  std::vector<int64_t> row_steps;   // per row: distinct steps of that layer (LayerLoad::num_steps)
   double max_tokens = 0.0;          // largest cell
   int num_layers() const { return static_cast<int>(layer_ids.size()); }
   double at(int row, int expert) const {
@@ -127,6 +128,9 @@ struct ExpertLoadMatrix {
                   static_cast<size_t>(expert)];
   }
   double layer_total(int row) const;
+  // Tokens per step of one cell: its sum over the steps its layer was recorded in. What
+  // `moescope plan` plans from and the viewer's run comparison shows.
+  double per_step_at(int row, int expert) const;
   int row_of(uint32_t layer) const;  // -1 when the layer has no samples
 };
 ExpertLoadMatrix expert_load_matrix(const TraceModel& model, const StepRankFilter& filter = {});

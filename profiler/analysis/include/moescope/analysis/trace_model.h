@@ -27,10 +27,18 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "moescope/trace/record_schema.h"
+
 namespace moescope::analysis {
+
+// A model struct's fields from a field list of record_schema.h (the list the recorder's C ABI
+// and the on-disk record share; the loader copies it with MOESCOPE_COPY_FIELDS).
+#define MOESCOPE_MODEL_FIELD(type, name, dims, init, doc) type name dims = init;
 
 using TimeNs = int64_t;
 using StringId = uint32_t;
@@ -148,10 +156,7 @@ struct GpuOp {
 static_assert(sizeof(GpuOp) == 48);
 
 struct KernelDetail {
-  uint32_t grid[3] = {0, 0, 0};
-  uint32_t block[3] = {0, 0, 0};
-  uint32_t shared_memory_bytes = 0;
-  uint32_t registers_per_thread = 0;
+  MOESCOPE_FIELDS_KERNEL_LAUNCH(MOESCOPE_MODEL_FIELD)
   uint32_t context = 0;
   bool operator==(const KernelDetail&) const = default;
 };
@@ -184,13 +189,7 @@ struct CommOp {
   uint64_t bytes = 0;
   uint64_t count = 0;
   uint64_t group_id = 0;
-  int32_t rank = -1;  // rank inside the communicator
-  int32_t num_ranks = 0;
-  int32_t peer = -1;
-  int32_t root = -1;
-  int32_t device = -1;
-  uint32_t stream = 0;
-  uint32_t sequence = 0;
+  MOESCOPE_FIELDS_COMM_PLACE(MOESCOPE_MODEL_FIELD)  // rank, num_ranks, peer, root, device, ...
   uint32_t dtype = 0;
   uint32_t split_offset = 0;  // first entry in CommunicatorTrack::split_bytes
   uint32_t num_splits = 0;
@@ -258,21 +257,25 @@ struct StepMarker {  // moescope_step(step) (or moescope_step_end) was called at
   bool is_end = false;
 };
 
-struct TriggerEvent {  // the flight recorder's ring was written because of this
-  TimeNs time = 0;
-  uint32_t reason = 0;  // moescope_trigger_reason
-  int32_t origin_rank = -1;
-  int32_t code = 0;
-  StringId detail = 0;
-};
-// "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer",
-// else "unknown".
-const char* trigger_reason_name(uint32_t reason);
-
 struct ClockSyncPoint {  // moescope_clock_sync(sync_id) was passed at `time`
   uint64_t sync_id = 0;
   TimeNs time = 0;
 };
+
+// The flight recorder's ring was written because of this (a `trigger` record).
+struct TriggerEvent {
+  TimeNs time = 0;
+  MOESCOPE_FIELDS_TRIGGER(MOESCOPE_MODEL_FIELD)  // reason, origin_rank (-1 unknown), code
+  StringId detail = 0;
+};
+// "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer";
+// "unknown" for any other value (TriggerEvent::reason, moescope_trigger_reason).
+inline const char* trigger_reason_name(uint32_t reason) {
+  static const char* const kNames[] = {
+      "unknown",   "signal", "hang", "crash", "exception", "exit", "collective_timeout",
+      "slow_step", "peer"};
+  return reason < sizeof(kNames) / sizeof(kNames[0]) ? kNames[reason] : "unknown";
+}
 
 struct ProcessTrack {
   int32_t rank = 0;  // from metadata, else the file's position
@@ -323,45 +326,27 @@ inline constexpr uint32_t kQuantityPredictedLoad = 0;
 // One expert-load sample: tokens per expert for one (step, layer, rank, scope).
 struct ExpertLoadSample {
   TimeNs time = 0;
-  int64_t step = 0;
-  uint32_t layer = 0;
-  int32_t rank = 0;
-  uint32_t scope = 0;  // moescope_expert_scope
-  uint32_t num_experts = 0;
-  uint64_t dropped_tokens = 0;
-  uint32_t process = 0;  // index in TraceModel::processes
-  uint32_t offset = 0;   // first entry in TraceModel::expert_tokens
+  MOESCOPE_FIELDS_EXPERT_LOAD(MOESCOPE_MODEL_FIELD)  // step, layer, rank, scope, num_experts, ...
+  uint32_t process = 0;                              // index in TraceModel::processes
+  uint32_t offset = 0;                               // first entry in TraceModel::expert_tokens
 };
 
 struct ExpertValuesSample {
   TimeNs time = 0;
-  int64_t step = 0;
-  uint32_t layer = 0;
-  int32_t rank = 0;
-  uint32_t quantity = 0;  // moescope_expert_quantity
-  uint32_t num_experts = 0;
+  MOESCOPE_FIELDS_EXPERT_VALUES(MOESCOPE_MODEL_FIELD)  // step, layer, rank, quantity, num_experts
   uint32_t process = 0;
   uint32_t offset = 0;  // first entry in TraceModel::expert_value_data
 };
 
 struct LayerStatsSample {
   TimeNs time = 0;
-  int64_t step = 0;
-  uint32_t layer = 0;
-  int32_t rank = 0;
-  float aux_loss = 0, z_loss = 0, router_entropy = 0, max_over_mean = 0;
-  uint32_t nonfinite_logits = 0, nonfinite_outputs = 0;
+  MOESCOPE_FIELDS_LAYER_STATS(MOESCOPE_MODEL_FIELD)  // step, layer, rank, aux_loss, ...
   uint32_t process = 0;
 };
 
 struct RebalanceDecision {
   TimeNs time = 0;
-  int64_t step = 0;
-  uint32_t layer = 0;
-  int32_t rank = 0;
-  float imbalance_before = 0, imbalance_after = 0;
-  uint64_t bytes_moved = 0;
-  uint64_t duration_ns = 0;
+  MOESCOPE_FIELDS_REBALANCE(MOESCOPE_MODEL_FIELD)  // step, layer, rank, imbalance_before, ...
   bool applied = false;
   uint32_t process = 0;
 };
@@ -393,15 +378,21 @@ enum class ClockAlignmentMethod : uint8_t {
 };
 const char* clock_alignment_method_name(ClockAlignmentMethod method);
 
-struct TraceModel {
-  StringTable strings;
-  std::vector<ProcessTrack> processes;  // sorted by rank
+// The model-wide sample arrays: records of every rank that belong to no track, in load order
+// (`process` says whose). One file's arrays (FileLoad) and the merged model's have these same
+// members; kSampleArrays below lists them for the stages that walk them all.
+struct ModelSampleArrays {
   std::vector<ExpertLoadSample> expert_loads;
   std::vector<uint32_t> expert_tokens;  // tails of expert_loads
   std::vector<ExpertValuesSample> expert_values;
-  std::vector<float> expert_value_data;
+  std::vector<float> expert_value_data;  // tails of expert_values
   std::vector<LayerStatsSample> layer_stats;
   std::vector<RebalanceDecision> rebalances;
+};
+
+struct TraceModel : ModelSampleArrays {
+  StringTable strings;
+  std::vector<ProcessTrack> processes;  // sorted by rank
   std::vector<FlowArrow> flows;
   std::vector<LoadError> errors;
   TimeNs begin = 0, end = 0;  // global time range of every event
@@ -424,6 +415,83 @@ struct TraceModel {
     return -1;
   }
 };
+
+// ---- the registry of sample arrays ------------------------------------------------------------
+// Every time-stamped array that is not a track, with what each loading stage does with it:
+// merge (trace_loader.cpp: appended per file, `process` set, tail offsets moved), clock shift
+// (clock_alignment.cpp / process_finalize.cpp), step numbering (step_detection.cpp), the
+// loader's reservation ahead (track_appender.cpp) and the time range (process_finalize.cpp).
+// The stages iterate these lists; where a stage skips an array, the flag below says why.
+
+struct NoTail {};  // a sample array without a variable-length tail
+
+// A model-wide array (ModelSampleArrays) of samples with `time`, `step` and `process`.
+template <typename Sample, typename TailElement = NoTail>
+struct SampleArray {
+  using Tail = TailElement;
+  static constexpr bool kHasTail = !std::is_same_v<TailElement, NoTail>;
+  std::vector<Sample> ModelSampleArrays::*samples;
+  std::vector<TailElement> ModelSampleArrays::*tail;  // the elements Sample::offset points into
+  const char* name;
+  // Step renumbered from the process's step intervals (detect_steps). Off where the recorded
+  // step is not a training step of the timeline (see the row).
+  bool numbered_by_time;
+  // Counted in the process's time range. Off where an array has never been: the time range of
+  // an existing trace must not change.
+  bool in_time_range;
+};
+
+inline constexpr std::tuple kSampleArrays{
+    SampleArray<ExpertLoadSample, uint32_t>{&ModelSampleArrays::expert_loads,
+                                            &ModelSampleArrays::expert_tokens, "expert_loads", true,
+                                            true},
+    // Never counted in the time range: forecasts and biases are written right after the loads
+    // of the same step, which count already.
+    SampleArray<ExpertValuesSample, float>{&ModelSampleArrays::expert_values,
+                                           &ModelSampleArrays::expert_value_data, "expert_values",
+                                           true, false},
+    SampleArray<LayerStatsSample>{&ModelSampleArrays::layer_stats, nullptr, "layer_stats", true,
+                                  true},
+    // Kept as the runtime recorded them: the analyses only total the decisions, nothing reads
+    // their step against the timeline's steps. Never counted in the time range (a decision is
+    // taken at a step boundary, among events that count already).
+    SampleArray<RebalanceDecision>{&ModelSampleArrays::rebalances, nullptr, "rebalances", false,
+                                   false},
+};
+
+// Calls visit(array) for every row of kSampleArrays (array: a SampleArray<...>).
+template <typename Visit>
+void for_each_sample_array(Visit&& visit) {
+  std::apply([&](const auto&... array) { (visit(array), ...); }, kSampleArrays);
+}
+
+// A per-process array of events with a `time` (ProcessTrack): shifted with the process's clock,
+// reserved ahead by the loader, and where the row says so sorted, counted in the time range and
+// with a name (a string id the merge maps to the model's strings).
+template <typename Event>
+struct ProcessEventArray {
+  std::vector<Event> ProcessTrack::*events;
+  const char* name;
+  // Kept sorted by time by finalize_process; and then counted in the time range.
+  bool sorted_in_time_range;
+  StringId Event::*name_id = nullptr;  // the event's string, if it has one
+};
+
+inline constexpr std::tuple kProcessEventArrays{
+    ProcessEventArray<MemoryEvent>{&ProcessTrack::memory_events, "memory_events", true},
+    ProcessEventArray<StepMarker>{&ProcessTrack::step_markers, "step_markers", true},
+    // Matched by sync_id across ranks, in record order; each lies among the process's other
+    // events, so it never widened a time range.
+    ProcessEventArray<ClockSyncPoint>{&ProcessTrack::clock_sync_points, "clock_sync_points", false},
+    ProcessEventArray<TriggerEvent>{&ProcessTrack::triggers, "triggers", true,
+                                    &TriggerEvent::detail},
+};
+
+// Calls visit(array) for every row of kProcessEventArrays.
+template <typename Visit>
+void for_each_process_event_array(Visit&& visit) {
+  std::apply([&](const auto&... array) { (visit(array), ...); }, kProcessEventArrays);
+}
 
 // ---- queries: find what is visible in [t0, t1) with binary searches ----------------------
 

@@ -1,20 +1,30 @@
-// The record-kind table: one row per kind of trace_format.h, naming, sizing and describing it.
-// docs/trace-format.md's records table is the same table in prose.
+// The record-kind table: one row per kind of record_schema.h, naming, sizing, describing it and
+// listing its fields. docs/trace-format.md's records table is the same table in prose.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "moescope/trace/trace_format.h"
 
 namespace moescope::trace {
 
+// One field of a record after its header, as record_schema.h declares it.
+struct RecordFieldInfo {
+  const char* type;  // "u32", "i64", "f32", ... (the docs' spelling)
+  const char* name;
+  uint16_t offset;  // from the start of the record
+  uint16_t count;   // array extent, 1 for a scalar
+  const char* doc;
+};
+
 // One row per kind, in kind order: its name, fixed size, whether the field after the header is
-// an end time (delta-coded against the start) and, for kinds with a variable tail, which u32
-// field counts the tail's elements and their size. The writer's column coding, the reader's
-// checks, delta coding, `moescope info` and tests/profiler's check of docs/trace-format.md all
-// read this table. Adding a kind = its struct above, a row here, kMaxRecordKind, its encoder (the
-// recorder / writer) and its decoder (profiler/analysis/moetrace_file_load.cpp).
+// an end time (delta-coded against the start), for kinds with a variable tail which u32 field
+// counts the tail's elements and their size, and its fields. Generated from record_schema.h.
+// The writer's column coding, the reader's checks, delta coding, `moescope info` and
+// tests/profiler's check of docs/trace-format.md all read this table.
 struct RecordKindInfo {
   RecordKind kind;
   const char* name;
@@ -23,72 +33,71 @@ struct RecordKindInfo {
   uint16_t tail_count_offset;   // offset of the u32 element count; 0 = fixed size
   uint16_t tail_element_bytes;  // bytes per tail element
   const char* description;
+  const RecordFieldInfo* fields;  // the fields after the header, in order
+  uint16_t num_fields;
 };
 
 namespace record_kind_table {
-template <typename Record>
-constexpr RecordKindInfo fixed(RecordKind kind, const char* name, const char* description) {
-  return {kind, name, sizeof(Record), false, 0, 0, description};
+template <typename T>
+constexpr const char* field_type_name() {
+  if constexpr (std::is_same_v<T, uint8_t>) return "u8";
+  if constexpr (std::is_same_v<T, uint16_t>) return "u16";
+  if constexpr (std::is_same_v<T, uint32_t>) return "u32";
+  if constexpr (std::is_same_v<T, uint64_t>) return "u64";
+  if constexpr (std::is_same_v<T, int32_t>) return "i32";
+  if constexpr (std::is_same_v<T, int64_t>) return "i64";
+  if constexpr (std::is_same_v<T, float>) return "f32";
+  if constexpr (std::is_same_v<T, double>) return "f64";
+  static_assert(std::is_arithmetic_v<T>, "a record field is a number or an array of numbers");
+  return "?";
 }
-// Kinds whose first field after the header is `uint64_t end_time`.
+// True when the record's first field after the header is `end_time` (what delta coding needs).
 template <typename Record>
-constexpr RecordKindInfo with_end_time(RecordKind kind, const char* name, const char* description) {
-  static_assert(offsetof(Record, end_time) == sizeof(RecordHeader));
-  return {kind, name, sizeof(Record), true, 0, 0, description};
+constexpr bool end_time_follows_header() {
+  if constexpr (requires { Record::end_time; }) {
+    return offsetof(Record, end_time) == sizeof(RecordHeader);
+  } else {
+    return false;
+  }
 }
+
+// FieldsOf<Record>::list: the record's fields, then an empty end marker (a kind may have none).
+template <typename Record>
+struct FieldsOf;
+#define MOESCOPE_FIELD_INFO(type, name, dims, init, doc)                     \
+  {field_type_name<type>(), #name, static_cast<uint16_t>(offsetof(R, name)), \
+   static_cast<uint16_t>(sizeof(type dims) / sizeof(type)), doc},
+#define MOESCOPE_KIND_FIELDS(Enum, number, Struct, FIELDS, ...)           \
+  template <>                                                             \
+  struct FieldsOf<Struct> {                                               \
+    using R = Struct;                                                     \
+    static constexpr RecordFieldInfo list[] = {                           \
+        FIELDS(MOESCOPE_FIELD_INFO){nullptr, nullptr, 0, 0, nullptr}};    \
+    static constexpr uint16_t count = sizeof(list) / sizeof(list[0]) - 1; \
+  };
+MOESCOPE_RECORD_KINDS(MOESCOPE_KIND_FIELDS)
+#undef MOESCOPE_KIND_FIELDS
+#undef MOESCOPE_FIELD_INFO
 }  // namespace record_kind_table
 
-inline constexpr RecordKindInfo kRecordKinds[] = {
-    record_kind_table::fixed<SpanBeginRecord>(RecordKind::kSpanBegin, "span_begin",
-                                              "a CPU span opens on this stream"),
-    record_kind_table::fixed<SpanEndRecord>(RecordKind::kSpanEnd, "span_end",
-                                            "the innermost open span of the stream closes"),
-    record_kind_table::with_end_time<SpanCompleteRecord>(RecordKind::kSpanComplete, "span_complete",
-                                                         "a CPU span written with both times"),
-    record_kind_table::fixed<RangeStartRecord>(RecordKind::kRangeStart, "range_start",
-                                               "a range that may end on another stream"),
-    record_kind_table::fixed<RangeEndRecord>(RecordKind::kRangeEnd, "range_end",
-                                             "the range with this id ends"),
-    record_kind_table::fixed<InstantRecord>(RecordKind::kInstant, "instant", "a marker"),
-    record_kind_table::fixed<CounterRecord>(RecordKind::kCounter, "counter",
-                                            "one value of a named time series"),
-    record_kind_table::fixed<FlowRecord>(RecordKind::kFlow, "flow",
-                                         "one end of an arrow between two points"),
-    record_kind_table::with_end_time<ApiCallRecord>(RecordKind::kApiCall, "api_call",
-                                                    "a CUDA API call (the parent of its GPU work)"),
-    record_kind_table::with_end_time<GpuKernelRecord>(RecordKind::kGpuKernel, "gpu_kernel",
-                                                      "a kernel on a GPU stream"),
-    record_kind_table::with_end_time<GpuCopyRecord>(RecordKind::kGpuCopy, "gpu_copy",
-                                                    "a memcpy or memset on a GPU stream"),
-    record_kind_table::fixed<MemoryRecord>(RecordKind::kMemory, "memory",
-                                           "an allocation or a free"),
-    record_kind_table::with_end_time<GpuSyncRecord>(RecordKind::kGpuSync, "gpu_sync",
-                                                    "the host waits for the GPU"),
-    {RecordKind::kCommOp, "comm_op", sizeof(CommOpRecord), true, offsetof(CommOpRecord, num_splits),
-     sizeof(uint64_t), "a communication op; all-to-alls carry the bytes sent to each rank"},
-    {RecordKind::kExpertLoad, "expert_load", sizeof(ExpertLoadRecord), false,
-     offsetof(ExpertLoadRecord, num_experts), sizeof(uint32_t),
-     "tokens per expert of one MoE layer in one step"},
-    {RecordKind::kExpertValues, "expert_values", sizeof(ExpertValuesRecord), false,
-     offsetof(ExpertValuesRecord, num_experts), sizeof(float),
-     "one float per expert (predicted load, router bias, ...)"},
-    record_kind_table::fixed<LayerStatsRecord>(RecordKind::kLayerStats, "layer_stats",
-                                               "router statistics of one MoE layer in one step"),
-    record_kind_table::fixed<StepRecord>(RecordKind::kStep, "step",
-                                         "this rank starts a training step"),
-    record_kind_table::fixed<RebalanceRecord>(RecordKind::kRebalance, "rebalance",
-                                              "an expert rebalancing decision"),
-    record_kind_table::fixed<ThreadInfoRecord>(RecordKind::kThreadInfo, "thread_info",
-                                               "names the stream's thread"),
-    {RecordKind::kString, "string", sizeof(StringRecord), false, offsetof(StringRecord, length), 1,
-     "defines an interned string id"},
-    record_kind_table::fixed<ClockSyncRecord>(RecordKind::kClockSync, "clock_sync",
-                                              "all ranks pass this point together"),
-    record_kind_table::fixed<StatsRecord>(RecordKind::kStats, "stats",
-                                          "running totals of what was lost"),
-    record_kind_table::fixed<TriggerRecord>(RecordKind::kTrigger, "trigger",
-                                            "the flight recorder wrote its ring: why and when"),
-};
+#define MOESCOPE_KIND_ROW(Enum, number, Struct, FIELDS, name, size, end_time, tail_count, \
+                          tail_bytes, description)                                        \
+  {RecordKind::Enum,                                                                      \
+   name,                                                                                  \
+   sizeof(Struct),                                                                        \
+   end_time,                                                                              \
+   static_cast<uint16_t>(offsetof(Struct, tail_count)),                                   \
+   tail_bytes,                                                                            \
+   description,                                                                           \
+   record_kind_table::FieldsOf<Struct>::list,                                             \
+   record_kind_table::FieldsOf<Struct>::count},
+inline constexpr RecordKindInfo kRecordKinds[] = {MOESCOPE_RECORD_KINDS(MOESCOPE_KIND_ROW)};
+#undef MOESCOPE_KIND_ROW
+#define MOESCOPE_KIND_END_TIME_CHECK(Enum, number, Struct, FIELDS, name, size, end_time, ...) \
+  static_assert(record_kind_table::end_time_follows_header<Struct>() == end_time,             \
+                name ": end_time must be the first field exactly when the row says so");
+MOESCOPE_RECORD_KINDS(MOESCOPE_KIND_END_TIME_CHECK)
+#undef MOESCOPE_KIND_END_TIME_CHECK
 static_assert(sizeof(kRecordKinds) / sizeof(kRecordKinds[0]) == kMaxRecordKind);
 constexpr bool record_kinds_in_order() {
   for (uint8_t i = 0; i < kMaxRecordKind; ++i) {
@@ -98,6 +107,29 @@ constexpr bool record_kinds_in_order() {
   return true;
 }
 static_assert(record_kinds_in_order(), "kRecordKinds lists kinds 1..kMaxRecordKind in order");
+
+// ---- copying a field list between the structs declared from it -----------------------------
+// MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, sample, record) copies every field of the
+// list from `record` to `sample`: C ABI struct -> on-disk record (the recorder's encoders),
+// on-disk record -> model struct (the loader's decoders). Each field must have the list's type
+// on both sides (checked); bytes are copied at the fields' offsets, so packed records and arrays
+// need no special case.
+#define MOESCOPE_COPY_FIELD(type, name, dims, init, doc)                                         \
+  static_assert(                                                                                 \
+      std::is_same_v<decltype(std::remove_cvref_t<decltype(to)>::name), type dims> &&            \
+          std::is_same_v<decltype(std::remove_cvref_t<decltype(from)>::name), type dims>,        \
+      #name ": both sides declare the field list's type");                                       \
+  std::memcpy(                                                                                   \
+      reinterpret_cast<unsigned char*>(&to) + offsetof(std::remove_cvref_t<decltype(to)>, name), \
+      reinterpret_cast<const unsigned char*>(&from) +                                            \
+          offsetof(std::remove_cvref_t<decltype(from)>, name),                                   \
+      sizeof(type dims));
+#define MOESCOPE_COPY_FIELDS(FIELDS, destination, source) \
+  do {                                                    \
+    auto& to = (destination);                             \
+    const auto& from = (source);                          \
+    FIELDS(MOESCOPE_COPY_FIELD)                           \
+  } while (0)
 
 // True for the kinds kRecordKinds lists.
 constexpr bool is_known_record_kind(uint8_t kind) {

@@ -1,6 +1,6 @@
 // The .moetrace on-disk format: file header, chunk header and the packed event records.
-// docs/trace-format.md is the specification; this header is its single source of truth in code,
-// with record_kinds.h, the table that names, sizes and describes every kind.
+// docs/trace-format.md is the specification; record_schema.h declares every record kind once
+// and this header generates the packed structs from it (record_kinds.h: the table of kinds).
 //
 //   file  := FileHeader metadata_json[metadata_bytes] Chunk*
 //   Chunk := ChunkHeader payload[payload_bytes]          (payload compressed with zstd)
@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "moescope/trace/record_schema.h"
 
 namespace moescope::trace {
 
@@ -55,33 +57,15 @@ struct ChunkHeader {
 };
 static_assert(sizeof(ChunkHeader) == 24);
 
+// 1 = kSpanBegin ... : one value per row of MOESCOPE_RECORD_KINDS (record_schema.h).
 enum class RecordKind : uint8_t {
-  kSpanBegin = 1,
-  kSpanEnd = 2,
-  kSpanComplete = 3,
-  kRangeStart = 4,
-  kRangeEnd = 5,
-  kInstant = 6,
-  kCounter = 7,
-  kFlow = 8,
-  kApiCall = 9,
-  kGpuKernel = 10,
-  kGpuCopy = 11,
-  kMemory = 12,
-  kGpuSync = 13,
-  kCommOp = 14,
-  kExpertLoad = 15,
-  kExpertValues = 16,
-  kLayerStats = 17,
-  kStep = 18,
-  kRebalance = 19,
-  kThreadInfo = 20,
-  kString = 21,
-  kClockSync = 22,
-  kStats = 23,
-  kTrigger = 24,
+#define MOESCOPE_KIND_ENUMERATOR(Enum, number, ...) Enum = number,
+  MOESCOPE_RECORD_KINDS(MOESCOPE_KIND_ENUMERATOR)
+#undef MOESCOPE_KIND_ENUMERATOR
 };
-inline constexpr uint8_t kMaxRecordKind = 24;
+#define MOESCOPE_KIND_COUNT(...) +1
+inline constexpr uint8_t kMaxRecordKind = 0 MOESCOPE_RECORD_KINDS(MOESCOPE_KIND_COUNT);
+#undef MOESCOPE_KIND_COUNT
 
 enum RecordFlags : uint8_t {
   kRecordRawTicks = 1u << 0,  // in-memory only: header.time is in CPU ticks, not yet ns
@@ -97,249 +81,19 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 16);
 
-// name: span name.
-struct SpanBeginRecord {
-  RecordHeader header;
-  uint32_t domain;
-  uint32_t reserved;
-};
-static_assert(sizeof(SpanBeginRecord) == 24);
-
-// Closes the innermost open span of the stream.
-struct SpanEndRecord {
-  RecordHeader header;
-};
-static_assert(sizeof(SpanEndRecord) == 16);
-
-// Records that carry a duration keep `end_time` right after the header (delta coding uses it).
-struct SpanCompleteRecord {
-  RecordHeader header;
-  uint64_t end_time;
-  uint32_t domain;
-  uint32_t reserved;
-};
-static_assert(sizeof(SpanCompleteRecord) == 32);
-
-struct RangeStartRecord {
-  RecordHeader header;
-  uint64_t range_id;
-  uint32_t domain;
-  uint32_t reserved;
-};
-static_assert(sizeof(RangeStartRecord) == 32);
-
-struct RangeEndRecord {
-  RecordHeader header;
-  uint64_t range_id;
-};
-static_assert(sizeof(RangeEndRecord) == 24);
-
-struct InstantRecord {
-  RecordHeader header;
-  uint32_t domain;
-  uint32_t reserved;
-};
-static_assert(sizeof(InstantRecord) == 24);
-
-// name: counter name.
-struct CounterRecord {
-  RecordHeader header;
-  double value;
-};
-static_assert(sizeof(CounterRecord) == 24);
-
-struct FlowRecord {
-  RecordHeader header;
-  uint64_t flow_id;
-  uint32_t phase;  // 0 start, 1 end
-  uint32_t reserved;
-};
-static_assert(sizeof(FlowRecord) == 32);
-
-// name: API function (cudaLaunchKernel ...). GPU work with the same correlation id is its child.
-struct ApiCallRecord {
-  RecordHeader header;
-  uint64_t end_time;
-  uint32_t correlation_id;
-  uint32_t reserved;
-};
-static_assert(sizeof(ApiCallRecord) == 32);
-
-// name: kernel name.
-struct GpuKernelRecord {
-  RecordHeader header;
-  uint64_t end_time;
-  uint32_t correlation_id;
-  uint32_t device;
-  uint32_t context;
-  uint32_t stream;
-  uint32_t grid[3];
-  uint32_t block[3];
-  uint32_t shared_memory_bytes;
-  uint32_t registers_per_thread;
-};
-static_assert(sizeof(GpuKernelRecord) == 72);
-
-// Memcpy or memset.
-struct GpuCopyRecord {
-  RecordHeader header;
-  uint64_t end_time;
-  uint64_t bytes;
-  uint32_t correlation_id;
-  uint32_t device;
-  uint32_t stream;
-  uint8_t copy_kind;  // moescope_copy_kind
-  uint8_t is_memset;
-  uint16_t reserved;
-  uint32_t value;  // memset value
-  uint32_t reserved2;
-};
-static_assert(sizeof(GpuCopyRecord) == 56);
-
-struct MemoryRecord {
-  RecordHeader header;
-  uint64_t address;
-  uint64_t bytes;
-  int32_t device;     // -1 host
-  uint16_t category;  // moescope_memory_category
-  uint8_t is_free;
-  uint8_t reserved;
-};
-static_assert(sizeof(MemoryRecord) == 40);
-
-struct GpuSyncRecord {
-  RecordHeader header;
-  uint64_t end_time;
-  uint32_t sync_kind;  // moescope_sync_kind
-  uint32_t correlation_id;
-  uint32_t device;
-  uint32_t stream;
-};
-static_assert(sizeof(GpuSyncRecord) == 40);
-
-// header.time is the enqueue time; name: the op's name. Followed by num_splits uint64 bytes.
-struct CommOpRecord {
-  RecordHeader header;
-  uint64_t end_time;  // 0 = unknown
-  uint64_t start_time;
-  uint64_t count;
-  uint64_t bytes;
-  uint64_t comm_id;
-  uint64_t group_id;
-  uint32_t kind;  // moescope_comm_kind
-  uint32_t dtype;
-  int32_t rank;
-  int32_t num_ranks;
-  int32_t peer;
-  int32_t root;
-  int32_t device;
-  uint32_t stream;
-  uint32_t sequence;
-  uint32_t num_splits;
-};
-static_assert(sizeof(CommOpRecord) == 104);
-static_assert(offsetof(CommOpRecord, end_time) == sizeof(RecordHeader));
-
-// Followed by num_experts uint32 token counts (padded to 8 bytes).
-struct ExpertLoadRecord {
-  RecordHeader header;
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  uint32_t scope;  // moescope_expert_scope
-  uint32_t num_experts;
-  uint64_t dropped_tokens;
-};
-static_assert(sizeof(ExpertLoadRecord) == 48);
-
-// Followed by num_experts floats (padded to 8 bytes).
-struct ExpertValuesRecord {
-  RecordHeader header;
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  uint32_t quantity;  // moescope_expert_quantity
-  uint32_t num_experts;
-};
-static_assert(sizeof(ExpertValuesRecord) == 40);
-
-struct LayerStatsRecord {
-  RecordHeader header;
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  float aux_loss;
-  float z_loss;
-  float router_entropy;
-  float max_over_mean;
-  uint32_t nonfinite_logits;
-  uint32_t nonfinite_outputs;
-};
-static_assert(sizeof(LayerStatsRecord) == 56);
-
-// name: 0 = this rank starts training step `step`; non-zero (the interned "end") = it ends it.
-// Without an end, a step lasts until the next one starts.
-struct StepRecord {
-  RecordHeader header;
-  int64_t step;
-};
-static_assert(sizeof(StepRecord) == 24);
-
-struct RebalanceRecord {
-  RecordHeader header;
-  int64_t step;
-  uint32_t layer;
-  int32_t rank;
-  float imbalance_before;
-  float imbalance_after;
-  uint64_t bytes_moved;
-  uint64_t duration_ns;
-  int32_t applied;
-  uint32_t reserved;
-};
-static_assert(sizeof(RebalanceRecord) == 64);
-
-// name: the thread's name (may be renamed later); one per stream at least.
-struct ThreadInfoRecord {
-  RecordHeader header;
-  uint32_t os_thread_id;
-  uint32_t reserved;
-};
-static_assert(sizeof(ThreadInfoRecord) == 24);
-
-// Defines string id header.name. Followed by `length` bytes (no terminator), padded to 8.
-struct StringRecord {
-  RecordHeader header;
-  uint32_t length;
-  uint32_t reserved;
-};
-static_assert(sizeof(StringRecord) == 24);
-
-struct ClockSyncRecord {
-  RecordHeader header;
-  uint64_t sync_id;
-};
-static_assert(sizeof(ClockSyncRecord) == 24);
-
-// Totals written in the kEnd chunk and periodically: what was lost and why.
-struct StatsRecord {
-  RecordHeader header;
-  uint64_t dropped_events;       // buffers full
-  uint64_t dropped_gpu_records;  // reported by CUPTI or another source
-  uint64_t failed_writes;        // chunks that could not be written (disk full)
-};
-static_assert(sizeof(StatsRecord) == 40);
-
-// The flight recorder wrote its ring because of this. header.name: detail string id (0 = none);
-// header.time: when it fired.
-struct TriggerRecord {
-  RecordHeader header;
-  uint32_t reason;      // moescope_trigger_reason (moescope/recorder.h)
-  int32_t origin_rank;  // the rank whose trigger started the job-wide dump (-1 unknown)
-  int32_t code;         // signal number (crash/signal), exit status (exit), else 0
-  uint32_t reserved;    // 0
-};
-static_assert(sizeof(TriggerRecord) == 32);
+// The records: a RecordHeader then the kind's fields of record_schema.h, packed, each kind's
+// size checked against the size its row declares. The `name` of the header means per kind what
+// docs/trace-format.md's records table says.
+#define MOESCOPE_DISK_FIELD(type, name, dims, init, doc) type name dims;
+#define MOESCOPE_DISK_RECORD(Enum, number, Struct, FIELDS, name, size, ...) \
+  struct Struct {                                                           \
+    RecordHeader header;                                                    \
+    FIELDS(MOESCOPE_DISK_FIELD)                                             \
+  };                                                                        \
+  static_assert(sizeof(Struct) == size, "the size of " name " in record_schema.h");
+MOESCOPE_RECORD_KINDS(MOESCOPE_DISK_RECORD)
+#undef MOESCOPE_DISK_RECORD
+#undef MOESCOPE_DISK_FIELD
 #pragma pack(pop)
 
 constexpr uint32_t padded_to_8(uint32_t bytes) {

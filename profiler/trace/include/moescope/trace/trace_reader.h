@@ -62,6 +62,22 @@ class RecordView {
   uint32_t size_;
 };
 
+// Calls `handler.on(record.as<XRecord>(), record)` for the record's kind: one named handler per
+// kind of record_schema.h (a handler declares one `on` overload per record struct, so a kind it
+// forgets does not compile), `handler.on_unknown(record)` for a kind the schema does not know.
+template <typename Handler>
+inline void dispatch_record(const RecordView& record, Handler& handler) {
+  switch (record.kind()) {
+#define MOESCOPE_DISPATCH_CASE(Enum, number, Struct, ...) \
+  case RecordKind::Enum:                                  \
+    return handler.on(record.as<Struct>(), record);
+    MOESCOPE_RECORD_KINDS(MOESCOPE_DISPATCH_CASE)
+#undef MOESCOPE_DISPATCH_CASE
+    default:
+      return handler.on_unknown(record);
+  }
+}
+
 // One decoded chunk: validated records of one stream.
 struct Chunk {
   ChunkType type = ChunkType::kEvents;
