@@ -9,10 +9,12 @@ HIDDEN = 32
 VOCAB = 64
 
 # fp32 equality after replace_moe_blocks: the runtime sums the same products in another order
-# (grouped GEMMs over expert-sorted rows, its own combine), so results differ by rounding only.
-LOGITS_ATOL = 2e-5
-GRAD_RTOL = 1e-4   # relative to the largest gradient entry of the parameter
-GRAD_ATOL = 1e-6
+# (grouped GEMMs over expert-sorted rows, its own combine), so results differ by rounding only
+# (measured on these models: logits within 6e-8 of |logits| <= 0.4, gradients within 4e-7 of
+# each parameter's largest gradient entry).
+LOGITS_ATOL = 1e-6
+GRAD_RTOL = 1e-5   # relative to the largest gradient entry of the parameter
+LOSS_RTOL = 1e-5   # 50 AdamW steps: every step's loss relative to the original's
 
 _COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=64, num_experts_per_tok=TOP_K,

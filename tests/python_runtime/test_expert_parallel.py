@@ -102,6 +102,7 @@ def test_two_ranks_equal_logits_and_balancer_moves_experts_with_their_state():
         mp.start_processes(_worker, args=(os.path.join(scratch, "init"), scratch),
                            nprocs=WORLD, start_method="spawn")
         results = [json.load(open(os.path.join(scratch, f"rank{r}.json"))) for r in range(WORLD)]
+    print(json.dumps(results))
     for rank, result in enumerate(results):
         assert result["ep_logits_error"] <= hf_models.LOGITS_ATOL, result
         assert result["local_experts"] == list(range(4 * rank, 4 * rank + 4))

@@ -25,7 +25,7 @@ def test_two_rank_training_reaches_the_trace():
                                                         "torchrun")
     with tempfile.TemporaryDirectory() as scratch:
         command = [cli, "record", "-o", os.path.join(scratch, "run.%r.moetrace"), "--",
-                   torchrun, "--nproc_per_node", "2", "--master_port", "0", TRAIN,
+                   torchrun, "--standalone", "--nproc_per_node", "2", TRAIN,
                    "--steps", "24", "--interval", "4", "--balancer", "1",
                    "--summary", os.path.join(scratch, "summary.json")]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
@@ -46,7 +46,9 @@ def test_two_rank_training_reaches_the_trace():
         assert sum(entry["tokens"]) > 0 and len(entry["tokens"]) == 8
         assert {r["rank"] for r in entry["by_rank"]} == {0, 1}
     rebalances = data["rebalances"]
-    assert rebalances, "no rebalance decision in the trace"
+    print("rebalances:", json.dumps(rebalances)[:2000])
+    assert rebalances["decisions"] > 0 and rebalances["applied"] > 0, rebalances
+    assert rebalances["bytes_moved"] > 0, rebalances
     assert summary["applied_rebalances"] > 0
     all_to_all = data["communication"]["all_to_all"]
-    assert all_to_all and sum(c["bytes"] for c in all_to_all) > 0, all_to_all
+    assert all_to_all and sum(sum(row) for c in all_to_all for row in c["bytes"]) > 0, all_to_all

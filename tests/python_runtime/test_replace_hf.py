@@ -80,9 +80,11 @@ def test_fifty_training_steps_track_the_original_loss(family):
             losses[label].append(float(loss))
     hf, ours = torch.tensor(losses["hf"]), torch.tensor(losses["moescope"])
     assert hf[-5:].mean() < hf[:5].mean() - 0.5  # the run learns something
-    # Routing is discrete: once rounding flips one near-tied top-k choice the runs part a
-    # little; the curves must stay together (every step within 1% of the original's loss).
-    assert ((ours - hf).abs() / hf).max() < 0.01, (losses["hf"], losses["moescope"])
+    # Same weights, same routing, same optimizer: the curves differ by fp32 rounding only
+    # (measured: at most 2e-7 relative over the 50 steps). A near-tied top-k choice that
+    # rounding flipped would part them visibly; this model and data have none.
+    assert ((ours - hf).abs() / hf).max() < hf_models.LOSS_RTOL, (losses["hf"],
+                                                                   losses["moescope"])
 
 
 def test_refused_families_name_the_difference_and_change_nothing():
