@@ -39,7 +39,7 @@ def parse_arguments():
     parser.add_argument("--family", default="qwen3_moe", choices=["qwen3_moe", "mixtral"])
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--balancer", type=int, default=1)
-    parser.add_argument("--skew", type=float, default=2.0, help="logit added to expert 0")
+    parser.add_argument("--skew", type=float, default=4.0, help="logit added to expert 0")
     parser.add_argument("--num-redundant-experts", type=int, default=2)
     parser.add_argument("--interval", type=int, default=10, help="steps between decisions")
     parser.add_argument("--bias-rate", type=float, default=0.01)
@@ -49,6 +49,19 @@ def parse_arguments():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--summary", default="", help="rank 0 writes a JSON summary here")
     return parser.parse_args()
+
+
+def learnable_batch(batch, length, generator):
+    """[batch, length] token ids: a random start, then token -> (5 * token + 3) % VOCAB (a fixed
+    permutation the model can learn, so the loss curve says something), with 1 token in 8
+    replaced by a random one (noise the model cannot learn)."""
+    ids = torch.empty(batch, length, dtype=torch.long)
+    ids[:, 0] = torch.randint(0, hf_models.VOCAB, (batch,), generator=generator)
+    for position in range(1, length):
+        ids[:, position] = (5 * ids[:, position - 1] + 3) % hf_models.VOCAB
+    noise = torch.rand(batch, length, generator=generator) < 0.125
+    ids[noise] = torch.randint(0, hf_models.VOCAB, (int(noise.sum()),), generator=generator)
+    return ids
 
 
 def main():
@@ -78,8 +91,7 @@ def main():
     for step in range(arguments.steps):
         if balancer is None:
             set_training_step(step)  # the balancer marks steps itself
-        ids = torch.randint(0, hf_models.VOCAB, (arguments.batch, arguments.length),
-                            generator=generator)
+        ids = learnable_batch(arguments.batch, arguments.length, generator)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         for parameter in model.parameters():
