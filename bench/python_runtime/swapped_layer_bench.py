@@ -3,6 +3,7 @@ replace_moe_blocks puts in its place (same weights, same routing), measured in t
 
     python bench/python_runtime/swapped_layer_bench.py [--family qwen3_moe] [--device cpu]
         [--hidden 512] [--ffn 1024] [--experts 8] [--top-k 2] [--tokens 2048] [--reps 10]
+        [--hf-experts grouped_mm|eager|batched_mm] [--dtype float32|bfloat16]
 
 The two modules alternate (ABAB...) after a warm-up, so drift of a shared machine hits both;
 the result is the ratio of medians, with each side's median and min. On CUDA each timing ends
@@ -17,7 +18,7 @@ import time
 import torch
 
 
-def build_block(family, hidden, ffn, experts, top_k):
+def build_block(family, hidden, ffn, experts, top_k, experts_implementation):
     import transformers
     common = dict(hidden_size=hidden, num_experts_per_tok=top_k, num_hidden_layers=1,
                   num_attention_heads=4, num_key_value_heads=4, vocab_size=64)
@@ -29,6 +30,9 @@ def build_block(family, hidden, ffn, experts, top_k):
         config = transformers.Qwen3MoeConfig(**common, num_experts=experts,
                                              moe_intermediate_size=ffn, norm_topk_prob=True)
         block = transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock(config)
+    # What a model built by from_config/from_pretrained dispatches its experts to (transformers 5
+    # picks "grouped_mm" by default there; a block built alone has None, i.e. the eager loop).
+    config._experts_implementation = experts_implementation
     with torch.no_grad():
         for parameter in block.parameters():
             parameter.normal_(0.0, 0.02)
@@ -59,6 +63,9 @@ def main():
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--hf-experts", default="grouped_mm",
+                        choices=["eager", "grouped_mm", "batched_mm"],
+                        help="config._experts_implementation of the HF block")
     arguments = parser.parse_args()
 
     from moescope.runtime import replace_moe_blocks
@@ -66,7 +73,7 @@ def main():
     torch.manual_seed(0)
     dtype = getattr(torch, arguments.dtype)
     block, config = build_block(arguments.family, arguments.hidden, arguments.ffn,
-                                arguments.experts, arguments.top_k)
+                                arguments.experts, arguments.top_k, arguments.hf_experts)
     block = block.to(arguments.device, dtype)
     holder = torch.nn.Module()
     holder.block = block
