@@ -9,7 +9,8 @@ Without --wheel it builds one: pip wheel --no-build-isolation with
 MOESCOPE_WITH_TORCH=ON, MOESCOPE_WHEEL_RUNTIME=ON and this Python as MOESCOPE_PYTHON (the torch
 the extension is compiled for), CMake build directory --build-dir (default
 SOURCE_DIR/build-wheel-runtime: beside build/, so ccache's relative paths match the main build's
-and the runtime is not compiled twice). Exit 77 (skipped) with the reason when the build
+and, with the same compiler name and CUDA setting, the runtime is not compiled twice; CUDA on
+because the main build has it, viewer off because the wheel test does not need it). Exit 77 (skipped) with the reason when the build
 backend cannot be installed or this Python has no torch.
 """
 import argparse
@@ -48,6 +49,11 @@ def main():
                    "--no-deps", "-w", dist, f"--config-settings=build-dir={build_dir}",
                    "-C", "cmake.define.MOESCOPE_WITH_TORCH=ON",
                    "-C", "cmake.define.MOESCOPE_WHEEL_RUNTIME=ON",
+                   "-C", "cmake.define.MOESCOPE_WITH_CUDA=ON",  # the main build's flags
+                   "-C", "cmake.define.MOESCOPE_WITH_VIEWER=OFF",
+                   # ccache hashes the compiler's name: the main build's `c++`, not g++
+                   "-C", f"cmake.define.CMAKE_CXX_COMPILER={shutil.which('c++') or 'c++'}",
+                   "-C", f"cmake.define.CMAKE_C_COMPILER={shutil.which('cc') or 'cc'}",
                    "-C", f"cmake.define.MOESCOPE_PYTHON={sys.executable}", source_dir]),
               "pip wheel with the runtime extension")
         wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
