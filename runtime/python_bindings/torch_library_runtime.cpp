@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe_config_text.h"
@@ -77,7 +78,10 @@ class LayerHolder : public torch::CustomClassHolder {
     return all;
   }
 
-  /// Makes the layer use `tensors` (the order of tensors()); each keeps its shape.
+  /// Makes the layer use `tensors` (the order of tensors()); each keeps its shape. The first
+  /// bind replaces the tensors the C++ layer was built with: their TensorImpls (still listed in
+  /// the LibTorch module's parameter dict, never handed to the user) let go of their storage,
+  /// so a later `.to(device)` of the Python module does not keep the old copy alive.
   void bind(at::TensorList tensors) {
     const size_t expected = parameter_slots_.size() + buffer_slots_.size();
     TORCH_CHECK(tensors.size() == expected, "moescope MoELayer: expected ", expected,
@@ -89,9 +93,15 @@ class LayerHolder : public torch::CustomClassHolder {
         TORCH_CHECK(tensor.defined() && tensor.sizes() == slot->sizes(),
                     "moescope MoELayer: ", name, " must keep its shape ", slot->sizes(), ", got ",
                     tensor.defined() ? tensor.sizes() : at::IntArrayRef{});
-        if (!slot->is_same(tensor)) *slot = tensor;
+        if (slot->is_same(tensor)) continue;
+        at::Tensor replaced = std::exchange(*slot, tensor);
+        if (first_bind_) {
+          at::NoGradGuard no_grad;
+          replaced.set_();
+        }
       }
     }
+    first_bind_ = false;
   }
 
   std::string describe_config() const {
@@ -130,6 +140,7 @@ class LayerHolder : public torch::CustomClassHolder {
   }
   Slots parameter_slots_;
   Slots buffer_slots_;
+  bool first_bind_ = true;
 };
 
 /// ExpertRebalancer over the layers added to it (built at the first after_step, when every
