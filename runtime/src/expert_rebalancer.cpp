@@ -36,6 +36,7 @@ ExpertRebalancer::ExpertRebalancer(std::vector<MoELayer> layers, const Rebalance
     : layers_(std::move(layers)),
       options_(options),
       optimizers_(std::move(optimizers)),
+      extra_slot_state_(layers_.size()),
       forecaster_(static_cast<int>(layers_.size()), static_cast<int>(num_experts_of(layers_)),
                   options.predictor, options.accuracy_horizon_steps) {
   TORCH_CHECK(options_.interval_steps >= 1, "RebalancerOptions.interval_steps must be >= 1");
@@ -55,6 +56,13 @@ ExpertRebalancer::ExpertRebalancer(std::vector<MoELayer> layers, const Rebalance
   for (const torch::optim::Optimizer* optimizer : optimizers_) {
     TORCH_CHECK(optimizer != nullptr, "ExpertRebalancer: optimizers holds a null pointer");
   }
+}
+
+void ExpertRebalancer::set_extra_slot_state(size_t layer_position,
+                                            std::vector<at::Tensor> tensors) {
+  TORCH_CHECK(layer_position < layers_.size(), "ExpertRebalancer::set_extra_slot_state: layer ",
+              "position ", layer_position, " is outside [0, ", layers_.size(), ")");
+  extra_slot_state_[layer_position] = std::move(tensors);
 }
 
 std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double step_seconds) {
@@ -136,6 +144,9 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
       }
       expert_bytes += copies * weight[0].numel() * static_cast<int64_t>(weight.element_size());
     }
+    for (const at::Tensor& state : extra_slot_state_[layer_position]) {
+      expert_bytes += state[0].numel() * static_cast<int64_t>(state.element_size());
+    }
     const auto moves = balancer::plan_expert_migration(current, candidate).moves.size();
     decision.bytes_to_move = static_cast<int64_t>(moves) * expert_bytes;
     decision.gain_seconds = step_seconds *
@@ -145,7 +156,10 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
         static_cast<double>(decision.bytes_to_move) / options_.transfer_bytes_per_second;
     decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
   }
-  if (decision.applied) decision.change = layer.apply_placement(candidate, optimizers_);
+  if (decision.applied) {
+    decision.change =
+        layer.apply_placement(candidate, optimizers_, extra_slot_state_[layer_position]);
+  }
   // The dispatch buffers follow the forecast: the busiest rank's predicted rows, with headroom.
   layer.reserve_dispatch_buffers(
       balancer::summarize_gpu_loads(

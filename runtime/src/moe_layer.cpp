@@ -387,7 +387,8 @@ void MoELayerImpl::restore_placement(const balancer::ExpertPlacement& placement)
 
 PlacementChange MoELayerImpl::apply_placement(
     const balancer::ExpertPlacement& target,
-    const std::vector<torch::optim::Optimizer*>& optimizers) {
+    const std::vector<torch::optim::Optimizer*>& optimizers,
+    const std::vector<at::Tensor>& extra_per_slot) {
   const auto start = std::chrono::steady_clock::now();
   check_placement_shape(target, "apply_placement");
   balancer::ExpertMigration migration;
@@ -405,6 +406,12 @@ PlacementChange MoELayerImpl::apply_placement(
         if (state.dim() > 0) per_slot.push_back(state);  // Adam's step count is a scalar
       }
     }
+  }
+  for (const at::Tensor& tensor : extra_per_slot) {
+    TORCH_CHECK(tensor.dim() > 0 && tensor.size(0) == num_local_experts(),
+                "MoELayer::apply_placement: an extra per-slot tensor must be [",
+                num_local_experts(), ", ...], got ", tensor.sizes());
+    per_slot.push_back(tensor);
   }
   PlacementChange change;
   change.migration = migrate_slot_tensors(per_slot, slots_.placement(), migration, group_);

@@ -68,6 +68,12 @@ class ExpertRebalancer {
   /// decisions taken at this step (empty on other steps).
   std::vector<RebalanceDecision> after_step(int64_t step, double step_seconds);
 
+  /// More per-slot tensors of the layer at `layer_position` (each [S_local, ...]) that a decision
+  /// moves with its experts and counts in the migration cost: the optimizer state of an
+  /// optimizer LibTorch does not own (Python's torch.optim). Replaces what was set before; the
+  /// tensors must be the live ones at the next after_step.
+  void set_extra_slot_state(size_t layer_position, std::vector<at::Tensor> tensors);
+
   const balancer::ExpertLoadForecaster& forecaster() const { return forecaster_; }
   const RebalancerOptions& options() const { return options_; }
 
@@ -87,6 +93,7 @@ class ExpertRebalancer {
   std::vector<MoELayer> layers_;
   RebalancerOptions options_;
   std::vector<torch::optim::Optimizer*> optimizers_;
+  std::vector<std::vector<at::Tensor>> extra_slot_state_;  // per layer, set_extra_slot_state
   balancer::ExpertLoadForecaster forecaster_;
   int64_t observed_steps_ = 0;
   double step_seconds_sum_ = 0.0;  // group-mean step time summed since the last decision

@@ -90,8 +90,11 @@ class MoELayerImpl : public torch::nn::Module {
   /// renumbered to keep experts where they are (plan_expert_migration); then expert weights,
   /// their gradients (when defined) and their state in `optimizers` move over the group. The
   /// layer computes the same function afterwards. Every rank calls it together.
+  /// `extra_per_slot` are more [S_local, ...] tensors moved with the experts: the optimizer
+  /// state of an optimizer LibTorch does not own (Python's torch.optim, see moescope.runtime).
   PlacementChange apply_placement(const balancer::ExpertPlacement& target,
-                                  const std::vector<torch::optim::Optimizer*>& optimizers = {});
+                                  const std::vector<torch::optim::Optimizer*>& optimizers = {},
+                                  const std::vector<at::Tensor>& extra_per_slot = {});
 
   /// Takes `placement` (a one-layer placement over the group's ranks with the layer's slot
   /// count, e.g. expert_slots().placement() saved with a checkpoint) as the one this layer's

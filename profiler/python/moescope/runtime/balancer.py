@@ -1,0 +1,120 @@
+"""ExpertBalancer: aux-loss-free router biases, load prediction and expert re-placement for the
+moescope MoELayers of a model, driven by one step() after optimizer.step().
+
+    balancer = ExpertBalancer(model, optimizer, interval_steps=20)
+    for batch in data:
+        loss = model(batch).loss; loss.backward()
+        optimizer.step(); balancer.step(); optimizer.zero_grad()
+
+step() on every rank of the expert-parallel group together:
+  1. update_expert_bias() of every layer built with enable_expert_bias (bias += rate *
+     sign(mean - load), load summed over the group since the last step);
+  2. moescope::runtime::ExpertRebalancer::after_step: the layers' tokens per expert summed over
+     the group feed the load predictor (EMA or window); every interval_steps after warmup_steps
+     the planner proposes a placement per layer (replicas of hot experts in the redundant slots,
+     experts moved between ranks) and applies it when the predicted gain beats the migration
+     cost. Expert weights, their gradients and this optimizer's state for them (exp_avg, ...)
+     move over the group. Every decision is written to the trace while `moescope record` runs
+     (moescope_rebalance records, predicted load, replica counts), as moe_train's are.
+Replicated experts need their gradients summed over replicas before each optimizer step: the
+balancer registers an optimizer step pre-hook that does it (sync_replica_gradients).
+"""
+
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+from . import _library
+from .hf import moe_layers
+from .layer import set_training_step
+
+
+class ExpertBalancer:
+    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+                 interval_steps: int = 50, warmup_steps: int = 10,
+                 imbalance_threshold: float = 1.10, transfer_bytes_per_second: float = 10e9,
+                 incremental_max_over_mean: float = 1.02, ema_alpha: float = 0.1,
+                 window_steps: int = 0, update_bias: bool = True, rebalance: bool = True,
+                 mark_steps: bool = True, first_step: int = 0):
+        """`model` holds moescope MoELayers (e.g. after replace_moe_blocks), all over one
+        expert-parallel group. `optimizer` (any torch.optim optimizer) holds their parameters:
+        its per-parameter state moves with the experts. `window_steps` > 0 predicts by a moving
+        window instead of the EMA. `update_bias=False` leaves the router biases alone,
+        `rebalance=False` never moves experts. `mark_steps` writes the step number into the
+        trace (moescope::runtime::set_training_step), as moe_train does."""
+        _library.load()
+        self.layers = moe_layers(model)
+        if not self.layers:
+            raise ValueError(f"ExpertBalancer: {type(model).__name__} holds no moescope MoELayer "
+                             "(replace_moe_blocks first)")
+        self.optimizer = optimizer
+        self.update_bias = update_bias
+        self.rebalance = rebalance
+        self.mark_steps = mark_steps
+        self.step_number = first_step
+        self.decisions: List[Dict[str, float]] = []
+        options = {"interval_steps": interval_steps, "warmup_steps": warmup_steps,
+                   "imbalance_threshold": imbalance_threshold,
+                   "transfer_bytes_per_second": transfer_bytes_per_second,
+                   "incremental_max_over_mean": incremental_max_over_mean,
+                   "ema_alpha": ema_alpha, "window_steps": window_steps}
+        self._rebalancer = torch.classes.moescope.ExpertRebalancer(
+            {key: float(value) for key, value in options.items()})
+        for layer in self.layers:
+            self._rebalancer.add_layer(layer._layer)
+        self._hook = None
+        if optimizer is not None and any(layer.config.num_redundant_experts > 0
+                                         for layer in self.layers):
+            self._hook = optimizer.register_step_pre_hook(self._sync_replicas)
+        self._last_time = time.perf_counter()
+        if mark_steps:
+            set_training_step(self.step_number)
+
+    def _sync_replicas(self, optimizer, args, kwargs):
+        for layer in self.layers:
+            layer.sync_replica_gradients()
+
+    def _optimizer_state(self, layer) -> List[torch.Tensor]:
+        """This optimizer's per-slot state of the layer's expert weights (same shape)."""
+        if self.optimizer is None:
+            return []
+        tensors = []
+        for parameter in (layer.w_gate_up, layer.w_down):
+            for value in self.optimizer.state.get(parameter, {}).values():
+                if torch.is_tensor(value) and value.shape == parameter.shape:
+                    tensors.append(value)
+        return tensors
+
+    def step(self) -> List[Dict[str, float]]:
+        """Call after optimizer.step() on every rank together. Returns the decisions taken at this
+        step (one dict per layer on decision steps: imbalance_before/after, applied, moves,
+        bytes_sent/received, seconds, ...)."""
+        now = time.perf_counter()
+        step_seconds, self._last_time = now - self._last_time, now
+        if self.update_bias:
+            for layer in self.layers:
+                if layer.config.enable_expert_bias:
+                    layer.update_expert_bias()
+        decisions = []
+        if self.rebalance:
+            for position, layer in enumerate(self.layers):
+                layer._layer.bind(layer._tensors())
+                self._rebalancer.set_extra_slot_state(position, self._optimizer_state(layer))
+            decisions = [dict(d) for d in self._rebalancer.after_step(self.step_number,
+                                                                     step_seconds)]
+            self.decisions.extend(decisions)
+        self.step_number += 1
+        if self.mark_steps:
+            set_training_step(self.step_number)
+        return decisions
+
+    def predicted_load(self, layer_position: int = 0) -> List[float]:
+        """The load predictor's tokens per expert for the next steps of one layer."""
+        return list(self._rebalancer.predicted_load(layer_position))
+
+    def remove(self) -> None:
+        """Removes the optimizer hook (the balancer does nothing more)."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None

@@ -1,0 +1,300 @@
+// The runtime registered with PyTorch's dispatcher, for the Python package moescope.runtime
+// (profiler/python/moescope/runtime). Loaded with torch.ops.load_library, it adds:
+//
+//   torch.classes.moescope.MoELayer(config_text, process_group?, backend_device)
+//       one moescope::runtime::MoELayer (its state: placement, expert-parallel group, bias
+//       bookkeeping, trace statistics); its tensors are owned by the Python nn.Module
+//   torch.ops.moescope.moe_layer_forward(layer, hidden, tensors, training)
+//       -> (output, aux_loss, tokens_per_expert, num_dropped, num_received_rows)
+//       CompositeImplicitAutograd: autograd records the runtime's own ops and custom Functions,
+//       so gradients reach the Python nn.Parameters passed in `tensors`
+//   torch.classes.moescope.ExpertRebalancer(options)
+//       moescope::runtime::ExpertRebalancer over MoELayers, with the optimizer state of a Python
+//       optimizer moved as extra per-slot tensors
+//   torch.ops.moescope.set_training_step(step)
+//
+// Parameters stay Python's: every forward binds the tensors the module holds now (so
+// module.to(), load_state_dict(assign=True) and optimizers all see one tensor per parameter)
+// before the C++ layer runs.
+#include <torch/custom_class.h>
+#include <torch/library.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moe_config_text.h"
+#include "moescope/runtime/expert_rebalancer.h"
+#include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/runtime/moe_layer.h"
+
+namespace moescope::runtime::python {
+namespace {
+
+c10::DeviceType backend_device_type(const std::string& device) {
+  TORCH_CHECK(device == "cpu" || device == "cuda",
+              "moescope MoELayer: backend_device must be 'cpu' or 'cuda', got '", device, "'");
+  return device == "cpu" ? c10::DeviceType::CPU : c10::DeviceType::CUDA;
+}
+
+}  // namespace
+
+/// One MoELayer and the table of its tensors in the order the Python module passes them:
+/// parameters (gate_weight, w_gate_up, w_down[, shared_w_gate_up, shared_w_down]) then buffers
+/// (expert_bias, logit_skew, accumulated_load).
+class LayerHolder : public torch::CustomClassHolder {
+ public:
+  LayerHolder(const std::string& config_text,
+              const std::optional<c10::intrusive_ptr<c10d::ProcessGroup>>& process_group,
+              const std::string& backend_device) {
+    ExpertParallelGroup group;
+    if (process_group.has_value() && *process_group) {
+      group.backend = (*process_group)->getBackend(backend_device_type(backend_device));
+    }
+    layer = MoELayer(parse_moe_config_text(config_text), group);
+    parameter_slots_ = {{"gate_weight", &layer->router->gate_weight},
+                        {"w_gate_up", &layer->experts->w_gate_up},
+                        {"w_down", &layer->experts->w_down}};
+    if (layer->shared_experts) {
+      parameter_slots_.push_back({"shared_w_gate_up", &layer->shared_experts->w_gate_up});
+      parameter_slots_.push_back({"shared_w_down", &layer->shared_experts->w_down});
+    }
+    buffer_slots_ = {{"expert_bias", &layer->router->expert_bias},
+                     {"logit_skew", &layer->router->logit_skew},
+                     {"accumulated_load", &layer->accumulated_load}};
+  }
+
+  std::vector<std::string> parameter_names() const { return names_of(parameter_slots_); }
+  std::vector<std::string> buffer_names() const { return names_of(buffer_slots_); }
+
+  /// The tensors the layer holds now, parameters then buffers.
+  std::vector<at::Tensor> tensors() const {
+    std::vector<at::Tensor> all;
+    for (const auto& [name, slot] : parameter_slots_) all.push_back(*slot);
+    for (const auto& [name, slot] : buffer_slots_) all.push_back(*slot);
+    return all;
+  }
+
+  /// Makes the layer use `tensors` (the order of tensors()); each keeps its shape. The first
+  /// bind replaces the tensors the C++ layer was built with: their TensorImpls (still listed in
+  /// the LibTorch module's parameter dict, never handed to the user) let go of their storage,
+  /// so a later `.to(device)` of the Python module does not keep the old copy alive.
+  void bind(at::TensorList tensors) {
+    const size_t expected = parameter_slots_.size() + buffer_slots_.size();
+    TORCH_CHECK(tensors.size() == expected, "moescope MoELayer: expected ", expected,
+                " tensors (parameters then buffers), got ", tensors.size());
+    size_t i = 0;
+    for (auto* slots : {&parameter_slots_, &buffer_slots_}) {
+      for (auto& [name, slot] : *slots) {
+        const at::Tensor& tensor = tensors[i++];
+        TORCH_CHECK(tensor.defined() && tensor.sizes() == slot->sizes(),
+                    "moescope MoELayer: ", name, " must keep its shape ", slot->sizes(), ", got ",
+                    tensor.defined() ? tensor.sizes() : at::IntArrayRef{});
+        if (slot->is_same(tensor)) continue;
+        at::Tensor replaced = std::exchange(*slot, tensor);
+        if (first_bind_) {
+          at::NoGradGuard no_grad;
+          replaced.set_();
+        }
+      }
+    }
+    first_bind_ = false;
+  }
+
+  std::string describe_config() const {
+    const MoEConfig& config = layer->config();
+    return "hidden_size=" + std::to_string(config.hidden_size) +
+           ", ffn_hidden_size=" + std::to_string(config.ffn_hidden_size) +
+           ", num_experts=" + std::to_string(config.num_experts) +
+           ", top_k=" + std::to_string(config.top_k) +
+           ", layer_index=" + std::to_string(config.layer_index);
+  }
+
+  std::vector<int64_t> local_slot_experts() const {
+    const std::vector<int32_t> experts =
+        layer->expert_slots().local_slot_experts(layer->group().rank());
+    return {experts.begin(), experts.end()};
+  }
+
+  std::vector<int64_t> physical_to_logical() const {
+    const auto& slots = layer->expert_slots().placement().physical_to_logical;
+    return {slots.begin(), slots.end()};
+  }
+
+  at::Tensor last_tokens_per_expert() const {
+    const at::Tensor& tokens = layer->last_tokens_per_expert();
+    return tokens.defined() ? tokens : at::Tensor();
+  }
+
+  MoELayer layer{nullptr};
+
+ private:
+  using Slots = std::vector<std::pair<std::string, at::Tensor*>>;
+  static std::vector<std::string> names_of(const Slots& slots) {
+    std::vector<std::string> names;
+    for (const auto& [name, slot] : slots) names.push_back(name);
+    return names;
+  }
+  Slots parameter_slots_;
+  Slots buffer_slots_;
+  bool first_bind_ = true;
+};
+
+/// ExpertRebalancer over the layers added to it (built at the first after_step, when every
+/// layer is known). Options by name, as RebalancerOptions (predictor: ema_alpha, or
+/// window_steps > 0 for a moving window).
+class RebalancerHolder : public torch::CustomClassHolder {
+ public:
+  explicit RebalancerHolder(const c10::Dict<std::string, double>& options) {
+    for (const auto& entry : options) {
+      const std::string& key = entry.key();
+      const double value = entry.value();
+      if (key == "interval_steps") {
+        options_.interval_steps = static_cast<int64_t>(value);
+      } else if (key == "warmup_steps") {
+        options_.warmup_steps = static_cast<int64_t>(value);
+      } else if (key == "imbalance_threshold") {
+        options_.imbalance_threshold = value;
+      } else if (key == "transfer_bytes_per_second") {
+        options_.transfer_bytes_per_second = value;
+      } else if (key == "incremental_max_over_mean") {
+        options_.incremental_max_over_mean = value;
+      } else if (key == "ema_alpha") {
+        options_.predictor.ema_alpha = value;
+      } else if (key == "window_steps") {
+        if (value > 0) {
+          options_.predictor.kind = balancer::LoadPredictorConfig::Kind::kWindow;
+          options_.predictor.window_steps = static_cast<int>(value);
+        }
+      } else if (key == "accuracy_horizon_steps") {
+        options_.accuracy_horizon_steps = static_cast<int>(value);
+      } else {
+        TORCH_CHECK(false, "ExpertBalancer: unknown option '", key, "'");
+      }
+    }
+  }
+
+  void add_layer(const c10::intrusive_ptr<LayerHolder>& layer) {
+    TORCH_CHECK(!rebalancer_, "ExpertBalancer: layers must be added before the first step");
+    layers_.push_back(layer->layer);
+  }
+
+  void set_extra_slot_state(int64_t layer_position, const std::vector<at::Tensor>& tensors) {
+    rebalancer().set_extra_slot_state(static_cast<size_t>(layer_position), tensors);
+  }
+
+  /// One dict per layer decided at this step: step, layer, imbalance_before/after, gain/cost
+  /// seconds, bytes_to_move, applied, bytes_sent/received, experts_received, moves, seconds.
+  c10::List<c10::Dict<std::string, double>> after_step(int64_t step, double step_seconds) {
+    c10::List<c10::Dict<std::string, double>> out;
+    for (const RebalanceDecision& decision : rebalancer().after_step(step, step_seconds)) {
+      c10::Dict<std::string, double> d;
+      d.insert("step", static_cast<double>(decision.step));
+      d.insert("layer", static_cast<double>(decision.layer));
+      d.insert("imbalance_before", decision.imbalance_before);
+      d.insert("imbalance_after", decision.imbalance_after);
+      d.insert("gain_seconds", decision.gain_seconds);
+      d.insert("cost_seconds", decision.cost_seconds);
+      d.insert("bytes_to_move", static_cast<double>(decision.bytes_to_move));
+      d.insert("applied", decision.applied ? 1.0 : 0.0);
+      d.insert("bytes_sent", static_cast<double>(decision.change.migration.bytes_sent));
+      d.insert("bytes_received", static_cast<double>(decision.change.migration.bytes_received));
+      d.insert("experts_received", static_cast<double>(decision.change.migration.experts_received));
+      d.insert("moves", static_cast<double>(decision.change.moves));
+      d.insert("seconds", decision.change.seconds);
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  /// The forecast tokens per expert of the layer at `layer_position` ([E], empty before data).
+  std::vector<double> predicted_load(int64_t layer_position) {
+    return rebalancer().forecaster().predict(static_cast<int>(layer_position));
+  }
+
+ private:
+  ExpertRebalancer& rebalancer() {
+    if (!rebalancer_) rebalancer_ = std::make_unique<ExpertRebalancer>(layers_, options_);
+    return *rebalancer_;
+  }
+  RebalancerOptions options_;
+  std::vector<MoELayer> layers_;
+  std::unique_ptr<ExpertRebalancer> rebalancer_;
+};
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t, int64_t> moe_layer_forward(
+    const c10::intrusive_ptr<LayerHolder>& holder, const at::Tensor& hidden, at::TensorList tensors,
+    bool training) {
+  holder->bind(tensors);
+  holder->layer->train(training);
+  MoEOutput out = holder->layer->forward(hidden);
+  return {out.output, out.aux_loss, out.tokens_per_expert, out.num_dropped, out.num_received_rows};
+}
+
+void set_step(int64_t step) {
+  set_training_step(step);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(moescope, m) {
+  m.class_<LayerHolder>("MoELayer")
+      .def(torch::init<std::string, std::optional<c10::intrusive_ptr<c10d::ProcessGroup>>,
+                       std::string>())
+      .def("parameter_names", &LayerHolder::parameter_names)
+      .def("buffer_names", &LayerHolder::buffer_names)
+      .def("tensors", &LayerHolder::tensors)
+      .def("bind", [](const c10::intrusive_ptr<LayerHolder>& self,
+                      const std::vector<at::Tensor>& t) { self->bind(t); })
+      .def("describe_config", &LayerHolder::describe_config)
+      .def("update_expert_bias",
+           [](const c10::intrusive_ptr<LayerHolder>& self) { self->layer->update_expert_bias(); })
+      .def("sync_replica_gradients",
+           [](const c10::intrusive_ptr<LayerHolder>& self) {
+             self->layer->sync_replica_gradients();
+           })
+      .def("load_full_expert_weights",
+           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& w_gate_up,
+              const at::Tensor& w_down) {
+             self->layer->load_full_expert_weights(w_gate_up, w_down);
+           })
+      .def("local_slot_experts", &LayerHolder::local_slot_experts)
+      .def("physical_to_logical", &LayerHolder::physical_to_logical)
+      .def("last_tokens_per_expert", &LayerHolder::last_tokens_per_expert)
+      .def("rank",
+           [](const c10::intrusive_ptr<LayerHolder>& self) { return self->layer->group().rank(); })
+      .def("group_size",
+           [](const c10::intrusive_ptr<LayerHolder>& self) { return self->layer->group().size(); })
+      .def("num_local_experts",
+           [](const c10::intrusive_ptr<LayerHolder>& self) {
+             return self->layer->num_local_experts();
+           })
+      .def("drain_trace_statistics", [](const c10::intrusive_ptr<LayerHolder>& self) {
+        self->layer->trace_statistics().drain();
+      });
+
+  m.class_<RebalancerHolder>("ExpertRebalancer")
+      .def(torch::init<c10::Dict<std::string, double>>())
+      .def("add_layer", &RebalancerHolder::add_layer)
+      .def("set_extra_slot_state", &RebalancerHolder::set_extra_slot_state)
+      .def("after_step", &RebalancerHolder::after_step)
+      .def("predicted_load", &RebalancerHolder::predicted_load);
+
+  m.def(
+      "moe_layer_forward(__torch__.torch.classes.moescope.MoELayer layer, Tensor hidden, "
+      "Tensor[] tensors, bool training) -> (Tensor output, Tensor aux_loss, "
+      "Tensor tokens_per_expert, int num_dropped, int num_received_rows)");
+  m.def("set_training_step(int step) -> ()", &set_step);
+}
+
+// Autograd sees the runtime's ops (and its custom autograd Functions) inside the kernel.
+TORCH_LIBRARY_IMPL(moescope, CompositeImplicitAutograd, m) {
+  m.impl("moe_layer_forward", &moe_layer_forward);
+}
+
+}  // namespace moescope::runtime::python
