@@ -319,6 +319,7 @@ FileLoad load_kineto_file(const std::string& path) {
   }
   out.process.streams =
       static_cast<uint32_t>(out.process.threads.size() + out.process.gpu_streams.size());
+  validate_decoded_records(out);  // sizes and sums the field checks cannot see
   finalize_process(out);
   return out;
 }

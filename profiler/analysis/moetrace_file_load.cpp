@@ -87,8 +87,10 @@ class MoetraceFileLoader {
     return cached;
   }
 
+  // Compared as the signed times they are: as uint64, a negative end (2^63 and up) would pass
+  // for a late one and the record would end before it begins.
   static TimeNs end_or_start(uint64_t start, uint64_t end) {
-    return static_cast<TimeNs>(end >= start ? end : start);
+    return std::max(static_cast<TimeNs>(start), static_cast<TimeNs>(end));
   }
 
   void read_record(const RecordView& record) {
@@ -255,7 +257,9 @@ class MoetraceFileLoader {
         MemoryEvent event;
         event.time = time;
         event.address = memory.address;
-        event.bytes = memory.is_free ? -static_cast<int64_t>(memory.bytes)
+        // Negated as unsigned: a hostile 2^63 must not be a signed overflow (validation
+        // skips such sizes afterwards).
+        event.bytes = memory.is_free ? static_cast<int64_t>(uint64_t{0} - memory.bytes)
                                      : static_cast<int64_t>(memory.bytes);
         event.device = memory.device;
         event.category = memory.category < kNumMemoryCategories ? memory.category : 0;
@@ -271,7 +275,7 @@ class MoetraceFileLoader {
         CommOp op;
         op.enqueue = time;
         op.start = comm.start_time ? static_cast<TimeNs>(comm.start_time) : time;
-        if (comm.end_time && comm.end_time >= static_cast<uint64_t>(op.start)) {
+        if (comm.end_time && static_cast<TimeNs>(comm.end_time) >= op.start) {
           op.end = static_cast<TimeNs>(comm.end_time);
         } else {
           op.end = op.start;
@@ -317,8 +321,10 @@ class MoetraceFileLoader {
         sample.dropped_tokens = load.dropped_tokens;
         sample.offset = static_cast<uint32_t>(out_.expert_tokens.size());
         out_.expert_tokens.resize(out_.expert_tokens.size() + experts);
-        std::memcpy(out_.expert_tokens.data() + sample.offset,
-                    record.tail<trace::ExpertLoadRecord>(), experts * sizeof(uint32_t));
+        if (experts) {  // memcpy into an empty vector's null data() is undefined
+          std::memcpy(out_.expert_tokens.data() + sample.offset,
+                      record.tail<trace::ExpertLoadRecord>(), experts * sizeof(uint32_t));
+        }
         out_.expert_loads.push_back(sample);
         tracks_.cover(time, time);
         break;
@@ -336,8 +342,10 @@ class MoetraceFileLoader {
         sample.num_experts = experts;
         sample.offset = static_cast<uint32_t>(out_.expert_value_data.size());
         out_.expert_value_data.resize(out_.expert_value_data.size() + experts);
-        std::memcpy(out_.expert_value_data.data() + sample.offset,
-                    record.tail<trace::ExpertValuesRecord>(), experts * sizeof(float));
+        if (experts) {
+          std::memcpy(out_.expert_value_data.data() + sample.offset,
+                      record.tail<trace::ExpertValuesRecord>(), experts * sizeof(float));
+        }
         out_.expert_values.push_back(sample);
         break;
       }
@@ -496,7 +504,10 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
                             const MoetraceReadOptions& options) {
   FileLoad out = read_moetrace_file(path, progress, options);
-  if (out.opened) finalize_process(out);
+  if (out.opened) {
+    validate_decoded_records(out);  // records that decode fine but make no sense
+    finalize_process(out);
+  }
   return out;
 }
 

@@ -62,6 +62,15 @@ inline std::optional<int64_t> checked_int64(double value) {
   return static_cast<int64_t>(value);
 }
 
+// A double -> uint64 conversion (byte counts averaged in double) that is defined for every
+// input: NaN and negatives give 0, values at or past 2^64 give UINT64_MAX.
+inline uint64_t saturating_uint64(double value) {
+  constexpr double kLimit = 18446744073709551616.0;  // 2^64
+  if (!(value > 0)) return 0;
+  if (value >= kLimit) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(value);
+}
+
 // Microseconds (Kineto / Chrome `ts` and `dur`) to nanoseconds, rounded: nullopt when the value
 // is not finite or the time is outside +-kMaxPlausibleTimeNs.
 inline std::optional<int64_t> checked_micros_to_ns(double micros) {
