@@ -22,6 +22,8 @@ endif()
 
 if(MOESCOPE_BUILD_FUZZ)
   # Coverage for libFuzzer in every library the fuzz targets link.
-  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  # Undefined behaviour stops the run like a crash (else UBSan only prints and fuzzing goes on).
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()

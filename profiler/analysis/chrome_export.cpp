@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moescope/analysis/comm_analysis.h"
+#include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
@@ -44,14 +45,13 @@ class JsonStream {
     auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
     buffer_.append(digits, static_cast<size_t>(end - digits));
   }
-  // Nanoseconds as microseconds with exactly 3 decimals.
+  // Nanoseconds as microseconds with exactly 3 decimals. Defined for every int64, INT64_MIN
+  // included (its negation does not fit an int64: the magnitude is taken as unsigned).
   void micros(int64_t ns) {
-    if (ns < 0) {
-      buffer_.push_back('-');
-      ns = -ns;
-    }
-    unsigned_integer(static_cast<uint64_t>(ns / 1000));
-    int64_t fraction = ns % 1000;
+    if (ns < 0) buffer_.push_back('-');
+    const uint64_t magnitude = trace::magnitude(ns);
+    unsigned_integer(magnitude / 1000);
+    const uint64_t fraction = magnitude % 1000;
     char tail[4] = {'.', char('0' + fraction / 100), char('0' + fraction / 10 % 10),
                     char('0' + fraction % 10)};
     buffer_.append(tail, 4);
@@ -171,7 +171,7 @@ class Exporter {
     out_.raw(", \"ts\": ");
     out_.micros(start);
     out_.raw(", \"dur\": ");
-    out_.micros(std::max<TimeNs>(0, end - start));
+    out_.micros(trace::saturating_duration(start, end));
   }
   void metadata(const char* what, int32_t pid, int64_t tid, std::string_view key,
                 std::string_view text) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "file_load.h"
+#include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
@@ -98,17 +99,20 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
       for (size_t p = 0; p < n; ++p) {
         auto meta = nlohmann::json::parse(model.processes[p].metadata_json, nullptr, false);
         if (!meta.is_object() || !meta.contains("start_unix_ns") || !meta.contains("start_ns") ||
-            !meta["start_unix_ns"].is_number() || !meta["start_ns"].is_number()) {
+            !meta["start_unix_ns"].is_number_integer() || !meta["start_ns"].is_number_integer()) {
           known = false;
           break;
         }
-        to_unix[p] = meta["start_unix_ns"].get<int64_t>() - meta["start_ns"].get<int64_t>();
+        // Saturating: hostile metadata at the int64 limits gives an offset align_clocks refuses.
+        to_unix[p] = trace::saturating_sub(meta["start_unix_ns"].get<int64_t>(),
+                                           meta["start_ns"].get<int64_t>());
       }
       if (!known) {
         result.method = ClockAlignmentMethod::kNone;
         return result;
       }
-      for (size_t p = 0; p < n; ++p) result.offsets[p] = to_unix[p] - to_unix[0];
+      for (size_t p = 0; p < n; ++p)
+        result.offsets[p] = trace::saturating_sub(to_unix[p], to_unix[0]);
       result.method = ClockAlignmentMethod::kWallClock;
       return result;
     }
@@ -125,15 +129,27 @@ void align_clocks(TraceModel& model) {
   for (size_t p = 0; p < model.processes.size(); ++p) {
     TimeNs offset = alignment.offsets[p];
     if (offset == 0) continue;
+    // Every time of a process is within +-2^62 ns (record_validation.cpp): an offset of less
+    // than 2^62 cannot overflow; one that would move the process's range past 2^62 comes from
+    // damaged clocks and is not applied.
+    const ProcessTrack& process = model.processes[p];
+    if (!(offset > -trace::kMaxPlausibleTimeNs && offset < trace::kMaxPlausibleTimeNs) ||
+        !trace::plausible_time(process.begin + offset) ||
+        !trace::plausible_time(process.end + offset)) {
+      model.errors.push_back({process.file, 0,
+                              "clock alignment offset of " + std::to_string(offset) +
+                                  " ns would move this rank's times past +-2^62 ns: not applied"});
+      continue;
+    }
     shift_process_times(model.processes[p], offset);
     for_each_sample_array([&](const auto& array) {
       for (auto& sample : model.*array.samples) {
-        if (sample.process == p) sample.time += offset;
+        if (sample.process == p) sample.time = trace::saturating_add(sample.time, offset);
       }
     });
     for (auto& flow : model.flows) {
-      if (flow.from.process == p) flow.from_time += offset;
-      if (flow.to.process == p) flow.to_time += offset;
+      if (flow.from.process == p) flow.from_time = trace::saturating_add(flow.from_time, offset);
+      if (flow.to.process == p) flow.to_time = trace::saturating_add(flow.to_time, offset);
     }
   }
   if (!model.processes.empty()) update_model_time_range(model);

@@ -72,6 +72,12 @@ FileLoad load_kineto_file(const std::string& path);
 FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progress,
                             const MoetraceReadOptions& options);
 
+// Skips decoded records whose values make no sense (times outside +-2^62 ns, a layer id of
+// 2^31, an all-to-all split row that does not match its ranks, step numbers going backwards)
+// and counts them in file.errors; clears the read_index flags of what it changed, so
+// finalize_process rebuilds those tracks (record_validation.cpp).
+void validate_decoded_records(FileLoad& file);
+
 // Sorts and indexes the tracks of a freshly read process: span nesting (parent, depth, the
 // per-depth index), running max ends, launch links by correlation id, memory usage, the
 // process time range. Names of copies are made up through `file`.

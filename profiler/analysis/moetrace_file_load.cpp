@@ -88,8 +88,10 @@ class MoetraceFileLoader {
     return cached;
   }
 
+  // Compared as the signed times they are: as uint64, a negative end (2^63 and up) would pass
+  // for a late one and the record would end before it begins.
   static TimeNs end_or_start(uint64_t start, uint64_t end) {
-    return static_cast<TimeNs>(end >= start ? end : start);
+    return std::max(static_cast<TimeNs>(start), static_cast<TimeNs>(end));
   }
 
   // Dispatches to the decoder of the record's kind below.
@@ -236,7 +238,10 @@ class MoetraceFileLoader {
     event.time = time;
     event.address = memory.address;
     event.bytes =
-        memory.is_free ? -static_cast<int64_t>(memory.bytes) : static_cast<int64_t>(memory.bytes);
+        // Negated as unsigned: a hostile 2^63 must not be a signed overflow (validation skips
+        // such sizes afterwards).
+        memory.is_free ? static_cast<int64_t>(uint64_t{0} - memory.bytes)
+                       : static_cast<int64_t>(memory.bytes);
     event.device = memory.device;
     event.category = memory.category < kNumMemoryCategories ? memory.category : 0;
     event.is_free = memory.is_free ? 1 : 0;
@@ -250,7 +255,7 @@ class MoetraceFileLoader {
     CommOp op;
     op.enqueue = time;
     op.start = comm.start_time ? static_cast<TimeNs>(comm.start_time) : time;
-    if (comm.end_time && comm.end_time >= static_cast<uint64_t>(op.start)) {
+    if (comm.end_time && static_cast<TimeNs>(comm.end_time) >= op.start) {
       op.end = static_cast<TimeNs>(comm.end_time);
     } else {
       op.end = op.start;
@@ -347,7 +352,7 @@ class MoetraceFileLoader {
   static uint32_t append_tail(std::vector<Element>& data, const uint8_t* tail, uint32_t count) {
     const uint32_t offset = static_cast<uint32_t>(data.size());
     data.resize(data.size() + count);
-    std::memcpy(data.data() + offset, tail, count * sizeof(Element));
+    if (count) std::memcpy(data.data() + offset, tail, count * sizeof(Element));  // null data()
     return offset;
   }
 
@@ -455,7 +460,10 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
                             const MoetraceReadOptions& options) {
   FileLoad out = read_moetrace_file(path, progress, options);
-  if (out.opened) finalize_process(out);
+  if (out.opened) {
+    validate_decoded_records(out);  // records that decode fine but make no sense
+    finalize_process(out);
+  }
   return out;
 }
 

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/time_breakdown.h"
+#include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
@@ -209,31 +211,104 @@ std::string prediction_to_json(const PlacementPrediction& prediction) {
   return object.dump();
 }
 
+namespace {
+
+// Checked reads of the prediction's values: a plan file is user input (edited, truncated,
+// written by another version), and nlohmann's get<int>() of 1e300 or get<uint32_t>() of -1
+// would be undefined behaviour or a silent wrap.
+double finite_at(const nlohmann::json& object, const char* key) {
+  const nlohmann::json& value = object.at(key);
+  if (!value.is_number() || !std::isfinite(value.get<double>())) {
+    throw std::invalid_argument(std::string("\"") + key + "\" is " + value.dump() +
+                                ", not a finite number");
+  }
+  return value.get<double>();
+}
+
+int64_t whole_number(const nlohmann::json& value, const std::string& what, int64_t min,
+                     int64_t max) {
+  std::optional<int64_t> number;
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() <= uint64_t(INT64_MAX)) number = int64_t(value.get<uint64_t>());
+  } else if (value.is_number_integer()) {
+    number = value.get<int64_t>();
+  } else if (value.is_number_float() && std::trunc(value.get<double>()) == value.get<double>()) {
+    number = trace::checked_int64(value.get<double>());
+  }
+  if (!number || *number < min || *number > max) {
+    throw std::invalid_argument(what + " is " + value.dump() + ", not an integer in [" +
+                                std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return *number;
+}
+
+std::vector<double> finite_rows(const nlohmann::json& object, const char* key, size_t layers) {
+  const nlohmann::json& array = object.at(key);
+  if (!array.is_array() || array.size() != layers) {
+    throw std::invalid_argument(std::string("\"") + key + "\" must be an array of " +
+                                std::to_string(layers) + " number(s), one per layer");
+  }
+  std::vector<double> rows;
+  for (const auto& value : array) {
+    if (!value.is_number() || !std::isfinite(value.get<double>())) {
+      throw std::invalid_argument(std::string("\"") + key + "\" holds " + value.dump() +
+                                  ", not a finite number");
+    }
+    rows.push_back(value.get<double>());
+  }
+  return rows;
+}
+
+// More MoE layers or ranks than any model or job has: a damaged file, not a plan.
+constexpr int64_t kMaxLayerId = 1 << 20;
+constexpr int64_t kMaxRank = 1 << 20;
+
+}  // namespace
+
 PlacementPrediction prediction_from_json(const std::string& json_object_text) {
   PlacementPrediction prediction;
   try {
     const nlohmann::json object = nlohmann::json::parse(json_object_text);
+    if (!object.is_object()) throw std::invalid_argument("the prediction is not a JSON object");
     const auto& cost = object.at("cost_model");
     prediction.cost.valid = true;
-    prediction.cost.fixed_ms = cost.at("fixed_ms").get<double>();
-    prediction.cost.ms_per_row = cost.at("ms_per_row").get<double>();
-    prediction.cost.r_squared = cost.at("r_squared").get<double>();
-    prediction.cost.samples = cost.at("samples").get<size_t>();
-    prediction.layers = object.at("layers").get<std::vector<uint32_t>>();
-    prediction.step_ms_before = object.at("step_ms_before").get<double>();
-    prediction.step_ms_change = object.at("step_ms_change").get<double>();
-    for (const auto& entry : object.at("ranks")) {
+    prediction.cost.fixed_ms = finite_at(cost, "fixed_ms");
+    prediction.cost.ms_per_row = finite_at(cost, "ms_per_row");
+    prediction.cost.r_squared = finite_at(cost, "r_squared");
+    prediction.cost.samples =
+        static_cast<size_t>(whole_number(cost.at("samples"), "\"samples\"", 0, INT64_MAX));
+    const auto& layers = object.at("layers");
+    if (!layers.is_array()) throw std::invalid_argument("\"layers\" is not an array");
+    std::set<uint32_t> distinct;
+    for (const auto& layer : layers) {
+      const auto id = static_cast<uint32_t>(whole_number(layer, "a layer id", 0, kMaxLayerId));
+      if (!distinct.insert(id).second) {
+        throw std::invalid_argument("layer " + std::to_string(id) + " is listed twice");
+      }
+      prediction.layers.push_back(id);
+    }
+    prediction.step_ms_before = finite_at(object, "step_ms_before");
+    prediction.step_ms_change = finite_at(object, "step_ms_change");
+    const auto& ranks = object.at("ranks");
+    if (!ranks.is_array()) throw std::invalid_argument("\"ranks\" is not an array");
+    std::set<int32_t> seen_ranks;
+    for (const auto& entry : ranks) {
       RankPrediction rank;
-      rank.rank = entry.at("rank").get<int32_t>();
-      rank.rows_before = entry.at("rows_before").get<std::vector<double>>();
-      rank.rows_after = entry.at("rows_after").get<std::vector<double>>();
-      rank.busy_ms_before = entry.at("busy_ms_before").get<double>();
-      rank.busy_ms_after = entry.at("busy_ms_after").get<double>();
-      rank.expert_ms_before = entry.at("expert_ms_before").get<double>();
-      rank.expert_ms_after = entry.at("expert_ms_after").get<double>();
+      rank.rank = static_cast<int32_t>(whole_number(entry.at("rank"), "a rank", 0, kMaxRank));
+      if (!seen_ranks.insert(rank.rank).second) {
+        throw std::invalid_argument("rank " + std::to_string(rank.rank) + " is listed twice");
+      }
+      rank.rows_before = finite_rows(entry, "rows_before", prediction.layers.size());
+      rank.rows_after = finite_rows(entry, "rows_after", prediction.layers.size());
+      rank.busy_ms_before = finite_at(entry, "busy_ms_before");
+      rank.busy_ms_after = finite_at(entry, "busy_ms_after");
+      rank.expert_ms_before = finite_at(entry, "expert_ms_before");
+      rank.expert_ms_after = finite_at(entry, "expert_ms_after");
       prediction.ranks.push_back(std::move(rank));
     }
   } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(std::string("not a placement prediction: ") + error.what());
+  } catch (const std::invalid_argument& error) {
     throw std::invalid_argument(std::string("not a placement prediction: ") + error.what());
   }
   return prediction;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "moescope/analysis/intervals.h"
+#include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
@@ -144,7 +145,7 @@ StepBreakdown RankBreakdown::mean() const {
   mean.host_syncs = static_cast<uint32_t>(total.host_syncs / n + 0.5);
   mean.blocking_d2h_copies = static_cast<uint32_t>(total.blocking_d2h_copies / n + 0.5);
   mean.allocations = static_cast<uint32_t>(total.allocations / n + 0.5);
-  mean.allocated_bytes = static_cast<uint64_t>(double(total.allocated_bytes) / n);
+  mean.allocated_bytes = trace::saturating_uint64(double(total.allocated_bytes) / n);
   return mean;
 }
 

@@ -241,15 +241,22 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
     for (size_t i = next_file.fetch_add(1); i < paths.size(); i = next_file.fetch_add(1)) {
       if (options.cancel && options.cancel->load()) break;
       const std::string& path = paths[i];
-      if (is_chrome_json_path(path)) {
-        files[i] = load_kineto_file(path);
-      } else {
-        MoetraceReadOptions read_options;
-        read_options.cancel = options.cancel;
-        read_options.pipelined = pipelined;
-        read_options.max_events = options.max_events_per_file;
-        files[i] = load_moetrace_file(
-            path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, read_options);
+      // An exception must not leave a worker thread (std::terminate): a file that throws
+      // (out of memory on absurd sizes) is reported as unreadable and the others still load.
+      try {
+        if (is_chrome_json_path(path)) {
+          files[i] = load_kineto_file(path);
+        } else {
+          MoetraceReadOptions read_options;
+          read_options.cancel = options.cancel;
+          read_options.pipelined = pipelined;
+          read_options.max_events = options.max_events_per_file;
+          files[i] = load_moetrace_file(
+              path, [&, i](uint64_t bytes, uint64_t) { report(i, bytes, false); }, read_options);
+        }
+      } catch (const std::exception& failure) {
+        files[i] = FileLoad();
+        files[i].errors.push_back({path, 0, std::string("cannot load: ") + failure.what()});
       }
       report(i, file_bytes(path), true);
     }

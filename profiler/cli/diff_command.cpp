@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
+#include "plan_inputs.h"
 
 namespace moescope::cli {
 namespace {
@@ -42,29 +43,6 @@ analysis::TraceModel load_run(const std::vector<std::string>& traces, const char
     throw CLI::RuntimeError(1);
   }
   return model;
-}
-
-// The "prediction" object of a `moescope plan --json` file.
-analysis::PlacementPrediction read_prediction(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::runtime_error(path + ": cannot open the plan");
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& error) {
-    throw std::runtime_error(path + ": invalid JSON: " + error.what());
-  }
-  if (!document.is_object() || !document.contains("prediction")) {
-    throw std::runtime_error(path +
-                             ": no \"prediction\" in this plan (write it with `moescope plan "
-                             "--json PLAN.json BASE_TRACES...`, planned from the base run's "
-                             "traces with --gpus equal to its ranks)");
-  }
-  try {
-    return analysis::prediction_from_json(document["prediction"].dump());
-  } catch (const std::invalid_argument& error) {
-    throw std::runtime_error(path + ": " + error.what());
-  }
 }
 
 void run_diff(const DiffCommandOptions& options) {

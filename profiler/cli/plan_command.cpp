@@ -20,6 +20,7 @@
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
+#include "plan_inputs.h"
 
 namespace moescope::cli {
 
@@ -316,48 +317,6 @@ void print_prediction(std::ostream& out, const analysis::PlacementPrediction& pr
       << format_number(prediction.step_ms_change, "%+.2f") << " ms, "
       << format_number(before > 0 ? 100.0 * prediction.step_ms_change / before : 0.0, "%+.1f")
       << "%)\n";
-}
-
-// The placement in a JSON file written by `moescope plan --json`, checked against the loads.
-balancer::ExpertPlacement read_current_placement(const std::string& path,
-                                                 const balancer::ExpertLoads& loads, int num_gpus) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::runtime_error(path + ": cannot open the current placement");
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::exception& error) {
-    throw std::runtime_error(path + ": invalid JSON: " + error.what());
-  }
-  int file_gpus = 0, file_experts = 0;
-  std::vector<int32_t> physical_to_logical;
-  size_t num_layers = 0;
-  try {
-    file_gpus = document.at("num_gpus").get<int>();
-    file_experts = document.at("num_logical_experts").get<int>();
-    for (const auto& layer : document.at("layers")) {
-      const auto phy2log = layer.at("phy2log").get<std::vector<int32_t>>();
-      physical_to_logical.insert(physical_to_logical.end(), phy2log.begin(), phy2log.end());
-      ++num_layers;
-    }
-  } catch (const nlohmann::json::exception& error) {
-    throw std::runtime_error(path + ": not a placement written by `moescope plan --json` (" +
-                             error.what() + ")");
-  }
-  if (file_gpus != num_gpus || file_experts != loads.num_experts ||
-      num_layers != static_cast<size_t>(loads.num_layers)) {
-    throw std::runtime_error(
-        path + ": the current placement has " + std::to_string(num_layers) + " layers x " +
-        std::to_string(file_experts) + " experts on " + std::to_string(file_gpus) +
-        " GPUs; the loads have " + std::to_string(loads.num_layers) + " x " +
-        std::to_string(loads.num_experts) + " and --gpus is " + std::to_string(num_gpus));
-  }
-  try {
-    return balancer::placement_from_physical_to_logical(loads.num_layers, loads.num_experts,
-                                                        num_gpus, physical_to_logical);
-  } catch (const std::invalid_argument& error) {
-    throw std::runtime_error(path + ": " + error.what());
-  }
 }
 
 void run_plan(const PlanOptions& options) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -297,6 +298,41 @@ TEST(TraceLoadingJob, ReadsASmallTraceOnce) {
   EXPECT_FALSE(whole->preview);
   EXPECT_EQ(whole->model.total_events, total);
   std::filesystem::remove_all(std::filesystem::path(sample.files[0]).parent_path());
+}
+
+// Issue 33: the loading thread ends with a result for every input `report` survives, and the
+// result carries the read problems the viewer shows (the menu bar's "read problems", or the
+// load error when nothing was readable).
+TEST(TraceLoadingJob, HostileKinetoFilesLoadWithTheirErrors) {
+  const std::string directory = std::string("/tmp/viewer_hostile_") + std::to_string(getpid());
+  std::filesystem::create_directories(directory);
+  const std::string hostile = directory + "/hostile.json";
+  std::FILE* file = std::fopen(hostile.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fputs(R"({"traceEvents":[{"ph":"X","cat":"cpu_op","name":"ok","ts":1.0,"dur":2.0},)"
+             R"({"ph":"X","cat":"cpu_op","name":5,"ts":2.0},)"
+             R"({"ph":"X","cat":"cpu_op","name":"huge","ts":1e300,"dur":1.0}]})",
+             file);
+  std::fclose(file);
+  TraceLoadingJob job({hostile}, 0);
+  std::unique_ptr<LoadedTrace> loaded = wait_for_result(job);
+  ASSERT_NE(loaded, nullptr);
+  ASSERT_EQ(loaded->model.processes.size(), 1u);
+  std::string errors;
+  for (const auto& error : loaded->model.errors) errors += error.to_string() + "\n";
+  EXPECT_NE(errors.find("traceEvents[1]"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("traceEvents[2]"), std::string::npos) << errors;
+
+  const std::string garbage = directory + "/garbage.json";
+  file = std::fopen(garbage.c_str(), "w");
+  std::fputs(R"({"traceEvents": 7})", file);
+  std::fclose(file);
+  TraceLoadingJob garbage_job({garbage}, 0);
+  std::unique_ptr<LoadedTrace> nothing = wait_for_result(garbage_job);
+  ASSERT_NE(nothing, nullptr);
+  EXPECT_TRUE(nothing->model.processes.empty());
+  ASSERT_FALSE(nothing->model.errors.empty());
+  std::filesystem::remove_all(directory);
 }
 
 }  // namespace

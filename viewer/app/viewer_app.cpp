@@ -53,6 +53,18 @@ bool parse_panel(const char* text, Panel& panel) {
 
 namespace {
 
+// The error shown when a load gave nothing to show: its first read problems.
+std::string nothing_readable_message(const analysis::TraceModel& model) {
+  std::string message = "nothing readable in the given trace(s)";
+  for (size_t i = 0; i < model.errors.size() && i < 3; ++i) {
+    message += "\n" + model.errors[i].to_string();
+  }
+  if (model.errors.size() > 3) {
+    message += "\n(" + std::to_string(model.errors.size() - 3) + " more problem(s))";
+  }
+  return message;
+}
+
 const char* panel_title(Panel panel) {
   switch (panel) {
     case Panel::kTimeline:
@@ -346,23 +358,29 @@ void ViewerApp::frame() {
     }
   }
   if (loading_ && loading_->done()) {
-    tables_.reset();  // waits for the previous trace's tables before that trace goes
     const bool after_preview = trace_ && trace_->preview;
-    trace_ = loading_->take_result();
+    std::unique_ptr<LoadedTrace> loaded = loading_->take_result();
     loading_.reset();
-    tables_ = std::make_unique<TraceTablesJob>(*trace_);
-    if (after_preview) {
-      // The whole trace replaces its beginning: keep the view and the step/rank filter; the
-      // selection (indices into the preview) goes.
-      StepRankFilter filter = state_.filter;
-      state_ = ViewerState{};
-      state_.filter = filter;
-      timeline_.extend_to(*trace_);
+    if (!after_preview && loaded->model.processes.empty()) {
+      // Nothing readable (`moescope report` says the same): show why; a trace on screen stays.
+      load_error_ = nothing_readable_message(loaded->model);
     } else {
-      state_ = ViewerState{};
-      timeline_.reset(*trace_);
+      tables_.reset();  // waits for the previous trace's tables before that trace goes
+      trace_ = std::move(loaded);
+      tables_ = std::make_unique<TraceTablesJob>(*trace_);
+      if (after_preview) {
+        // The whole trace replaces its beginning: keep the view and the step/rank filter; the
+        // selection (indices into the preview) goes.
+        StepRankFilter filter = state_.filter;
+        state_ = ViewerState{};
+        state_.filter = filter;
+        timeline_.extend_to(*trace_);
+      } else {
+        state_ = ViewerState{};
+        timeline_.reset(*trace_);
+      }
+      state_.switch_to = current_panel_;
     }
-    state_.switch_to = current_panel_;
   }
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();

@@ -34,7 +34,9 @@ void TraceLoadingJob::prepare(LoadedTrace& trace) {
   trace.steps = analysis::known_steps(trace.model);
 }
 
-void TraceLoadingJob::run() {
+// Whatever the files hold, the loading thread ends with a result: an exception here would
+// terminate the viewer (std::terminate), so it becomes the trace's read error instead.
+void TraceLoadingJob::run() try {
   auto started = std::chrono::steady_clock::now();
   auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -87,13 +89,25 @@ void TraceLoadingJob::run() {
   result_ = std::move(trace);
   progress_.store(1.0f);
   done_.store(true, std::memory_order_release);
+} catch (const std::exception& failure) {
+  auto trace = std::make_unique<LoadedTrace>();
+  trace->files = files_;
+  trace->model.errors.push_back({files_.empty() ? std::string() : files_.front(), 0,
+                                 std::string("loading failed: ") + failure.what()});
+  result_ = std::move(trace);
+  progress_.store(1.0f);
+  done_.store(true, std::memory_order_release);
 }
 
 TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
   thread_ = std::thread([this, &trace] {
-    tables_.kernel_stats = kernel_statistics(trace.model);
-    tables_.range_stats = range_statistics(trace.model);
-    tables_.findings = analysis::build_report(trace.model).findings;
+    try {
+      tables_.kernel_stats = kernel_statistics(trace.model);
+      tables_.range_stats = range_statistics(trace.model);
+      tables_.findings = analysis::build_report(trace.model).findings;
+    } catch (const std::exception&) {
+      tables_ = TraceTables{};  // the panels show empty tables; the trace itself is shown
+    }
     done_.store(true, std::memory_order_release);
   });
 }
