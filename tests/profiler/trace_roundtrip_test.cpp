@@ -137,12 +137,6 @@ RecordBuffer every_kind(std::mt19937_64& rng) {
   buffer.append<ThreadInfoRecord>(RecordKind::kThreadInfo, t(), 7).os_thread_id = 4242;
   buffer.append<ClockSyncRecord>(RecordKind::kClockSync, t()).sync_id = 99;
   buffer.append<StatsRecord>(RecordKind::kStats, t()).dropped_events = 17;
-  {
-    auto& r = buffer.append<TriggerRecord>(RecordKind::kTrigger, t(), 3);
-    r.reason = 2;
-    r.origin_rank = 1;
-    r.code = -7;
-  }
   return buffer;
 }
 
