@@ -26,7 +26,8 @@ void refuse(FileLoad& file, const std::string& path, std::string message) {
 
 // A JSON file with no trace event in it: an empty array, `[1,2,3]`, moescope's own report.
 void refuse_if_no_trace(FileLoad& file) {
-  if (!is_kineto(file) || file.process.events > 0) return;
+  // The importer may already have closed the file (no traceEvents array): still refused here.
+  if (file.process.source_format != "kineto" || file.process.events > 0) return;
   const std::string path = file.process.file;
   std::string why = "no trace events";
   for (LoadError& error : file.errors) {
