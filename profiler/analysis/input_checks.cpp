@@ -29,15 +29,18 @@ void refuse_if_no_trace(FileLoad& file) {
   // The importer may already have closed the file (no traceEvents array): still refused here.
   if (file.process.source_format != "kineto" || file.process.events > 0) return;
   const std::string path = file.process.file;
-  std::string why = "no trace events";
-  for (LoadError& error : file.errors) {
-    why = error.message;
-    error.refused = true;
+  const std::string what =
+      "a torch.profiler trace is a JSON object with a traceEvents array of events with ph, ts "
+      "and name; a moescope trace is a .moetrace file";
+  if (file.errors.empty()) {
+    refuse(file, path, "not a trace (no trace events): " + what);
+    return;
   }
-  refuse(file, path,
-         "not a trace (" + why +
-             "): a torch.profiler trace is a JSON object with a traceEvents array of events "
-             "with ph, ts and name; a moescope trace is a .moetrace file");
+  // One error per file: the importer's last word becomes the refusal's reason.
+  for (LoadError& error : file.errors) error.refused = true;
+  LoadError& last = file.errors.back();
+  last.message = "not a trace (" + last.message + "): " + what;
+  file.opened = false;
 }
 
 // OS thread ids of a process's CPU threads (Kineto: the tids it wrote).

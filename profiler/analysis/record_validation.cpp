@@ -137,6 +137,9 @@ void check_times(FileLoad& file, Problems& problems) {
   removed_any |= dropped != 0;
   problems.add(std::string("clock sync point(s) with a time ") + kOutside + " skipped",
                dropped = remove_bad(process.clock_sync_points, time_bad));
+  problems.add(std::string("trigger(s) with a time ") + kOutside + " skipped",
+               dropped = remove_bad(process.triggers, time_bad));
+  removed_any |= dropped != 0;
   problems.add(std::string("expert load sample(s) with a time ") + kOutside + " skipped",
                dropped = remove_bad(file.expert_loads, time_bad));
   removed_any |= dropped != 0;
