@@ -139,10 +139,10 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     size_t samples = 0, tail = 0;
     for (const FileLoad& file : files) {
       samples += (file.*array.samples).size();
-      if constexpr (array.kHasTail) tail += (file.*array.tail).size();
+      if constexpr (std::decay_t<decltype(array)>::kHasTail) tail += (file.*array.tail).size();
     }
     (model.*array.samples).reserve(samples);
-    if constexpr (array.kHasTail) (model.*array.tail).reserve(tail);
+    if constexpr (std::decay_t<decltype(array)>::kHasTail) (model.*array.tail).reserve(tail);
   });
   std::vector<size_t> order(files.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -162,14 +162,14 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     file.process.rank = ranks[i];
     for_each_sample_array([&](const auto& array) {
       uint32_t tail_base = 0;
-      if constexpr (array.kHasTail) {
+      if constexpr (std::decay_t<decltype(array)>::kHasTail) {
         auto& tail = model.*array.tail;
         tail_base = static_cast<uint32_t>(tail.size());
         tail.insert(tail.end(), (file.*array.tail).begin(), (file.*array.tail).end());
       }
       auto& samples = model.*array.samples;
       for (auto sample : file.*array.samples) {
-        if constexpr (array.kHasTail) sample.offset += tail_base;
+        if constexpr (std::decay_t<decltype(array)>::kHasTail) sample.offset += tail_base;
         sample.process = process_index;
         samples.push_back(sample);
       }

@@ -139,7 +139,7 @@ void TrackAppender::reserve_projected(uint64_t bytes_read, uint64_t file_bytes) 
   for_each_process_event_array([&](const auto& array) { grow(process_.*array.events); });
   for_each_sample_array([&](const auto& array) {
     grow(out_.*array.samples);
-    if constexpr (array.kHasTail) grow(out_.*array.tail);
+    if constexpr (std::decay_t<decltype(array)>::kHasTail) grow(out_.*array.tail);
   });
 }
 
