@@ -5,22 +5,11 @@
 #include <nlohmann/json.hpp>
 
 namespace moescope::recorder {
-namespace {
 
-void fill(const moescope_comm_op_info& info, uint64_t now_ns, int32_t& rank, int32_t& num_ranks,
-          uint32_t& sequence, uint32_t& kind, uint64_t& bytes, uint64_t& count, int32_t& peer,
-          uint64_t& time_ns) {
-  rank = info.rank;
-  num_ranks = info.num_ranks;
-  sequence = info.sequence;
-  kind = info.kind;
-  bytes = info.bytes;
-  count = info.count;
-  peer = info.peer;
-  time_ns = now_ns;
+CollectiveProgress::Op CollectiveProgress::op_seen(const moescope_comm_op_info& info,
+                                                   uint64_t now_ns) {
+  return {info.sequence, info.kind, info.bytes, info.count, info.peer, now_ns, true};
 }
-
-}  // namespace
 
 void CollectiveProgress::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -31,21 +20,19 @@ void CollectiveProgress::reset() {
 void CollectiveProgress::entered(const moescope_comm_op_info& op, uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   Communicator& comm = communicators_[op.comm_id];
-  Op& entry = comm.entered;
-  fill(op, now_ns, comm.rank, comm.num_ranks, entry.sequence, entry.kind, entry.bytes, entry.count,
-       entry.peer, entry.time_ns);
-  entry.valid = true;
+  comm.rank = op.rank;
+  comm.num_ranks = op.num_ranks;
+  comm.entered = op_seen(op, now_ns);
   last_change_ns_ = now_ns;
 }
 
 void CollectiveProgress::completed(const moescope_comm_op_info& op, uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   Communicator& comm = communicators_[op.comm_id];
-  Op& entry = comm.completed;
-  if (entry.valid && op.sequence < entry.sequence) return;  // a late report of an older op
-  fill(op, now_ns, comm.rank, comm.num_ranks, entry.sequence, entry.kind, entry.bytes, entry.count,
-       entry.peer, entry.time_ns);
-  entry.valid = true;
+  if (comm.completed.valid && op.sequence < comm.completed.sequence) return;  // an older op, late
+  comm.rank = op.rank;
+  comm.num_ranks = op.num_ranks;
+  comm.completed = op_seen(op, now_ns);
   last_change_ns_ = now_ns;
 }
 

@@ -37,6 +37,8 @@ class CollectiveProgress {
     uint64_t time_ns = 0;
     bool valid = false;
   };
+  // What is kept of one collective: the op's identity and when it was seen.
+  static Op op_seen(const moescope_comm_op_info& info, uint64_t now_ns);
   struct Communicator {
     int32_t rank = -1;
     int32_t num_ranks = 0;
