@@ -2,10 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,7 +38,12 @@ constexpr int kTickMs = 100;
 
 struct Monitor {
   std::mutex trigger_mutex;  // one dump at a time
-  int wake_read = -1, wake_write = -1;
+  // Wakes the monitor (a SIGUSR1, or the stop). A semaphore, not a pipe: a program that closes
+  // every descriptor it did not open reuses the numbers, and the monitor must never read from
+  // or write to one of its files. sem_post is async-signal-safe.
+  sem_t wake;
+  std::atomic<bool> wake_ready{false};
+  std::atomic<int> dump_requests{0};  // SIGUSR1s not yet served
   std::atomic<bool> running{false};
   std::atomic<bool> stop_requested{false};
   pthread_t thread{};
@@ -328,16 +334,15 @@ void* monitor_main(void*) {
   m.running = true;
   bool first_tick = true;
   while (!m.stop_requested.load()) {
-    struct pollfd wake = {m.wake_read, POLLIN, 0};
-    int ready = ::poll(&wake, 1, kTickMs);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_nsec += kTickMs * 1000000L;
+    deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+    deadline.tv_nsec %= 1000000000L;
+    sem_clockwait(&m.wake, CLOCK_MONOTONIC, &deadline);
     if (m.stop_requested.load()) break;
-    if (ready > 0 && (wake.revents & POLLIN)) {
-      char bytes[16];
-      ssize_t got = ::read(m.wake_read, bytes, sizeof(bytes));
-      if (got > 0 && !m.stop_requested.load()) {
-        dump_for(make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, SIGUSR1));
-      }
-    }
+    if (m.dump_requests.exchange(0) > 0)
+      dump_for(make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, SIGUSR1));
     if (first_tick) {
       first_tick = false;
       register_exit_trigger_once();
@@ -355,11 +360,10 @@ void* monitor_main(void*) {
 
 void on_sigusr1(int) {
   int saved_errno = errno;
-  int fd = monitor().wake_write;
-  if (fd >= 0) {
-    char byte = 1;
-    ssize_t ignored = ::write(fd, &byte, 1);
-    (void)ignored;
+  Monitor& m = monitor();
+  if (m.wake_ready.load()) {
+    m.dump_requests.fetch_add(1);
+    sem_post(&m.wake);
   }
   errno = saved_errno;
 }
@@ -430,14 +434,14 @@ void start_flight_monitor() {
     write_process_entry_now(false);
   }
   recorder.set_trigger_handler(&handle_trigger);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    std::fprintf(stderr, "moescope: flight recorder without its monitor (%s)\n",
-                 std::strerror(errno));
-    return;
+  if (!m.wake_ready.load()) {
+    if (sem_init(&m.wake, 0, 0) != 0) {
+      std::fprintf(stderr, "moescope: flight recorder without its monitor (%s)\n",
+                   std::strerror(errno));
+      return;
+    }
+    m.wake_ready = true;
   }
-  m.wake_read = fds[0];
-  m.wake_write = fds[1];
   if (!m.handlers_installed) {
     m.handlers_installed = true;
     install_if_default(SIGUSR1, nullptr, &on_sigusr1);
@@ -470,9 +474,7 @@ void stop_flight_monitor() {
   }
   if (m.running.load() && !pthread_equal(m.thread, pthread_self())) {
     m.stop_requested = true;
-    char byte = 0;
-    ssize_t ignored = ::write(m.wake_write, &byte, 1);
-    (void)ignored;
+    sem_post(&m.wake);
     pthread_join(m.thread, nullptr);
   }
   write_process_entry_now(true);
@@ -482,6 +484,8 @@ void stop_flight_monitor() {
 void forget_flight_monitor_after_fork() {
   Monitor& m = monitor();
   new (&m.trigger_mutex) std::mutex;
+  if (m.wake_ready.load()) sem_init(&m.wake, 0, 0);  // the parent's count is not the child's
+  m.dump_requests = 0;
   m.running = false;
   m.stop_requested = false;
   m.dumps.clear();

@@ -35,5 +35,7 @@ sent.append(["all_to_all", [rows * 16 * 4 for rows in input_splits]])
 
 dist.broadcast(torch.zeros(10), src=1)
 sent.append(["broadcast", 40])
-print(json.dumps({"rank": rank, "sent": sent}), flush=True)
+# One write of the whole line: both ranks share the launcher's stdout, and print() may write the
+# text and its newline separately, which interleaves the two ranks' lines.
+os.write(1, (json.dumps({"rank": rank, "sent": sent}) + "\n").encode())
 dist.destroy_process_group()
