@@ -1,4 +1,5 @@
-"""GPU check of moescope.runtime from Python (not yet run on a GPU; not a part of run.sh yet).
+"""GPU check of moescope.runtime from Python (the `python_runtime` part of run.sh; not yet run on
+a GPU).
 
     PYTHONPATH=profiler/python MOESCOPE_RUNTIME_OPS_LIBRARY=<build>/lib/libmoescope_runtime_torch_ops.so \
         python tests/device/python_runtime_check.py
@@ -7,8 +8,11 @@ One Qwen3-MoE sparse block (H 1024, F 1024, 64 experts, top-8, 4096 tokens) on c
 and bf16, swapped by replace_moe_blocks (backend_device="cuda"): output and input/expert weight
 gradients against the HF block (fp32: within 1e-4 of the largest |value|; bf16: 3e-2, where the
 runtime's fp32 router may pick another expert for a near-tied token, counted and printed), then
-forward+backward tokens/s of both (HF's default "grouped_mm" experts) and their ratio. Exit 1 on
-a failed check or without a CUDA device.
+forward+backward tokens/s of both (HF's default "grouped_mm" experts) and their ratio.
+
+Exit 0 passed, 1 a failed check, 3 something it needs is missing (transformers, the runtime
+extension: said on the last line), 77 no CUDA device (after the extension loaded, so a CPU run
+checks everything up to the GPU: tests/device's device_build.python_runtime_check).
 """
 import copy
 import os
@@ -33,11 +37,24 @@ def timed(module, hidden, upstream, reps=20):
     return (time.perf_counter() - start) / reps
 
 
+MISSING, NO_CUDA_DEVICE = 3, 77
+
+
 def main():
+    try:
+        import transformers  # noqa: F401
+    except ImportError as error:
+        print(f"missing: transformers ({error}); the check builds a Hugging Face block")
+        return MISSING
+    try:  # RuntimeUnavailable is an ImportError
+        from moescope.runtime import load_library, replace_moe_blocks
+        print(f"runtime extension: {load_library()}")
+    except ImportError as error:
+        print(f"missing: {error}")
+        return MISSING
     if not torch.cuda.is_available():
-        print("FAILED: no CUDA device")
-        return 1
-    from moescope.runtime import replace_moe_blocks
+        print("no CUDA device (torch sees none)")
+        return NO_CUDA_DEVICE
     failed = False
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
         torch.manual_seed(0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, in one go, on the GPU machine (one H200). Runs only: everything was built on
 # the CPU machine by tests/device/prepare.sh into .device/ (carry it). Each part has its own
-# time limit; together they stay under 8.5 minutes (the device call: timeout_s 570):
+# time limit; together they stay under 9 minutes (the device call: timeout_s 570):
 #
 #   part        limit  what
 #   machine       20s  nvidia-smi, torch and its CUDA, the bundle's manifest
@@ -9,6 +9,8 @@
 #   grouped_mm    35s  at::_grouped_mm vs a per-group loop, TFLOP/s vs dense bf16
 #   runtime       90s  MoELayer: oracle, fused kernels vs ATen (near-tie routing counted),
 #                      tokens/s vs the dense FFN
+#   python_runtime 40s moescope.runtime swapped into a Qwen3-MoE block: output and gradients
+#                      vs Hugging Face's, fp32/bf16, tokens/s ratio (needs transformers there)
 #   capture       40s  a torch CUDA program under `moescope record` + capture_verify
 #   nccl          45s  a 1-rank NCCL communicator under `moescope record` + capture_verify,
 #                      c10d's collectives through the C++ torch capture library
@@ -19,7 +21,7 @@
 #   sync          35s  recorded vs plain MoELayer step synchronize the same number of times
 #                      (tests/device/sync_count_check.cpp)
 #                 ----
-#                 500s  (python3 -c 'import torch' alone takes 2-3 s there, 30 s on a busy
+#                 540s  (python3 -c 'import torch' alone takes 2-3 s there, 30 s on a busy
 #                        2-core CPU machine: the dry run there may hit a limit)
 #
 # Usage: tests/device/run.sh [OUT_DIR]    (default: $OUT when set, else build-device/run)
@@ -69,8 +71,9 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 echo "run.sh: NCCL_DEBUG=$NCCL_DEBUG NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME"
 
-parts=(machine kernels grouped_mm runtime capture nccl graph restart profiler samples sync)
-declare -A limit=([machine]=20 [kernels]=60 [grouped_mm]=35 [runtime]=90 [capture]=40 [nccl]=45
+parts=(machine kernels grouped_mm runtime python_runtime capture nccl graph restart profiler samples sync)
+declare -A limit=([machine]=20 [kernels]=60 [grouped_mm]=35 [runtime]=90 [python_runtime]=40
+                  [capture]=40 [nccl]=45
                   [graph]=40 [restart]=30 [profiler]=35 [samples]=70 [sync]=35)
 # Lines of a part's output that go into the summary as its key figures.
 declare -A figures=(
@@ -78,6 +81,7 @@ declare -A figures=(
   [kernels]='^\| |correctness failure|FAIL'
   [grouped_mm]='^\| |ok|FAIL'
   [runtime]='routing:|^\| |FAIL|PASS'
+  [python_runtime]='^  (ok|FAILED) |tokens/s|missing|FAIL|PASS'
   [capture]='^  (ok|FAILED|note) |kernels, .* copies'
   [nccl]='^  (ok|FAILED|note) |NCCL kernels'
   [graph]='^  (ok|FAILED|note) |^graph: |kernels'
@@ -263,6 +267,9 @@ run_part machine bash -c machine_info
 run_part kernels "$bundle/bin/kernels_device_check"
 run_part grouped_mm "$python" "$root/tests/device/kernels_grouped_mm.py"
 run_part runtime "$bundle/bin/moe_layer_device_check"
+run_part python_runtime env PYTHONPATH="$bundle/share/moescope/python" \
+  MOESCOPE_RUNTIME_OPS_LIBRARY="$bundle/lib/libmoescope_runtime_torch_ops.so" \
+  "$python" "$root/tests/device/python_runtime_check.py"
 for part in capture nccl graph restart profiler; do
   run_part "$part" bash "$root/tests/device/capture_run.sh" "$part" "$bundle" "$work/$part"
 done
