@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "preload_list.h"
 #include "record_output.h"
 #include "record_window_options.h"
 #include "shim_trace_path.h"
@@ -146,21 +147,9 @@ bool is_sanitizer_runtime(const std::string& library) {
 // LD_PRELOAD with the shim first (its recorder and interposed functions must win), after a
 // sanitizer runtime if one is preloaded (those must come first of all).
 std::string preload_with(const std::string& library) {
-  const char* existing = std::getenv("LD_PRELOAD");
   std::vector<std::string> first, rest;
-  if (existing) {
-    std::string entries = existing;
-    for (char& c : entries) c = c == ' ' ? ':' : c;
-    size_t begin = 0;
-    while (begin <= entries.size()) {
-      size_t end = entries.find(':', begin);
-      if (end == std::string::npos) end = entries.size();
-      std::string entry = entries.substr(begin, end - begin);
-      if (!entry.empty() && entry != library) {
-        (is_sanitizer_runtime(entry) ? first : rest).push_back(entry);
-      }
-      begin = end + 1;
-    }
+  for (const std::string& entry : inject::preload_entries(std::getenv("LD_PRELOAD"))) {
+    if (entry != library) (is_sanitizer_runtime(entry) ? first : rest).push_back(entry);
   }
   first.push_back(library);
   first.insert(first.end(), rest.begin(), rest.end());

@@ -83,14 +83,7 @@ void NcclOpRecorder::comm_created(nccl::CommHandle comm, uint64_t comm_id, int r
     info.num_ranks = known.num_ranks;
     info.device = known.device;
   }
-  info.kind = MOESCOPE_COMM_INIT;
-  info.peer = -1;
-  info.root = -1;
-  info.enqueue_ns = begin_ns;
-  info.start_ns = begin_ns;
-  info.end_ns = clock_();
-  info.name = moescope_intern(call_name);
-  if (emit_) emit_(info);
+  emit_lifecycle(info, MOESCOPE_COMM_INIT, call_name, begin_ns);
 }
 
 void NcclOpRecorder::comm_aborting(nccl::CommHandle comm) {
@@ -121,7 +114,12 @@ void NcclOpRecorder::comm_destroyed(nccl::CommHandle comm, const char* call_name
     info.sequence = found->second.next_sequence;
     comms_.erase(found);
   }
-  info.kind = MOESCOPE_COMM_DESTROY;
+  emit_lifecycle(info, MOESCOPE_COMM_DESTROY, call_name, begin_ns);
+}
+
+void NcclOpRecorder::emit_lifecycle(moescope_comm_op_info& info, moescope_comm_kind kind,
+                                    const char* call_name, uint64_t begin_ns) {
+  info.kind = kind;
   info.peer = -1;
   info.root = -1;
   info.enqueue_ns = begin_ns;

@@ -128,6 +128,9 @@ class NcclOpRecorder {
   };
 
   CommInfo& comm_info_locked(nccl::CommHandle comm);
+  // A communicator's init or destroy: no peer, no root, from begin_ns to now.
+  void emit_lifecycle(moescope_comm_op_info& info, moescope_comm_kind kind, const char* call_name,
+                      uint64_t begin_ns);
   static ThreadGroup& thread_group();
   void note_failure(const char* call_name, int result);
 

@@ -18,6 +18,7 @@
 #include "moescope/recorder.h"
 #include "nccl_interpose.h"
 #include "nvtx_handles.h"
+#include "preload_list.h"
 #include "recorder/recorder.h"
 #include "recorder/trace_path.h"
 #include "shim_options.h"
@@ -153,17 +154,11 @@ void leave_process_unrecorded() {
   ::setenv("MOESCOPE_AUTOCAPTURE", "0", 1);
   const char* preload = std::getenv("LD_PRELOAD");
   if (!preload) return;
-  std::string kept, entries = preload;
-  for (char& c : entries) c = c == ' ' ? ':' : c;
-  size_t begin = 0;
-  while (begin <= entries.size()) {
-    size_t end = entries.find(':', begin);
-    if (end == std::string::npos) end = entries.size();
-    std::string entry = entries.substr(begin, end - begin);
-    if (!entry.empty() && entry.find("libmoescope_inject") == std::string::npos) {
+  std::string kept;
+  for (const std::string& entry : preload_entries(preload)) {
+    if (entry.find("libmoescope_inject") == std::string::npos) {
       kept += (kept.empty() ? "" : ":") + entry;
     }
-    begin = end + 1;
   }
   ::setenv("LD_PRELOAD", kept.c_str(), 1);
 }

@@ -43,6 +43,24 @@ Record* begin_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name) {
   return record;
 }
 
+// A record with a 4-byte value per expert after it, stamped now; counted as dropped (nullptr)
+// when the tail would not fit a record. `*bytes` is what to commit.
+template <typename Record>
+Record* begin_per_expert_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t num_experts,
+                             uint32_t* bytes) {
+  if (num_experts > (kMaxRecordBytes - sizeof(Record)) / 4) {
+    Recorder::instance().count_dropped(1);
+    return nullptr;
+  }
+  *bytes = trace::padded_to_8(sizeof(Record) + 4 * num_experts);
+  Record* record = begin_record<Record>(buffer, kind, 0, *bytes);
+  if (record) {
+    record->header.flags = trace::kRecordRawTicks;
+    record->header.time = read_ticks();
+  }
+  return record;
+}
+
 template <typename Record>
 void commit(ThreadBuffer* buffer, uint32_t bytes = sizeof(Record)) {
   buffer->commit(bytes);
@@ -217,16 +235,10 @@ void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t s
                           uint64_t dropped_tokens) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || (!tokens_per_expert && num_experts)) return;
-  uint32_t bytes = trace::padded_to_8(sizeof(trace::ExpertLoadRecord) + 4 * num_experts);
-  if (num_experts > (kMaxRecordBytes - sizeof(trace::ExpertLoadRecord)) / 4) {
-    Recorder::instance().count_dropped(1);
-    return;
-  }
-  auto* record =
-      begin_record<trace::ExpertLoadRecord>(buffer, trace::RecordKind::kExpertLoad, 0, bytes);
+  uint32_t bytes = 0;
+  auto* record = begin_per_expert_now<trace::ExpertLoadRecord>(
+      buffer, trace::RecordKind::kExpertLoad, num_experts, &bytes);
   if (!record) return;
-  record->header.flags = trace::kRecordRawTicks;
-  record->header.time = read_ticks();
   record->step = step;
   record->layer = layer;
   record->rank = rank;
@@ -247,16 +259,10 @@ void moescope_expert_values(int64_t step, uint32_t layer, int32_t rank, uint32_t
                             const float* values, uint32_t num_experts) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || (!values && num_experts)) return;
-  if (num_experts > (kMaxRecordBytes - sizeof(trace::ExpertValuesRecord)) / 4) {
-    Recorder::instance().count_dropped(1);
-    return;
-  }
-  uint32_t bytes = trace::padded_to_8(sizeof(trace::ExpertValuesRecord) + 4 * num_experts);
-  auto* record =
-      begin_record<trace::ExpertValuesRecord>(buffer, trace::RecordKind::kExpertValues, 0, bytes);
+  uint32_t bytes = 0;
+  auto* record = begin_per_expert_now<trace::ExpertValuesRecord>(
+      buffer, trace::RecordKind::kExpertValues, num_experts, &bytes);
   if (!record) return;
-  record->header.flags = trace::kRecordRawTicks;
-  record->header.time = read_ticks();
   record->step = step;
   record->layer = layer;
   record->rank = rank;

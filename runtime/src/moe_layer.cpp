@@ -13,6 +13,22 @@
 #include "moescope/runtime/token_dispatcher.h"
 
 namespace moescope::runtime {
+namespace {
+
+// The layer's answer for `output` [num_tokens, hidden_size], shaped like `hidden`, with the
+// routing's losses and counts (forward and the loop oracle alike).
+MoEOutput layer_output(const at::Tensor& output, const at::Tensor& hidden, const at::Tensor& tokens,
+                       const RoutingResult& routing, const CapacityResult& capacity) {
+  MoEOutput result;
+  result.output = output.view(hidden.sizes());
+  result.aux_loss = routing.losses.total(tokens.options());
+  result.losses = routing.losses;
+  result.tokens_per_expert = routing.tokens_per_expert;
+  result.num_dropped = capacity.num_dropped;
+  return result;
+}
+
+}  // namespace
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, ExpertParallelGroup group)
     : config_(config), group_(std::move(group)) {
@@ -182,12 +198,7 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
     trace_statistics_.poll();  // statistics still in flight from a recording that stopped
   }
 
-  MoEOutput result;
-  result.output = output.view(hidden.sizes());
-  result.aux_loss = routing.losses.total(tokens.options());
-  result.losses = routing.losses;
-  result.tokens_per_expert = routing.tokens_per_expert;
-  result.num_dropped = capacity.num_dropped;
+  MoEOutput result = layer_output(output, hidden, tokens, routing, capacity);
   result.num_received_rows = expert_rows.size(0);
   result.num_dropped_by_receive_cap = receive_cap.num_dropped;
   return result;
@@ -221,13 +232,7 @@ MoEOutput MoELayerImpl::forward_loop_oracle(const at::Tensor& hidden) {
   at::Tensor output = swiglu_experts_loop_oracle(
       tokens, routing.top_k_indices, routing.top_k_weights, capacity.keep_mask, w_gate_up, w_down);
   output = add_shared_experts(output, tokens, /*use_oracle=*/true);
-  MoEOutput result;
-  result.output = output.view(hidden.sizes());
-  result.aux_loss = routing.losses.total(tokens.options());
-  result.losses = routing.losses;
-  result.tokens_per_expert = routing.tokens_per_expert;
-  result.num_dropped = capacity.num_dropped;
-  return result;
+  return layer_output(output, hidden, tokens, routing, capacity);
 }
 
 void MoELayerImpl::update_expert_bias() {
