@@ -1,0 +1,194 @@
+"""MoE health scalars where users look (docs/metrics.md), end to end on a real Hugging Face MoE
+training loop (tiny Mixtral on CPU, layer 1's router biased toward one expert) that logs its own
+loss to a dashboard and knows nothing of moescope:
+
+- tensorboard: recorded with `moescope record --metrics jsonl:FILE`, a real TensorBoard
+  EventAccumulator reads the program's log directory back: its loss and our
+  moescope/layer1/max_over_mean at the same global steps; then `moescope metrics --tensorboard`
+  on the trace gives the same values post hoc;
+- wandb: the same with an offline wandb run, read back from the run's .wandb file.
+
+usage: dashboards_test.py --case NAME --moescope BIN --programs DIR --work DIR
+Exit 0 pass, 1 fail, 77 skipped (a Python package is missing), with the reason on stdout.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from autocapture_test import SKIP, Context, expect, need  # noqa: E402
+from compat_harness import Failure, Skip  # noqa: E402
+
+STEPS = 6
+PROGRAM = "hf_moe_dashboard_train.py"
+
+
+def fresh(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def live_lines(path):
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def scalars_of(directory):
+    """tag -> [(step, value)] as TensorBoard's EventAccumulator reads the directory."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    accumulator = EventAccumulator(directory, size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
+            for tag in accumulator.Tags()["scalars"]}
+
+
+def check_hot_layer(series, where):
+    hot = [value for _, value in series["moescope/layer1/max_over_mean"]]
+    cold = [value for _, value in series["moescope/layer0/max_over_mean"]]
+    expect(min(hot) >= 3.0, f"{where}: layer 1 max/mean {hot}, its router is biased")
+    expect(max(cold) < min(hot), f"{where}: layer 0 max/mean {cold} vs layer 1 {hot}")
+
+
+def posthoc_matches_live(context, live):
+    """`moescope metrics` on the trace: EventAccumulator reads the same layer values per step."""
+    posthoc = fresh(os.path.join(context.work, "posthoc"))
+    done = subprocess.run([context.moescope, "metrics", *context.traces(), "--tensorboard",
+                           posthoc, "--quiet"], capture_output=True, text=True, timeout=120)
+    expect(done.returncode == 0, f"moescope metrics failed: {done.stderr}")
+    series = scalars_of(posthoc)
+    check_hot_layer(series, "moescope metrics --tensorboard")
+    steps = [step for step, _ in series["moescope/layer1/max_over_mean"]]
+    expect(steps == list(range(STEPS)), f"post hoc steps {steps}")
+    for line in live:
+        for name in ("moescope/layer0/max_over_mean", "moescope/layer1/cv",
+                     "moescope/max_over_mean/p90", "moescope/layer1/dead_experts"):
+            posthoc_value = dict(series[name])[line["step"]]
+            expect(abs(posthoc_value - line["scalars"][name]) <= 1e-5 * max(1.0, posthoc_value),
+                   f"{name} at step {line['step']}: live {line['scalars'][name]}, post hoc "
+                   f"{posthoc_value}")
+
+
+def dashboards_tensorboard(context):
+    """The program's SummaryWriter run holds its loss and moescope/layer1/max_over_mean at the
+    same global steps (EventAccumulator), and moescope metrics gives the same values post hoc."""
+    need("torch", "transformers", "tensorboard")
+    base = fresh(os.path.join(context.work, "tb"))
+    live_file = os.path.join(context.work, "live.jsonl")
+    if os.path.exists(live_file):
+        os.remove(live_file)
+    context.record([sys.executable, context.program(PROGRAM), "tensorboard", base, str(STEPS)],
+                   pattern="tb.moetrace", options=["--metrics", f"jsonl:{live_file}"])
+    runs = {run: glob.glob(os.path.join(base, run, "*.moescope")) for run in os.listdir(base)}
+    ours = [run for run, files in runs.items() if files]
+    expect(len(runs) == 2 and len(ours) == 1,
+           f"expected the plain and the recorded run, ours only in the recorded one: {runs}")
+    series = scalars_of(os.path.join(base, ours[0]))
+    global_steps = [10 * step for step in range(STEPS)]
+    expect([step for step, _ in series.get("loss", [])] == global_steps,
+           f"the program's loss: {series.get('loss')}")
+    expect([step for step, _ in series.get("moescope/layer1/max_over_mean", [])] == global_steps,
+           f"moescope/layer1/max_over_mean at {series.get('moescope/layer1/max_over_mean')}, "
+           f"the program logged at {global_steps}")
+    check_hot_layer(series, "live")
+    expect(len(series) <= 1 + 10 * 2 + 20, f"{len(series)} series: {sorted(series)}")
+    live = live_lines(live_file)
+    expect([line["step"] for line in live] == list(range(STEPS))
+           and [line["global_step"] for line in live] == global_steps,
+           f"record --metrics jsonl: steps {[(l['step'], l['global_step']) for l in live]}")
+    posthoc_matches_live(context, live)
+
+
+def wandb_records(run_file):
+    """The serialized records of a .wandb file: LevelDB's log format (32 KiB blocks; each
+    fragment has a 7-byte header: CRC, length, type FULL 1 / FIRST 2 / MIDDLE 3 / LAST 4) after
+    W&B's 7-byte file header (":W&B", magic, version)."""
+    import struct
+    with open(run_file, "rb") as handle:
+        data = handle.read()
+    expect(data[:4] == b":W&B", f"{run_file} is not a wandb run file")
+    block, offset, pending = 32768, 7, b""
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # a block's tail too short for a header is padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack_from("<IHB", data, offset)
+        chunk = data[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 2):
+            pending = chunk
+        elif kind in (3, 4):
+            pending += chunk
+        if kind in (1, 4):
+            yield pending
+
+
+def wandb_history(run_file):
+    """[{key: value}] of the history rows of an offline run's .wandb file."""
+    from wandb.proto import wandb_internal_pb2
+    rows = []
+    for data in wandb_records(run_file):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                         for item in record.history.item})
+    return rows
+
+
+def dashboards_wandb(context):
+    """An offline wandb run holds the program's loss at steps 0, 10, ... and moescope/* with
+    moescope/step equal to those steps (read back from the run's .wandb file)."""
+    need("torch", "transformers", "wandb")
+    base = fresh(os.path.join(context.work, "wandb"))
+    context.env.update(WANDB_SILENT="true", WANDB_MODE="offline")
+    context.record([sys.executable, context.program(PROGRAM), "wandb", base, str(STEPS)],
+                   pattern="wandb.moetrace")
+    run_files = sorted(glob.glob(os.path.join(base, "wandb", "offline-run-*", "*.wandb")),
+                       key=os.path.getmtime)
+    expect(len(run_files) == 2, f"expected the plain and the recorded run: {run_files}")
+    rows = wandb_history(run_files[-1])
+    losses = [row["_step"] for row in rows if "loss" in row]
+    global_steps = [10 * step for step in range(STEPS)]
+    expect(losses == global_steps, f"the program's loss at steps {losses}")
+    ours = {row["moescope/step"]: row for row in rows if "moescope/step" in row}
+    expect(sorted(ours) == global_steps, f"moescope/step values {sorted(ours)}")
+    hot = [ours[step]["moescope/layer1/max_over_mean"] for step in global_steps]
+    cold = [ours[step]["moescope/layer0/max_over_mean"] for step in global_steps]
+    expect(min(hot) >= 3.0 and max(cold) < min(hot), f"layer 1 {hot}, layer 0 {cold}")
+    plain = [row for row in wandb_history(run_files[0]) if "moescope/step" in row]
+    expect(not plain, "the plain run has moescope scalars")
+
+
+CASES = {
+    "dashboards_tensorboard": dashboards_tensorboard,
+    "dashboards_wandb": dashboards_wandb,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--case", required=True, choices=sorted(CASES))
+    parser.add_argument("--moescope", required=True)
+    parser.add_argument("--programs", required=True)
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    try:
+        CASES[args.case](Context(args))
+    except Skip as reason:
+        print(f"SKIP {args.case}: {reason}")
+        return SKIP
+    except Failure as failure:
+        print(f"FAIL {args.case}: {failure}")
+        return 1
+    print(f"PASS {args.case}: {CASES[args.case].__doc__.strip().splitlines()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
