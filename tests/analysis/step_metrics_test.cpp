@@ -130,6 +130,34 @@ TEST(StepMetrics, LayerMetricsOfOneStepFromTokens) {
   EXPECT_NEAR(values.at("moescope/layer7/cv"), std::sqrt(6.0) / 2.0, 1e-12);
 }
 
+// The real two-rank moe_train trace (tests/data/moe_train_2ranks/README.md): expert
+// parallelism with a receive cap that drops tokens and a skewed layer 1.
+TEST(StepMetrics, RealTwoRankRuntimeTraceHasEveryKindOfSeries) {
+  const std::string data = std::string(MOESCOPE_ANALYSIS_TEST_DIR) + "/../data/moe_train_2ranks/";
+  TraceModel model = load_traces({data + "run.0.moetrace", data + "run.1.moetrace"});
+  ASSERT_TRUE(model.errors.empty());
+  std::vector<StepMetrics> steps = compute_step_metrics(model);
+  ASSERT_EQ(steps.size(), 8u);
+  size_t with_drops = 0;
+  for (const StepMetrics& step : steps) {
+    auto values = values_of(step);
+    // --skew-layer 1: layer 1 saturates at once (top-2 of 4 experts: max/mean 2); layer 0
+    // drifts there over the run.
+    EXPECT_DOUBLE_EQ(values.at("moescope/layer1/max_over_mean"), 2.0) << "step " << step.step;
+    if (step.step == 0) {
+      EXPECT_LT(values.at("moescope/layer0/max_over_mean"), 1.5);
+    }
+    EXPECT_GE(values.at("moescope/layer1/rank_max_over_mean"), 1.0);
+    EXPECT_TRUE(values.count("moescope/straggler_excess_ms"));
+    EXPECT_TRUE(values.count("moescope/peak_memory_bytes"));
+    EXPECT_GT(values.at("moescope/exposed_comm_ms"), 0.0) << "Gloo all-to-alls on the CPU";
+    with_drops += values.at("moescope/dropped_tokens") > 0 ? 1 : 0;
+  }
+  EXPECT_GT(with_drops, 0u) << "--receive-cap 64 drops tokens";
+  std::vector<uint32_t> experts = {4, 4};
+  EXPECT_LE(count_series(steps), metric_series_bound(experts));
+}
+
 TEST(TensorBoardEvents, Crc32cIsTheCastagnoliCheckValue) {
   EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
   EXPECT_EQ(crc32c(""), 0u);

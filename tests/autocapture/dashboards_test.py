@@ -6,7 +6,10 @@ loss to a dashboard and knows nothing of moescope:
   EventAccumulator reads the program's log directory back: its loss and our
   moescope/layer1/max_over_mean at the same global steps; then `moescope metrics --tensorboard`
   on the trace gives the same values post hoc;
-- wandb: the same with an offline wandb run, read back from the run's .wandb file.
+- wandb: the same with an offline wandb run, read back from the run's .wandb file;
+- top_once_torchrun: `moescope top --once` on a live 2-rank torchrun Gloo job shows both ranks
+  progressing and layer 1 skewed toward the biased expert, while the traces are still written;
+- top_interactive_pty: the interactive `moescope top` driven through a pseudo-terminal.
 
 usage: dashboards_test.py --case NAME --moescope BIN --programs DIR --work DIR
 Exit 0 pass, 1 fail, 77 skipped (a Python package is missing), with the reason on stdout.
@@ -16,9 +19,12 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from autocapture_test import SKIP, Context, expect, need  # noqa: E402
@@ -165,9 +171,96 @@ def dashboards_wandb(context):
     expect(not plain, "the plain run has moescope scalars")
 
 
+def top_frame(context, folder):
+    done = subprocess.run([context.moescope, "top", "--once", folder], capture_output=True,
+                          text=True, timeout=120)
+    expect(done.returncode == 0, f"moescope top --once failed: {done.stderr}")
+    ranks = {int(m.group(1)): int(m.group(2))
+             for m in re.finditer(r"^(\d+)\s+(\d+)\s+\d+\s+[\d.]+", done.stdout, re.M)}
+    layers = {int(m.group(1)): (float(m.group(2)), m.group(3))
+              for m in re.finditer(r"^(\d+)\s+([\d.]+)\s+[\d.]+\s+\d+\s+(.*)$", done.stdout,
+                                   re.M)}
+    return done.stdout, ranks, layers
+
+
+def top_once_torchrun(context):
+    """`moescope top --once` on a live 2-rank torchrun Gloo job: both ranks with finished
+    steps, still being written, and layer 1 skewed toward its biased expert (e3)."""
+    need("torch", "transformers")
+    folder = fresh(os.path.join(context.work, "top"))
+    log = open(os.path.join(context.work, "top_job.log"), "w")
+    job = subprocess.Popen(
+        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         context.program("hf_moe_train.py"), "mixtral", "100000"],
+        env=context.env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    frame, seen = "", False
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and job.poll() is None:
+            time.sleep(1.0)
+            frame, ranks, layers = top_frame(context, folder)
+            if (sorted(ranks) == [0, 1] and min(ranks.values()) >= 3 and 1 in layers
+                    and "still writing" in frame):
+                seen = job.poll() is None
+                break
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        log.close()
+    expect(seen, f"no frame with both ranks at >= 3 steps while the job ran:\n{frame}\n"
+                 f"job exit {job.returncode}: {open(log.name).read()[-2000:]}")
+    expect("(2 still writing)" in frame, f"the traces were not read while written:\n{frame}")
+    hot, experts = layers[1]
+    expect(hot >= 3.0 and experts.startswith("e3 "),
+           f"layer 1 should be skewed toward expert 3:\n{frame}")
+    expect(layers[0][0] < hot and "e3" not in layers[0][1], f"layer 0 is not biased:\n{frame}")
+
+
+def top_interactive_pty(context):
+    """`moescope top` in a pseudo-terminal: it redraws the frame every interval, quits on `q`
+    with status 0, and leaves the terminal in the mode it found."""
+    import pty
+    import termios
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                        "moe_train_2ranks")
+    controller, terminal = pty.openpty()
+    before = termios.tcgetattr(terminal)
+    top = subprocess.Popen([context.moescope, "top", "--interval", "0.2", data], stdin=terminal,
+                           stdout=terminal, stderr=terminal, close_fds=True)
+    output, deadline = b"", time.monotonic() + 60
+    try:
+        while output.count(b"\x1b[2J") < 3 and time.monotonic() < deadline:
+            output += os.read(controller, 65536)
+        os.write(controller, b"q")
+        rc = top.wait(timeout=30)
+        after = termios.tcgetattr(terminal)
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+        os.close(controller)
+        os.close(terminal)
+    text = output.decode(errors="replace")
+    expect(text.count("\x1b[2J") >= 3, f"fewer than 3 frames in 60 s:\n{text[-3000:]}")
+    expect(rc == 0, f"moescope top exited with {rc} after q")
+    frame = text.split("\x1b[2J")[-2]  # complete: another began after it
+    expect("moescope top: 2 ranks (0 still writing)" in frame and "(q quits)" in frame, frame)
+    expect(re.search(r"^1\s+[\d.]+\s+[\d.]+\s+\d+\s+e\d", frame, re.M) is not None,
+           f"layer 1 (--skew-layer 1) shows no hot expert:\n{frame}")
+    expect(after[3] == before[3], "the terminal's local modes were not restored")
+
+
 CASES = {
     "dashboards_tensorboard": dashboards_tensorboard,
     "dashboards_wandb": dashboards_wandb,
+    "top_once_torchrun": top_once_torchrun,
+    "top_interactive_pty": top_interactive_pty,
 }
 
 

@@ -196,18 +196,19 @@ class LiveMetrics:
         self.closed = False
         self.current_step = lambda: -1      # the step a program's log line belongs to
 
-    # ---- called on the program's threads: an append each ----
+    # ---- called on the program's threads: an append each (nothing before a sink exists) ----
 
     def on_expert_load(self, step, layer, values):
-        if step >= 0:
+        if step >= 0 and self.thread is not None:
             self.events.append(("load", int(step), int(layer), values))
 
     def on_step_end(self, step, seconds, peak_memory_bytes=None):
-        self.events.append(("end", int(step), seconds * 1e3, peak_memory_bytes))
+        if self.thread is not None:
+            self.events.append(("end", int(step), seconds * 1e3, peak_memory_bytes))
 
     def on_program_step(self, global_step):
         """The program logged at `global_step`: that is the current training step's."""
-        if global_step is not None:
+        if global_step is not None and self.thread is not None:
             self.events.append(("global", self.current_step(), int(global_step)))
 
     def add_sink(self, key, make_sink, global_steps=True):
@@ -273,6 +274,10 @@ class LiveMetrics:
                                           self.peak_memory.pop(step, None), self.detail)
                     self._write(step, values)
                     self.published = step
+                # Only the latest published mapping is still needed (to shift later steps).
+                done = [s for s in self.global_steps if s <= self.published]
+                for known in sorted(done)[:-1]:
+                    del self.global_steps[known]
                 for sink, _ in self.sinks:
                     sink.flush()
             except Exception as error:  # noqa: BLE001
