@@ -90,8 +90,9 @@ void run_metrics(const MetricsOptions& options) {
   metric_options.per_expert_shares = options.detail;
   std::vector<analysis::StepMetrics> steps = analysis::compute_step_metrics(model, metric_options);
   if (steps.empty()) {
-    std::fprintf(stderr, "moescope metrics: no step with expert load or step times in the "
-                         "trace(s): nothing written\n");
+    std::fprintf(stderr,
+                 "moescope metrics: no step with expert load or step times in the "
+                 "trace(s): nothing written\n");
   }
   if (!options.jsonl.empty() && !write_command_output(render_jsonl(steps), options.jsonl)) {
     fail("cannot write " + options.jsonl);
@@ -107,9 +108,10 @@ void run_metrics(const MetricsOptions& options) {
 
 void add_metrics_command(CLI::App& app) {
   auto options = std::make_shared<MetricsOptions>();
-  auto* command = app.add_subcommand(
-      "metrics", "Per-step MoE health scalars (expert balance, step time, exposed comm, "
-                 "stragglers, memory) as JSON lines or TensorBoard events");
+  auto* command =
+      app.add_subcommand("metrics",
+                         "Per-step MoE health scalars (expert balance, step time, exposed comm, "
+                         "stragglers, memory) as JSON lines or TensorBoard events");
   command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])");
   command->add_option("--jsonl", options->jsonl,
                       "Write one JSON line per step to FILE (- for stdout)");

@@ -110,8 +110,9 @@ void run_top(const TopOptions& options) {
 void add_top_command(CLI::App& app) {
   auto options = std::make_shared<TopOptions>();
   auto* command = app.add_subcommand(
-      "top", "Live view of a running job: step time per rank, the slowest rank, per-layer "
-             "imbalance with the hot experts, exposed communication");
+      "top",
+      "Live view of a running job: step time per rank, the slowest rank, per-layer "
+      "imbalance with the hot experts, exposed communication");
   command->add_option("paths", options->paths, "A folder of .moetrace files, or trace files")
       ->required();
   command->add_flag("--once", options->once, "Print one frame and exit");

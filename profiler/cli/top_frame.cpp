@@ -66,33 +66,44 @@ std::string layer_rows(const analysis::TraceModel& model, int64_t step) {
 
 std::string render_top_frame(const analysis::TraceModel& model) {
   analysis::TimeBreakdown breakdown = analysis::compute_time_breakdown(model);
-  size_t running = 0;
-  for (const auto& process : model.processes) running += process.complete ? 0 : 1;
-  std::string text = format("moescope top: %zu ranks (%zu still writing), steps from %s\n",
-                            model.processes.size(), running,
-                            analysis::step_source_name(model.step_source));
+  // A process of the run without steps (the launcher, a helper) is not a rank of the job.
+  auto has_steps = [&](int32_t rank) {
+    int index = model.process_of_rank(rank);
+    return index >= 0 && !model.processes[size_t(index)].steps.empty();
+  };
+  size_t ranks_shown = 0, running = 0;
+  for (const auto& process : model.processes) {
+    if (process.steps.empty()) continue;
+    ++ranks_shown;
+    running += process.complete ? 0 : 1;
+  }
+  std::string text = format("moescope top: %zu ranks (%zu still writing), steps from %s",
+                            ranks_shown, running, analysis::step_source_name(model.step_source));
+  if (ranks_shown < model.processes.size()) {
+    text += format("; %zu other process(es) without steps", model.processes.size() - ranks_shown);
+  }
+  text += "\n";
   text += format("%-5s %6s %9s %9s %9s %12s\n", "rank", "steps", "last", "step ms", "busy ms",
                  "exposed comm");
   // The latest step every rank finished, and each rank's breakdown of it.
   int64_t common = -1;
-  bool first = true;
-  std::map<int32_t, const analysis::StepBreakdown*> last_of_rank;
+  bool first = true, a_rank_has_none = false;
   for (const auto& rank : breakdown.ranks) {
+    if (!has_steps(rank.rank)) continue;
     auto steps = finished_steps(model, rank);
-    if (steps.empty()) {
+    if (steps.empty()) {  // its first step is still running
       text += format("%-5d %6d %9s %9s %9s %12s\n", rank.rank, 0, "-", "-", "-", "-");
-      common = -1, first = false;
+      a_rank_has_none = true;
       continue;
     }
     const auto* last = steps.back();
-    last_of_rank[rank.rank] = last;
     text += format("%-5d %6zu %9lld %9.1f %9.1f %9.1f ms\n", rank.rank, steps.size(),
                    static_cast<long long>(last->step), last->step_ms, last->busy_ms(),
                    last->exposed_communication_ms);
     common = first ? last->step : std::min(common, last->step);
     first = false;
   }
-  if (common < 0) return text + "no step finished on every rank yet\n";
+  if (common < 0 || a_rank_has_none) return text + "no step finished on every rank yet\n";
   // Busy time of `common` on each rank: the straggler is the busiest.
   std::vector<double> busy;
   std::vector<int32_t> ranks;
@@ -108,8 +119,8 @@ std::string render_top_frame(const analysis::TraceModel& model) {
   text += format("\nstep %lld (finished on every rank):", static_cast<long long>(common));
   if (busy.size() >= 2) {
     size_t slowest = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
-    text += format(" slowest rank %d, +%.1f ms busy over the median of the others;",
-                   ranks[slowest], analysis::straggler_excess(busy, slowest));
+    text += format(" slowest rank %d, +%.1f ms busy over the median of the others;", ranks[slowest],
+                   analysis::straggler_excess(busy, slowest));
   }
   if (!busy.empty()) {
     text += format(" exposed communication %.1f ms per rank\n", exposed / double(busy.size()));
