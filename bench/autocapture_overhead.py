@@ -83,7 +83,7 @@ def main():
     for index, clock in ((0, "wall"), (1, "process CPU")):
         plain_median = statistics.median(run[index] for run in plain)
         recorded_median = statistics.median(run[index] for run in recorded)
-        print(f"  {clock}: median step plain {plain_median * 1e3:.2f} ms, "
+        print(f"  {clock}: median step {baseline} {plain_median * 1e3:.2f} ms, "
               f"{'second plain' if args.aa else 'recorded'} {recorded_median * 1e3:.2f} ms; "
               f"{label} = {recorded_median / plain_median:.3f}; per pair: "
               + " ".join(f"{r[index] / p[index]:.3f}" for p, r in zip(plain, recorded)))
