@@ -265,8 +265,10 @@ class LiveMetrics:
                 return
             try:
                 self._drain()
+                # A step is done when the next one ended, or (steps the program numbers
+                # itself, with no step ends seen here) when two later steps have loads.
                 last = max(self.loads.keys() | self.step_ms.keys(), default=-1) if final \
-                    else self.last_ended - 1
+                    else max(self.last_ended - 1, max(self.loads, default=-1) - 2)
                 steps = sorted(s for s in self.loads.keys() | self.step_ms.keys()
                                if self.published < s <= last)
                 for step in steps:
