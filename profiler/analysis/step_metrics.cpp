@@ -174,6 +174,8 @@ std::vector<StepMetrics> compute_step_metrics(const TraceModel& model,
         const size_t first = metrics.values.size();
         append_layer_metrics(layer, load->tokens, any_dropped ? double(load->dropped) : -1.0,
                              options, metrics.values);
+        // append_layer_metrics' fixed order: max_over_mean, min_over_mean, cv,
+        // effective_experts, dead_experts, hot_experts, tokens.
         layer_max_over_mean.push_back(metrics.values[first].value);
         layer_cv.push_back(metrics.values[first + 2].value);
         dead += metrics.values[first + 4].value;

@@ -55,12 +55,15 @@ std::string frame_of(const TopOptions& options) {
   if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
   analysis::LoadOptions load;
   analysis::TraceModel model = analysis::load_traces(files, load);
-  std::string errors;
+  // A trace being written may end in a partial chunk: said only when nothing is readable, or
+  // when a file is refused.
+  std::string errors, refused;
   for (const auto& error : model.errors) {
-    if (error.refused) errors += "moescope top: " + error.to_string() + "\n";
+    errors += "moescope top: " + error.to_string() + "\n";
+    if (error.refused) refused += "moescope top: " + error.to_string() + "\n";
   }
   if (model.processes.empty()) return errors + "moescope top: nothing readable yet\n";
-  return render_top_frame(model) + errors;
+  return render_top_frame(model) + refused;
 }
 
 // Terminal input without line buffering while the view runs (restored on exit).
