@@ -47,8 +47,9 @@ std::string layer_rows(const analysis::TraceModel& model, int64_t step) {
           analysis::kHotShareFactor / double(load.tokens.size()))
         hot.push_back(e);
     }
-    std::sort(hot.begin(), hot.end(),
-              [&](size_t a, size_t b) { return load.tokens[a] > load.tokens[b]; });
+    std::sort(hot.begin(), hot.end(), [&](size_t a, size_t b) {
+      return load.tokens[a] != load.tokens[b] ? load.tokens[a] > load.tokens[b] : a < b;
+    });
     std::string experts;
     for (size_t i = 0; i < hot.size() && i < 4; ++i) {
       experts += format("%se%zu %.0f%%", i ? ", " : "", hot[i],
