@@ -183,6 +183,23 @@ def top_frame(context, folder):
     return done.stdout, ranks, layers
 
 
+def descendants(pid):
+    """Every process below `pid`, as psutil processes (empty without psutil or once gone)."""
+    try:
+        import psutil
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or the job already ended
+        return []
+
+
+def kill_all(processes):
+    for process in processes:
+        try:
+            process.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
 def top_once_torchrun(context):
     """`moescope top --once` on a live 2-rank torchrun Gloo job: both ranks with finished
     steps, still being written, and layer 1 skewed toward its biased expert (e3)."""
@@ -205,6 +222,9 @@ def top_once_torchrun(context):
                 seen = job.poll() is None
                 break
     finally:
+        # torchrun's workers may live in sessions of their own: every process of the job is
+        # listed before the launcher is stopped, and whatever is left of it is killed after.
+        job_processes = descendants(job.pid)
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGTERM)
         try:
@@ -212,6 +232,7 @@ def top_once_torchrun(context):
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+        kill_all(job_processes)
         log.close()
     expect(seen, f"no frame with both ranks at >= 3 steps while the job ran:\n{frame}\n"
                  f"job exit {job.returncode}: {open(log.name).read()[-2000:]}")
