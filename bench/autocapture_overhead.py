@@ -6,10 +6,12 @@ Each run trains --steps steps and reports the median step time of those after --
 wall clock and by the process's CPU time (all its threads, the recorder's included; less
 disturbed by other work on a shared machine); the printed ratios are the median of the recorded
 runs over the median of the plain ones. --aa makes
-both sides plain: the ratio the machine's noise alone gives.
+both sides plain: the ratio the machine's noise alone gives. --baseline-args records the
+baseline side too, with those options (e.g. the live metrics against a recording without them:
+--baseline-args="--metrics off" --record-args="--metrics jsonl:/tmp/m.jsonl").
 
     python3 bench/autocapture_overhead.py --moescope build/bin/moescope [--pairs 6]
-        [--steps 40] [--warmup 5] [--record-args=--torch-ops] [--aa]
+        [--steps 40] [--warmup 5] [--record-args=--torch-ops] [--baseline-args=...] [--aa]
 """
 
 import argparse
@@ -47,9 +49,10 @@ print(json.dumps([times, cpu_times]))
 
 def run(args, recorded, work):
     command = [sys.executable, "-c", TIMED_LOOP, PROGRAMS, str(args.steps), args.family]
-    if recorded and not args.aa:
+    if not args.aa and (recorded or args.baseline_args):
+        options = args.record_args if recorded else args.baseline_args
         command = [args.moescope, "record", "-o", os.path.join(work, "run.moetrace"),
-                   *args.record_args.split(), "--", *command]
+                   *options.split(), "--", *command]
     env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     times, cpu_times = json.loads(done.stdout.strip().splitlines()[-1])
@@ -64,6 +67,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--family", default="mixtral")
     parser.add_argument("--record-args", default="")
+    parser.add_argument("--baseline-args", default="",
+                        help="record the baseline side too, with these options")
     parser.add_argument("--aa", action="store_true")
     args = parser.parse_args()
     plain, recorded = [], []
@@ -71,12 +76,14 @@ def main():
         for pair in range(args.pairs):
             for is_recorded in ((False, True) if pair % 2 == 0 else (True, False)):
                 (recorded if is_recorded else plain).append(run(args, is_recorded, work))
-    label = "A/A (plain/plain)" if args.aa else f"recorded{' ' + args.record_args if args.record_args else ''}/plain"
+    baseline = f"recorded {args.baseline_args}" if args.baseline_args else "plain"
+    label = "A/A (plain/plain)" if args.aa else \
+        f"recorded{' ' + args.record_args if args.record_args else ''}/{baseline}"
     print(f"autocapture_overhead {args.family}: {args.pairs} pairs x {args.steps} steps")
     for index, clock in ((0, "wall"), (1, "process CPU")):
         plain_median = statistics.median(run[index] for run in plain)
         recorded_median = statistics.median(run[index] for run in recorded)
-        print(f"  {clock}: median step plain {plain_median * 1e3:.2f} ms, "
+        print(f"  {clock}: median step {baseline} {plain_median * 1e3:.2f} ms, "
               f"{'second plain' if args.aa else 'recorded'} {recorded_median * 1e3:.2f} ms; "
               f"{label} = {recorded_median / plain_median:.3f}; per pair: "
               + " ".join(f"{r[index] / p[index]:.3f}" for p, r in zip(plain, recorded)))

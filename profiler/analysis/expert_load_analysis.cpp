@@ -12,17 +12,6 @@
 namespace moescope::analysis {
 namespace {
 
-double effective_experts(const std::vector<double>& tokens) {
-  double total = 0;
-  for (double t : tokens) total += t;
-  if (total <= 0) return 0;
-  double entropy = 0;
-  for (double t : tokens) {
-    if (t > 0) entropy -= (t / total) * std::log(t / total);
-  }
-  return std::exp(entropy);
-}
-
 void add_into(std::vector<double>& sum, std::span<const uint32_t> tokens) {
   if (sum.size() < tokens.size()) sum.resize(tokens.size(), 0.0);
   for (size_t e = 0; e < tokens.size(); ++e) sum[e] += double(tokens[e]);
@@ -200,8 +189,8 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
     }
     const double routed = double(layer.total_tokens) + double(layer.dropped_tokens);
     layer.dropped_fraction = routed > 0 ? double(layer.dropped_tokens) / routed : 0.0;
-    layer.effective_experts_first = effective_experts(steps.begin()->second.tokens);
-    layer.effective_experts_last = effective_experts(steps.rbegin()->second.tokens);
+    layer.effective_experts_first = effective_count(steps.begin()->second.tokens);
+    layer.effective_experts_last = effective_count(steps.rbegin()->second.tokens);
     layer.prediction_error = layer.predictions ? prediction_error / layer.predictions : NAN;
     layer.router_entropy_first = layer.router_entropy_last = NAN;
     auto stats = entropy.find(layer_id);

@@ -2,6 +2,8 @@
 #include "moescope/analysis/statistics.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 namespace moescope::analysis {
 
@@ -54,6 +56,41 @@ double median_of_others(std::span<const double> values, size_t index) {
 
 double straggler_excess(std::span<const double> values, size_t index) {
   return index < values.size() ? values[index] - median_of_others(values, index) : 0.0;
+}
+
+namespace {
+double mean_of(std::span<const double> values) {
+  return values.empty() ? 0.0
+                        : std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
+}
+}  // namespace
+
+double max_over_mean(std::span<const double> tokens) {
+  const double mean = mean_of(tokens);
+  return mean > 0 ? *std::max_element(tokens.begin(), tokens.end()) / mean : 0.0;
+}
+
+double min_over_mean(std::span<const double> tokens) {
+  const double mean = mean_of(tokens);
+  return mean > 0 ? *std::min_element(tokens.begin(), tokens.end()) / mean : 0.0;
+}
+
+double coefficient_of_variation(std::span<const double> tokens) {
+  const double mean = mean_of(tokens);
+  if (mean <= 0) return 0.0;
+  double variance = 0;
+  for (double t : tokens) variance += (t - mean) * (t - mean);
+  return std::sqrt(variance / double(tokens.size())) / mean;
+}
+
+double effective_count(std::span<const double> tokens) {
+  const double total = std::accumulate(tokens.begin(), tokens.end(), 0.0);
+  if (total <= 0) return 0.0;
+  double entropy = 0;
+  for (double t : tokens) {
+    if (t > 0) entropy -= (t / total) * std::log(t / total);
+  }
+  return std::exp(entropy);
 }
 
 double share(double part, double whole) {

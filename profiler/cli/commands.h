@@ -16,5 +16,7 @@ void add_export_command(CLI::App& app);
 void add_record_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
+void add_metrics_command(CLI::App& app);
+void add_top_command(CLI::App& app);
 
 }  // namespace moescope::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   moescope::cli::add_record_command(app);
   moescope::cli::add_view_command(app);
   moescope::cli::add_dump_command(app);
+  moescope::cli::add_metrics_command(app);
+  moescope::cli::add_top_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -39,6 +39,10 @@ struct RecordOptions {
   std::string step_marker;  // module:NAME | function:MODULE:QUALNAME
   int module_depth = 2;
   bool torch_ops = false;
+  // Live MoE health scalars of Python programs (docs/metrics.md): "" = into the program's own
+  // TensorBoard / W&B run only, "off", or tensorboard:DIR / jsonl:FILE (comma-separated).
+  std::string metrics;
+  bool metrics_detail = false;
   int flush_ms = 0;            // 0 = the recorder's default
   RecordWindowOptions window;  // --steps/--delay/--duration/--ranks/--max-size/--flight-recorder
   std::string run_dir;         // the flight recorder's run folder (record_window_options.h)
@@ -124,6 +128,8 @@ void set_python_environment(const RecordOptions& options, const std::string& lib
   ::setenv("MOESCOPE_STEP_MARKER", options.step_marker.c_str(), 1);
   ::setenv("MOESCOPE_MODULE_DEPTH", std::to_string(options.module_depth).c_str(), 1);
   ::setenv("MOESCOPE_TORCH_OPS", options.torch_ops ? "1" : "0", 1);
+  ::setenv("MOESCOPE_METRICS", options.metrics.c_str(), 1);
+  ::setenv("MOESCOPE_METRICS_DETAIL", options.metrics_detail ? "1" : "0", 1);
   // The library next to the shim, unless the user named another one.
   std::string torch_capture = directory_of(library) + "/libmoescope_torch_capture.so";
   ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), /*overwrite=*/0);
@@ -352,6 +358,31 @@ void add_record_command(CLI::App& app) {
   command->add_flag("--no-python", options->no_python,
                     "No zero-code capture of Python programs (steps, phases, modules, "
                     "collectives, expert load)");
+  command
+      ->add_option("--metrics", options->metrics,
+                   "Python programs: MoE health scalars also to tensorboard:DIR or "
+                   "jsonl:FILE (comma-separated), or 'off'; by default they go only into the "
+                   "program's own SummaryWriter / wandb run")
+      ->check(CLI::Validator(
+          [](const std::string& spec) -> std::string {
+            if (spec == "off") return "";
+            size_t begin = 0;
+            while (begin <= spec.size()) {
+              size_t end = spec.find(',', begin);
+              std::string part = spec.substr(begin, end == std::string::npos ? end : end - begin);
+              bool tensorboard = part.rfind("tensorboard:", 0) == 0 && part.size() > 12;
+              bool jsonl = part.rfind("jsonl:", 0) == 0 && part.size() > 6;
+              if (!tensorboard && !jsonl) {
+                return "expected tensorboard:DIR, jsonl:FILE or off, got '" + part + "'";
+              }
+              if (end == std::string::npos) break;
+              begin = end + 1;
+            }
+            return "";
+          },
+          "SINK"));
+  command->add_flag("--metrics-detail", options->metrics_detail,
+                    "With the live metrics: each expert's share of tokens per layer too");
   command
       ->add_option("--step-marker", options->step_marker,
                    "What a training step is in a Python program: module:NAME (each forward "

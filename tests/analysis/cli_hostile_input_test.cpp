@@ -57,6 +57,7 @@ void expect_every_command_survives(const std::string& path, const std::string& r
       "info " + path,
       "export --chrome " + directory + "/out.json " + path,
       "diff " + path + " --against " + path,
+      "metrics --jsonl " + directory + "/metrics.jsonl --tensorboard " + directory + "/tb " + path,
   };
   for (const std::string& command : commands) {
     SCOPED_TRACE(command);
@@ -81,6 +82,22 @@ void expect_every_command_survives(const std::string& path, const std::string& r
     EXPECT_NE(name, "huge") << "the hostile event is not exported";
   }
   EXPECT_EQ(good, 3);
+}
+
+TEST(CliMetricsAndTop, BadUseSaysWhatIsWrong) {
+  CommandResult missing = run_cli("metrics /nonexistent/run.0.moetrace --jsonl -");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("/nonexistent/run.0.moetrace:0: cannot open"), std::string::npos)
+      << missing.out;
+  const std::string trace =
+      std::string(MOESCOPE_ANALYSIS_TEST_DIR) + "/../data/moe_train_2ranks/run.0.moetrace";
+  CommandResult nowhere = run_cli("metrics " + trace);
+  EXPECT_EQ(nowhere.exit_code, 1);
+  EXPECT_NE(nowhere.out.find("say where the metrics go: --jsonl FILE"), std::string::npos)
+      << nowhere.out;
+  CommandResult top = run_cli("top --once /nonexistent/run.0.moetrace");
+  EXPECT_NE(top.out.find("/nonexistent/run.0.moetrace:0: cannot open"), std::string::npos)
+      << top.out;
 }
 
 TEST(CliHostileKineto, WrongTypedFieldsAreSkippedWithAWarning) {

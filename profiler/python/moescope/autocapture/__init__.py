@@ -13,7 +13,8 @@ right after ``import torch`` finishes:
 - collectives of ``torch.distributed``: from C++ (``torch_capture.py``, DDP's buckets included)
   when that library matches this torch, else from the Python API (``collectives.py``);
 - expert load of MoE layers, from the router's output (``moe_layers.py``,
-  ``expert_load_capture.py``).
+  ``expert_load_capture.py``);
+- MoE health scalars, live into the program's own TensorBoard / W&B run (``dashboards.py``).
 
 Every part is guarded: a failure is said once on stderr (``moescope: ...``), noted in the trace,
 and that part stops; the program itself is never affected.
@@ -126,7 +127,7 @@ def activate(config):
 def _activate(config):
     import torch
 
-    from . import collectives, modules, steps
+    from . import collectives, dashboards, modules, steps
 
     version = torch.__version__.split("+")[0]
     major_minor = tuple(int(part) for part in version.split(".")[:2])
@@ -137,6 +138,10 @@ def _activate(config):
     step_tracker = steps.StepTracker(config)
     module_capture = modules.ModuleCapture(config, step_tracker)
     _active.extend([step_tracker, module_capture])
+    try:
+        step_tracker.live_metrics = module_capture.live_metrics = dashboards.install(step_tracker)
+    except Exception as error:  # noqa: BLE001 - the metrics are optional, the capture is not
+        warn(f"live metrics are off: {type(error).__name__}: {error}")
     step_tracker.install()
     module_capture.install()
     _active.append(collectives.install(config))

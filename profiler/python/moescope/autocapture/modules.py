@@ -74,6 +74,7 @@ class ModuleCapture:
         self.routed_tokens_name = _recorder.name("moescope.routed_tokens")
         self.top_k = {}  # layer -> top-k of the first model's MoE layers (tokens = load / k)
         self.expert_load = None  # moescope.autocapture.expert_load_capture, when available
+        self.live_metrics = None  # moescope.live_metrics.LiveMetrics, when metrics are on
         self.rank = int(os.environ.get("RANK", "-1") or -1)
         self.broken = False
 
@@ -212,6 +213,8 @@ class ModuleCapture:
         array = (ctypes.c_int64 * len(values))(*values)
         _recorder.library.moescope_expert_load(int(step), int(layer), self.rank,
                                                _recorder.SCOPES["local"], array, len(values), 0)
+        if self.live_metrics is not None:
+            self.live_metrics.on_expert_load(step, layer, values)
         # Tokens the model routed, once per forward (its first MoE layer): what an inference
         # run is measured in (docs/analysis.md).
         if self.top_k and int(layer) == min(self.top_k):

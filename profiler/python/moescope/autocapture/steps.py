@@ -16,6 +16,7 @@ Steps are numbered from 0 in each process, so ranks that train in lockstep numbe
 """
 
 import functools
+import time
 
 from .. import _recorder
 from . import after_import, note, warn
@@ -32,6 +33,8 @@ class StepTracker:
         self.profiler_step_pending = False  # prof.step() was called: the next forward begins one
         self.next_step = 0
         self.in_step = False
+        self.step_began = 0.0
+        self.live_metrics = None  # moescope.live_metrics.LiveMetrics, when metrics are on
         self.phase_domain = _recorder.name("moescope.phase")
         self.optimizer_name = _recorder.name("optimizer")
 
@@ -48,6 +51,7 @@ class StepTracker:
         _recorder.library.moescope_step(self.next_step)
         moescope._current_step = self.next_step
         self.in_step = True
+        self.step_began = time.perf_counter()
 
     def end(self):
         if not self.in_step:
@@ -56,6 +60,8 @@ class StepTracker:
         if hasattr(_recorder.library, "moescope_step_end"):
             _recorder.library.moescope_step_end(self.next_step)
         moescope._current_step = -1
+        if self.live_metrics is not None:
+            self.live_metrics.on_step_end(self.next_step, time.perf_counter() - self.step_began)
         self.next_step += 1
         self.in_step = False
 

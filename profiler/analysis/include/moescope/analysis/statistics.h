@@ -26,6 +26,15 @@ double median_of_others(std::span<const double> values, size_t index);
 // others' (negative when it is below). Findings' straggler_rank and the diff's per-rank rows.
 double straggler_excess(std::span<const double> values, size_t index);
 
+// Expert-load statistics of one layer in one step, over tokens per expert [num_experts]
+// (0 when there are no experts or no tokens): max/mean, min/mean, std/mean (coefficient of
+// variation, population std) and exp(entropy of the token shares) (the effective number of
+// experts: num_experts when even, 1 when every token goes to one expert).
+double max_over_mean(std::span<const double> tokens);
+double min_over_mean(std::span<const double> tokens);
+double coefficient_of_variation(std::span<const double> tokens);
+double effective_count(std::span<const double> tokens);
+
 // part / whole, 0 when whole is not positive (a share of tokens, of time, ...).
 double share(double part, double whole);
 

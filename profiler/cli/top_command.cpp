@@ -1,0 +1,128 @@
+// `moescope top [--once] [--interval S] RUN_FOLDER | TRACES...`: a live terminal view of a
+// running job from its growing traces (top_frame.h says what a frame shows). A folder stands for
+// the .moetrace files in it, found again at each refresh (ranks that start late appear).
+// --once prints one frame and exits, like `top -b -n 1`; otherwise the frame is redrawn every
+// interval until `q` (or Ctrl-C).
+//
+// Each refresh loads the traces again: what a running recorder has flushed so far (a trace
+// still being written is read up to its last whole chunk).
+#include <CLI/CLI.hpp>
+
+#include <poll.h>
+#include <termios.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "moescope/analysis/trace_loader.h"
+#include "top_frame.h"
+
+namespace moescope::cli {
+namespace {
+
+struct TopOptions {
+  std::vector<std::string> paths;
+  bool once = false;
+  double interval_s = 1.0;
+};
+
+// The trace files of `paths` now: files as given, folders as their *.moetrace files.
+std::vector<std::string> trace_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code code;
+    if (!std::filesystem::is_directory(path, code)) {
+      files.push_back(path);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(path, code)) {
+      if (entry.path().extension() == ".moetrace") found.push_back(entry.path().string());
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+std::string frame_of(const TopOptions& options) {
+  std::vector<std::string> files = trace_files(options.paths);
+  if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
+  analysis::LoadOptions load;
+  analysis::TraceModel model = analysis::load_traces(files, load);
+  // A trace being written may end in a partial chunk: said only when nothing is readable, or
+  // when a file is refused.
+  std::string errors, refused;
+  for (const auto& error : model.errors) {
+    errors += "moescope top: " + error.to_string() + "\n";
+    if (error.refused) refused += "moescope top: " + error.to_string() + "\n";
+  }
+  if (model.processes.empty()) return errors + "moescope top: nothing readable yet\n";
+  return render_top_frame(model) + refused;
+}
+
+// Terminal input without line buffering while the view runs (restored on exit).
+class KeyReader {
+ public:
+  KeyReader() {
+    active_ = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_) == 0;
+    if (!active_) return;
+    termios raw = saved_;
+    raw.c_lflag &= ~tcflag_t(ICANON | ECHO);
+    tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+  }
+  ~KeyReader() {
+    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  // Waits up to `timeout_ms` for a key; true when it was q (or stdin closed).
+  bool quit_within(int timeout_ms) {
+    pollfd input{STDIN_FILENO, POLLIN, 0};
+    if (poll(&input, 1, timeout_ms) <= 0) return false;
+    char key = 0;
+    ssize_t got = read(STDIN_FILENO, &key, 1);
+    return got <= 0 || key == 'q' || key == 'Q';
+  }
+
+ private:
+  termios saved_{};
+  bool active_ = false;
+};
+
+void run_top(const TopOptions& options) {
+  if (options.once) {
+    std::string frame = frame_of(options);
+    std::fwrite(frame.data(), 1, frame.size(), stdout);
+    return;
+  }
+  KeyReader keys;
+  const int interval_ms = std::max(100, int(options.interval_s * 1000));
+  do {
+    std::string frame = "\x1b[H\x1b[2J" + frame_of(options) + "\n(q quits)\n";
+    std::fwrite(frame.data(), 1, frame.size(), stdout);
+    std::fflush(stdout);
+  } while (!keys.quit_within(interval_ms));
+}
+
+}  // namespace
+
+void add_top_command(CLI::App& app) {
+  auto options = std::make_shared<TopOptions>();
+  auto* command = app.add_subcommand(
+      "top",
+      "Live view of a running job: step time per rank, the slowest rank, per-layer "
+      "imbalance with the hot experts, exposed communication");
+  command->add_option("paths", options->paths, "A folder of .moetrace files, or trace files")
+      ->required();
+  command->add_flag("--once", options->once, "Print one frame and exit");
+  command->add_option("--interval", options->interval_s, "Seconds between refreshes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  command->callback([options] { run_top(*options); });
+}
+
+}  // namespace moescope::cli
