@@ -112,6 +112,24 @@ std::string non_expert_cause(const TraceModel& model, const TimeBreakdown& break
          "runs slower here (a slower GPU or host, or work the trace does not name)";
 }
 
+// How many more expert rows per step `rank` computes than the others' median, over every layer
+// with received rows, as a share of that median (0 without received rows).
+double expert_row_excess_share(const TraceModel& model, int32_t rank) {
+  std::map<int32_t, double> rows;
+  for (const LayerLoad& layer : analyze_expert_load(model).layers) {
+    for (const auto& [who, layer_rows] : expert_placement_seen(model, layer.layer).rows_by_rank) {
+      rows[who] += layer_rows;
+    }
+  }
+  if (!rows.count(rank) || rows.size() < 2) return 0.0;
+  std::vector<double> others;
+  for (const auto& [who, total] : rows) {
+    if (who != rank) others.push_back(total);
+  }
+  const double typical = median(others);
+  return typical > 0 ? (rows[rank] - typical) / typical : 0.0;
+}
+
 // The plan an imbalance implies: layer `layer`'s rows split evenly over the ranks (replicas of
 // the hot experts on the other ranks), predicted with the cost model. "" when there is none.
 std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vector<uint32_t>& hot,
@@ -121,6 +139,7 @@ std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vec
   for (const LayerLoad& entry : load.layers) layers.push_back(entry.layer);
   const auto position = std::find(layers.begin(), layers.end(), layer);
   if (position == layers.end()) return "";
+  const uint32_t layer_experts = load.layers[size_t(position - layers.begin())].num_experts;
   const std::vector<RankMeasurement> measured = measure_rank_load(model, layers, 1);
   if (measured.size() < 2) return "";
   std::vector<std::vector<double>> loads(layers.size(), std::vector<double>(measured.size(), 0.0));
@@ -145,12 +164,12 @@ std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vec
   return format(
       "Implied plan: replicate expert%s %s of layer %u from rank %d onto the other rank(s) so the "
       "layer's rows split evenly over the %zu ranks; predicted step time %.2f -> %.2f ms (%+.2f "
-      "ms, cost model %.4f ms per row). `moescope plan --gpus %zu --slots <experts + replicas>` "
-      "on these traces computes the placement and checks it against a rerun with `moescope "
-      "diff --predicted`.",
+      "ms, cost model %.4f ms per row). `moescope plan --gpus %zu --slots %zu` on these traces "
+      "computes the placement (the experts + one replica per hot expert); `moescope diff "
+      "--predicted` checks it against a rerun.",
       hot.size() == 1 ? "" : "s", joined(hot).c_str(), layer, hot_rank, measured.size(),
       prediction.step_ms_before, prediction.step_ms_after(), prediction.step_ms_change,
-      prediction.cost.ms_per_row, measured.size());
+      prediction.cost.ms_per_row, measured.size(), size_t(layer_experts) + hot.size());
 }
 
 // Ranks findings by root cause and turns link indices into ids.
@@ -230,18 +249,36 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
       continue;
     }
     const std::vector<int32_t> hosts = seen.hosts_of(imbalance.where.experts);
-    const bool hosted_on_busiest = hosts.size() == 1 && hosts.front() == seen.busiest_rank;
-    if (!hosted_on_busiest) {
-      imbalance.chain =
-          hosts.empty()
-              ? format(
-                    "layer %u's hot experts have no single rank in the trace (replicated or "
-                    "not matched to a rank's received rows): no rank is singled out",
-                    layer)
-              : format(
-                    "layer %u's hot experts sit on rank(s) %s, not on one busiest rank: no "
-                    "rank is singled out",
-                    layer, joined(hosts).c_str());
+    double rows = 0;
+    for (const auto& [rank, rank_rows] : seen.rows_by_rank) rows += rank_rows;
+    const double mean_rows = rows / double(std::max<size_t>(1, seen.rows_by_rank.size()));
+    const double excess_share = mean_rows > 0 ? seen.busiest_excess_rows / mean_rows : 0.0;
+    if (imbalance.where.experts.empty()) {
+      imbalance.chain = format(
+          "no expert of layer %u is hot over the run (the load moves between experts from step "
+          "to step): no rank is singled out by the placement",
+          layer);
+      continue;
+    }
+    if (hosts.empty()) {
+      imbalance.chain = format(
+          "layer %u's hot experts have no single rank in the trace (replicated, moved, or not "
+          "matched to a rank's received rows): no rank is singled out",
+          layer);
+      continue;
+    }
+    if (hosts.size() > 1 || hosts.front() != seen.busiest_rank) {
+      imbalance.chain = format(
+          "layer %u's hot experts sit on rank(s) %s, and the rank computing most of its rows is "
+          "rank %d: no one rank is singled out by them",
+          layer, joined(hosts).c_str(), seen.busiest_rank);
+      continue;
+    }
+    if (excess_share < kMinRankExcessShare) {
+      imbalance.chain = format(
+          "rank %d hosts the hot experts, but layer %u's rows are even over the ranks (the "
+          "busiest computes %+.0f%% over the others' median): no rank is singled out",
+          hosts.front(), layer, 100.0 * excess_share);
       continue;
     }
     const int32_t rank = seen.busiest_rank;
@@ -254,7 +291,11 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     imbalance.metrics.push_back({"excess_rows_per_step", seen.busiest_excess_rows});
     const std::string plan =
         implied_plan(model, layer, imbalance.where.experts, rank, imbalance.metrics);
-    if (!plan.empty()) imbalance.suggestion = plan + " " + imbalance.suggestion;
+    if (!plan.empty()) {
+      imbalance.suggestion = plan +
+                             " Or at the router: raise the aux-loss coefficient or enable "
+                             "aux-loss-free bias updates.";
+    }
     for (size_t s = 0; s < findings.size(); ++s) {
       if (findings[s].kind == "straggler_rank" && only_rank(findings[s]) == rank) {
         link(imbalance, findings[s], i, s);
@@ -282,6 +323,9 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
       }
     }
     straggler.metrics.push_back({"explained_ms", caused});
+    straggler.suggestion =
+        "Fix the cause: the hot experts on this rank (the expert_imbalance above and its plan); "
+        "what is left after it is this rank's own.";
     straggler.chain = format(
         "%.2f of its %.2f ms per step come from the expert rows it computes "
         "(%s)",
@@ -290,9 +334,17 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
   }
   for (Finding& straggler : findings) {
     if (straggler.kind != "straggler_rank" || !straggler.explained_by.empty()) continue;
-    straggler.chain =
-        "no expert cause in the trace; what it shows: " +
-        non_expert_cause(model, breakdown, only_rank(straggler), straggler.est_ms_per_step);
+    const int32_t rank = only_rank(straggler);
+    const double row_excess = expert_row_excess_share(model, rank);
+    if (row_excess >= kMinRankExcessShare) {
+      straggler.chain = format(
+          "rank %d computes %.0f%% more expert rows per step than the others' median, though no "
+          "imbalance finding names a hot expert on it (the load moves between experts)",
+          rank, 100.0 * row_excess);
+      continue;
+    }
+    straggler.chain = "no expert cause in the trace; what it shows: " +
+                      non_expert_cause(model, breakdown, rank, straggler.est_ms_per_step);
   }
 
   // straggler_rank -> exposed_communication, through the waiting inside collectives.

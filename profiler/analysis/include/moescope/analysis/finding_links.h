@@ -2,8 +2,9 @@
 //
 // The chain a skewed router makes under expert parallelism:
 //   expert_imbalance (layer L, hot experts H)
-//     -> straggler_rank (rank R)         when R computes the most rows of layer L and hosts H,
-//                                        as the trace shows it (expert_placement_seen.h)
+//     -> straggler_rank (rank R)         when R computes the most rows of layer L (at least
+//                                        kMinRankExcessShare over the others' median) and hosts
+//                                        H, as the trace shows it (expert_placement_seen.h)
 //     -> exposed_communication           when the other ranks wait for R inside collectives at
 //                                        least kMinCausedWaitMs per step (collective_wait.h)
 // Time: the imbalance carries the straggler's time its rows cause, ms_per_row x R's rows over
@@ -26,6 +27,9 @@
 namespace moescope::analysis {
 
 inline constexpr double kMinCausedWaitMs = 0.5;
+// The busiest rank of the layer must compute at least this share more rows than the others'
+// median for the imbalance to single it out (below it the rows are even over the ranks).
+inline constexpr double kMinRankExcessShare = 0.10;
 
 void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
                    const CollectiveWaits& waits, std::vector<Finding>& findings);
