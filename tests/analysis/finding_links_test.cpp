@@ -77,6 +77,57 @@ TEST(CollectiveWait, ABalancedRunWaitsForNobody) {
   }
 }
 
+// Expert-load samples written into a model directly: per step, the router's tokens per global
+// expert (GLOBAL, on rank 0) and each rank's rows per local slot (RECEIVED).
+void add_sample(TraceModel& model, int64_t step, int32_t rank, uint32_t scope,
+                const std::vector<uint32_t>& tokens) {
+  ExpertLoadSample sample;
+  sample.step = step;
+  sample.layer = 1;
+  sample.rank = rank;
+  sample.scope = scope;
+  sample.num_experts = uint32_t(tokens.size());
+  sample.offset = uint32_t(model.expert_tokens.size());
+  model.expert_tokens.insert(model.expert_tokens.end(), tokens.begin(), tokens.end());
+  model.expert_loads.push_back(sample);
+}
+
+TEST(ExpertPlacementSeen, SlotsMatchTheExpertsWhoseTokensTheyReceive) {
+  // 4 experts, 2 per rank: rank 0 hosts experts 3 and 1 (in that slot order), rank 1 hosts 0
+  // and 2. Expert 1 is hot; the counts change from step to step.
+  TraceModel model;
+  for (int64_t step = 0; step < 4; ++step) {
+    const uint32_t base = 10 + uint32_t(step) * 3;
+    const std::vector<uint32_t> routed = {base, 5 * base, base + 2, base + 1};
+    add_sample(model, step, 0, kExpertsGlobal, routed);
+    add_sample(model, step, 0, kExpertsReceived, {routed[3], routed[1]});
+    add_sample(model, step, 1, kExpertsReceived, {routed[0], routed[2]});
+  }
+  const LayerPlacementSeen seen = expert_placement_seen(model, 1);
+  ASSERT_TRUE(seen.has_received_rows);
+  EXPECT_EQ(seen.rank_of_expert, (std::vector<int32_t>{1, 0, 1, 0}));
+  EXPECT_EQ(seen.busiest_rank, 0);
+  EXPECT_EQ(seen.hosts_of({1}), std::vector<int32_t>{0});
+  // Rows per step: rank 0 gets 6 base + 1, rank 1 2 base + 2 (mean base 14.5 over the steps).
+  EXPECT_NEAR(seen.busiest_excess_rows, 4 * 14.5 - 1, 1e-9);
+  EXPECT_FALSE(expert_placement_seen(model, 0).has_received_rows);
+}
+
+TEST(ExpertPlacementSeen, AReplicatedExpertHasNoSingleRank) {
+  // Expert 1's tokens split over a slot on each rank: neither slot matches it.
+  TraceModel model;
+  for (int64_t step = 0; step < 4; ++step) {
+    const uint32_t base = 10 + uint32_t(step) * 3;
+    const std::vector<uint32_t> routed = {base, 4 * base, base + 2, base + 1};
+    add_sample(model, step, 0, kExpertsGlobal, routed);
+    add_sample(model, step, 0, kExpertsReceived, {routed[0], routed[1] / 2, routed[3]});
+    add_sample(model, step, 1, kExpertsReceived, {routed[2], routed[1] / 2});
+  }
+  const LayerPlacementSeen seen = expert_placement_seen(model, 1);
+  EXPECT_EQ(seen.rank_of_expert, (std::vector<int32_t>{0, -1, 1, 0}));
+  EXPECT_TRUE(seen.hosts_of({1}).empty());
+}
+
 TEST(FindingLinks, StragglerExplainsTheWaitingAndRanksFirst) {
   SyntheticOptions options;
   options.slow_rank = 1;
