@@ -196,6 +196,24 @@ TEST_F(ViewerScreenshots, TimelineShowsSpansCommOpsAndCounterPlots) {
   EXPECT_GT(image.distinct_colours(), 200u) << "named spans in their own colours, text";
 }
 
+// The first screen of the timeline: the steps with 2% margins, not the whole process lifetime.
+TEST_F(ViewerScreenshots, TimelineOpensFittedToTheSteps) {
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const auto& process : model.processes) {
+    ASSERT_FALSE(process.steps.empty());
+    first = std::min(first, process.steps.front().start);
+    last = std::max(last, process.steps.back().end);
+  }
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_fitted");
+  TimeAxis expected(static_cast<double>(model.begin), static_cast<double>(model.end), 1000.0);
+  expected.show_range(double(first), double(last), 0.02);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+}
+
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
   Image image;
   nlohmann::json layout;

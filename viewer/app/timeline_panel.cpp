@@ -49,6 +49,11 @@ void TimelinePanel::reset(const LoadedTrace& trace) {
   axis_ = TimeAxis(
       static_cast<double>(trace.timeline.begin_ns),
       static_cast<double>(std::max(trace.timeline.end_ns, trace.timeline.begin_ns + 1)), 1000.0);
+  // Open on the steps, not on the imports before them (zooming out shows the rest).
+  if (trace.timeline.steps_end_ns > trace.timeline.steps_begin_ns) {
+    axis_.show_range(static_cast<double>(trace.timeline.steps_begin_ns),
+                     static_cast<double>(trace.timeline.steps_end_ns), 0.02);
+  }
   matches_.clear();
   match_index_ = -1;
   searched_.clear();
