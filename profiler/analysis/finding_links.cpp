@@ -227,6 +227,38 @@ void rank_by_root_cause(std::vector<Finding>& findings) {
 
 }  // namespace
 
+std::string root_cause_line(const std::vector<Finding>& findings) {
+  if (findings.empty()) return "";
+  auto by_id = [&](int32_t id) -> const Finding* {
+    return id >= 1 && size_t(id) <= findings.size() && findings[size_t(id - 1)].id == id
+               ? &findings[size_t(id - 1)]
+               : nullptr;
+  };
+  std::string line;
+  const Finding* at = &findings.front();
+  for (size_t guard = 0; at && guard < findings.size(); ++guard) {
+    std::string where;
+    if (at->where.ranks.size() == 1) where = "rank " + std::to_string(at->where.ranks.front());
+    if (at->where.layer >= 0) {
+      where += (where.empty() ? "layer " : ", layer ") + std::to_string(at->where.layer);
+    }
+    if (!at->where.experts.empty()) {
+      std::string experts;
+      for (uint32_t e : at->where.experts)
+        experts += (experts.empty() ? "" : ",") + std::to_string(e);
+      where += (at->where.experts.size() == 1 ? ", expert " : ", experts ") + experts;
+    }
+    if (guard == 0)
+      where += format("%s%.2f ms/step", where.empty() ? "" : "; ", at->est_ms_per_step);
+    line += (line.empty() ? "#" : " -> #") + std::to_string(at->id) + " " + at->kind +
+            (where.empty() ? "" : " (" + where + ")");
+    at = at->explains.empty() ? nullptr : by_id(at->explains.front());
+  }
+  const Finding& root = findings.front();
+  if (root.explains.empty() && !root.chain.empty()) line += " - " + root.chain;
+  return line;
+}
+
 void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
                    const CollectiveWaits& waits, std::vector<Finding>& findings) {
   const double step_ms = reference_step_ms(findings);

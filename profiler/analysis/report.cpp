@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "moescope/analysis/finding_links.h"
 #include "text_writer.h"
 
 namespace moescope::analysis {
@@ -351,6 +352,8 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
 
   w.heading("Findings (root causes first, each followed by the findings it explains)");
   if (report.findings.empty()) w.line("No problems found.");
+  const std::string root_cause = root_cause_line(report.findings);
+  if (!root_cause.empty()) w.line((markdown ? "Root cause: " : "root cause: ") + root_cause + "\n");
   int index = 1;
   for (const Finding& finding : report.findings) {
     w.line((markdown ? std::to_string(index) + ". **" : std::to_string(index) + ". [") +

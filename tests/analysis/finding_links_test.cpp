@@ -8,6 +8,7 @@
 
 #include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/expert_placement_seen.h"
+#include "moescope/analysis/finding_links.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
@@ -151,6 +152,11 @@ TEST(FindingLinks, StragglerExplainsTheWaitingAndRanksFirst) {
   EXPECT_NE(straggler->chain.find("no expert cause"), std::string::npos) << straggler->chain;
   EXPECT_NE(straggler->chain.find("slower GPU or host"), std::string::npos) << straggler->chain;
 
+  EXPECT_EQ(root_cause_line(report.findings).rfind("#1 straggler_rank (rank 1; ", 0), 0u)
+      << root_cause_line(report.findings);
+  EXPECT_NE(root_cause_line(report.findings).find(" -> #2 exposed_communication"),
+            std::string::npos)
+      << root_cause_line(report.findings);
   const nlohmann::json json =
       nlohmann::json::parse(render_report(model, report, ReportFormat::kJson));
   const auto& first = json["findings"][0];

@@ -20,6 +20,7 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
+#include "moescope/analysis/finding_links.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
@@ -212,6 +213,12 @@ TEST_F(ViewerScreenshots, TimelineOpensFittedToTheSteps) {
   expected.show_range(double(first), double(last), 0.02);
   EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
   EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+  // Above it, the report's root cause: its first finding and what that explains.
+  const std::vector<analysis::Finding> findings = analysis::build_report(model).findings;
+  ASSERT_FALSE(findings.empty());
+  const std::string root_cause = layout["root_cause"];
+  EXPECT_EQ(root_cause, analysis::root_cause_line(findings));
+  EXPECT_EQ(root_cause.rfind("#1 " + findings.front().kind + " (", 0), 0u) << root_cause;
 }
 
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {

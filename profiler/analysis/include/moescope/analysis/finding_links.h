@@ -17,6 +17,7 @@
 // shows (host synchronization, a data loader or GC span, or only slower compute).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "moescope/analysis/collective_wait.h"
@@ -30,6 +31,12 @@ inline constexpr double kMinCausedWaitMs = 0.5;
 // The busiest rank of the layer must compute at least this share more rows than the others'
 // median for the imbalance to single it out (below it the rows are even over the ranks).
 inline constexpr double kMinRankExcessShare = 0.10;
+
+// The first finding's chain on one line, for the report's and the viewer's first screen:
+// "#1 expert_imbalance (layer 1, experts 1,2; 20.74 ms/step) -> #2 straggler_rank (rank 0) ->
+// #3 exposed_communication", following the first finding each one explains; a root that
+// explains nothing adds its chain sentence. "" without findings.
+std::string root_cause_line(const std::vector<Finding>& findings);
 
 void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
                    const CollectiveWaits& waits, std::vector<Finding>& findings);
