@@ -10,6 +10,7 @@
 #include <string>
 
 #include "moescope/analysis/comm_analysis.h"
+#include "moescope/analysis/finding_links.h"
 
 namespace moescope::analysis {
 namespace {
@@ -599,7 +600,9 @@ std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdo
                                       const ExpertLoadAnalysis& experts,
                                       const std::vector<RankMemory>& memory,
                                       const FindingThresholds& thresholds) {
-  return Rules(model, breakdown, experts, memory, thresholds).run();
+  std::vector<Finding> findings = Rules(model, breakdown, experts, memory, thresholds).run();
+  link_findings(model, breakdown, analyze_collective_waits(model), findings);
+  return findings;
 }
 
 }  // namespace moescope::analysis

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "moescope/analysis/finding_links.h"
 #include "text_writer.h"
 
 namespace moescope::analysis {
@@ -255,7 +256,25 @@ std::string render_json(const TraceModel& model, const Report& report) {
                    {"min_gbps", op.min_gbps},
                    {"max_gbps", op.max_gbps}});
   }
-  out["communication"] = {{"all_to_all", matrices}, {"ops", ops}};
+  ordered_json waits = ordered_json::array();
+  for (const CollectiveKindWait& kind : report.collective_waits.kinds) {
+    ordered_json ranks = ordered_json::array();
+    for (const RankCollectiveWait& rank : kind.ranks) {
+      ranks.push_back({{"rank", rank.rank},
+                       {"ops", rank.ops},
+                       {"wait_ms_per_step", rank.wait_ms},
+                       {"transfer_ms_per_step", rank.transfer_ms},
+                       {"mean_wait_ms", rank.mean_wait_ms},
+                       {"mean_transfer_ms", rank.mean_transfer_ms},
+                       {"arrived_last", rank.arrived_last},
+                       {"caused_wait_ms_per_step", rank.caused_wait_ms}});
+    }
+    waits.push_back({{"kind", comm_kind_name(kind.kind)},
+                     {"matched_ops", kind.matched_ops},
+                     {"unmatched_ops", kind.unmatched_ops},
+                     {"ranks", ranks}});
+  }
+  out["communication"] = {{"all_to_all", matrices}, {"ops", ops}, {"wait_transfer", waits}};
   ordered_json memory = ordered_json::array();
   for (const auto& rank : report.memory) {
     ordered_json categories = ordered_json::object();
@@ -285,7 +304,8 @@ std::string render_json(const TraceModel& model, const Report& report) {
   for (const Finding& finding : report.findings) {
     ordered_json metrics = ordered_json::object();
     for (const auto& [name, value] : finding.metrics) metrics[name] = finite_or_zero(value);
-    findings.push_back({{"kind", finding.kind},
+    findings.push_back({{"id", finding.id},
+                        {"kind", finding.kind},
                         {"severity", severity_name(finding.severity)},
                         {"est_ms_per_step", finding.est_ms_per_step},
                         {"step_share", finding.step_share},
@@ -297,7 +317,10 @@ std::string render_json(const TraceModel& model, const Report& report) {
                           {"experts", finding.where.experts}}},
                         {"evidence", finding.evidence},
                         {"metrics", metrics},
-                        {"suggestion", finding.suggestion}});
+                        {"suggestion", finding.suggestion},
+                        {"explains", finding.explains},
+                        {"explained_by", finding.explained_by},
+                        {"chain", finding.chain}});
   }
   out["findings"] = std::move(findings);
   ordered_json errors = ordered_json::array();
@@ -327,8 +350,10 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   if (s.errors) w.line(std::to_string(s.errors) + " load error(s), listed at the end");
   for (const std::string& gap : report.capture_gaps) w.line("capture: " + gap);
 
-  w.heading("Findings (ranked by estimated time lost per step)");
+  w.heading("Findings (root causes first, each followed by the findings it explains)");
   if (report.findings.empty()) w.line("No problems found.");
+  const std::string root_cause = root_cause_line(report.findings);
+  if (!root_cause.empty()) w.line((markdown ? "Root cause: " : "root cause: ") + root_cause + "\n");
   int index = 1;
   for (const Finding& finding : report.findings) {
     w.line((markdown ? std::to_string(index) + ". **" : std::to_string(index) + ". [") +
@@ -336,6 +361,9 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
            fixed(finding.est_ms_per_step) + " ms/step (" + fixed(100.0 * finding.step_share, 0) +
            "% of a step), " + where_text(finding.where));
     w.line(std::string(markdown ? "   - " : "   ") + finding.evidence);
+    if (!finding.chain.empty()) {
+      w.line(std::string(markdown ? "   - chain: " : "   chain: ") + finding.chain);
+    }
     w.line(std::string(markdown ? "   - fix: " : "   fix: ") + finding.suggestion);
     ++index;
   }
@@ -416,6 +444,21 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
                       fixed(op.mean_gbps), fixed(op.min_gbps), fixed(op.max_gbps)});
     }
     w.table({"op", "kind", "count", "MiB", "total ms", "mean GB/s", "min GB/s", "max GB/s"}, rows);
+    if (!report.collective_waits.empty()) {
+      w.line((markdown ? "\n" : "") +
+             std::string("inside the collectives, per rank (ms per step): waiting for the last "
+                         "rank to arrive vs moving bytes"));
+      rows.clear();
+      for (const CollectiveKindWait& kind : report.collective_waits.kinds) {
+        for (const RankCollectiveWait& rank : kind.ranks) {
+          rows.push_back({comm_kind_name(kind.kind), std::to_string(rank.rank),
+                          std::to_string(rank.ops), fixed(rank.wait_ms), fixed(rank.transfer_ms),
+                          std::to_string(rank.arrived_last), fixed(rank.caused_wait_ms)});
+        }
+      }
+      w.table({"kind", "rank", "ops", "wait", "transfer", "arrived last", "others wait for it"},
+              rows);
+    }
     for (const auto& matrix : report.communication.all_to_all) {
       w.line((markdown ? "\n" : "") + std::string("all-to-all bytes (row = sender), ") +
              std::to_string(matrix.num_ops) + " ops, receive imbalance " +
@@ -476,6 +519,7 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
         {rank, expert_load_matrix(model, one_rank), analyze_expert_load(model, one_rank)});
   }
   report.communication = analyze_communication(model);
+  report.collective_waits = analyze_collective_waits(model);
   report.memory = analyze_memory(model);
   report.findings =
       find_bottlenecks(model, report.breakdown, report.expert_load, report.memory, thresholds);

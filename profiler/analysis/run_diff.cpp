@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/findings.h"
@@ -178,6 +179,12 @@ class MetricCollector {
       add("collective", name + " time", "ms", true, kind.steps, kind.ms, true);
       add("collective", name + " bytes", "bytes", false, kind.steps, kind.bytes, true);
       add("collective", name + " ops", "ops", false, kind.steps, kind.ops, true);
+    }
+    // Inside the collectives: waiting for the last rank vs moving bytes (collective_wait.h).
+    for (const CollectiveKindWait& kind : analyze_collective_waits(model_).kinds) {
+      const std::string name = comm_kind_name(kind.kind);
+      add("collective", name + " wait", "ms", true, kind.steps, kind.wait_ms, true);
+      add("collective", name + " transfer", "ms", true, kind.steps, kind.transfer_ms, true);
     }
   }
 

@@ -144,7 +144,7 @@ def record_hf_torchrun(context, steps):
 
 def torchrun_gloo_training(context):
     """2 ranks, gradients averaged with Gloo all_reduce by hand: every all_reduce on each rank
-    with the bytes of its gradient."""
+    with the bytes of its gradient; the biased layer's imbalance stops its chain at the layer."""
     need("torch", "transformers")
     steps = 3
     record_hf_torchrun(context, steps)
@@ -160,6 +160,11 @@ def torchrun_gloo_training(context):
         expect(sent == sorted(grads * steps), f"{trace}: bytes per all_reduce differ")
     report = context.report()
     expect(report["summary"]["steps"] == steps, report["summary"])
+    # Data parallel, no expert parallelism: every rank computes every expert, so the trace shows
+    # no placement and the biased layer's finding links to no rank, and says why.
+    hot = [f for f in imbalance_findings(report) if f["where"]["layer"] == 1]
+    expect(hot and "the chain stops at layer 1" in hot[0]["chain"] and not hot[0]["explains"],
+           f"layer 1's imbalance does not stop its chain at the layer: {hot}")
 
 
 def gloo_collectives(context):
@@ -185,6 +190,30 @@ def gloo_collectives(context):
     expect(matrices[0]["bytes"] == [sent[0]["all_to_all"], sent[1]["all_to_all"]],
            f"all-to-all matrix {matrices[0]['bytes']}, sent {sent[0]['all_to_all']}, "
            f"{sent[1]['all_to_all']}")
+
+
+def gloo_late_rank_wait(context):
+    """Rank 1 sleeps 80 ms before each of 5 all-to-alls: the report splits rank 0's time inside
+    them into waiting for rank 1 (the sleep, within 10%) and transfer, and blames rank 1."""
+    need("torch")
+    sleep_ms, rounds = 80.0, 5
+    context.record([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", context.program("gloo_late_rank.py"), str(sleep_ms / 1e3), str(rounds)])
+    report = context.report()
+    waits = [kind for kind in report["communication"]["wait_transfer"]
+             if kind["kind"] == "all_to_all"]
+    expect(len(waits) == 1, f"no all_to_all wait/transfer: {report['communication']}")
+    ranks = {entry["rank"]: entry for entry in waits[0]["ranks"]}
+    expect(waits[0]["matched_ops"] == rounds and set(ranks) == {0, 1},
+           f"expected {rounds} all-to-alls matched on ranks 0 and 1: {waits[0]}")
+    waited = ranks[0]["mean_wait_ms"]
+    expect(abs(waited - sleep_ms) <= 0.1 * sleep_ms,
+           f"rank 0 waited {waited:.1f} ms per all-to-all, rank 1 slept {sleep_ms} ms: {waits[0]}")
+    expect(ranks[1]["mean_wait_ms"] < 0.1 * sleep_ms,
+           f"rank 1 arrived last but waited {ranks[1]['mean_wait_ms']:.1f} ms: {waits[0]}")
+    expect(ranks[1]["arrived_last"] == rounds, f"rank 1 was not last every time: {waits[0]}")
+    expect(ranks[0]["mean_transfer_ms"] < sleep_ms / 2,
+           f"transfer {ranks[0]['mean_transfer_ms']:.1f} ms holds part of the wait: {waits[0]}")
 
 
 def annotation_without_step(context):
@@ -497,6 +526,7 @@ CASES = {
     "hf_deepseek_v3": hf_model_case("deepseek_v3"),
     "torchrun_gloo_training": torchrun_gloo_training,
     "gloo_collectives": gloo_collectives,
+    "gloo_late_rank_wait": gloo_late_rank_wait,
     "annotation_without_step": annotation_without_step,
     "kineto_optimizer_steps": kineto_optimizer_steps,
     "chained_sitecustomize": chained_sitecustomize,

@@ -5,6 +5,7 @@
 // max/mean expert load, and placement its max/mean load per rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -63,6 +64,29 @@ TEST(DemoPipelineTest, ReportFlagsTheSkewedLayerAndAuxFreeBalancingLowersItsLoad
   }
   EXPECT_TRUE(flagged_layer1) << skewed.dump(2);
 
+  // The chain (docs/analysis.md, causal links): the first finding is layer 1's imbalance, its
+  // hot experts on rank 0 (placement seen in the rows each rank received), explaining rank 0's
+  // straggler finding and carrying most of its time.
+  const auto findings = skewed.value("findings", nlohmann::json::array());
+  ASSERT_FALSE(findings.empty()) << skewed.dump(2);
+  const nlohmann::json& root = findings[0];
+  EXPECT_EQ(root.value("kind", ""), "expert_imbalance") << findings.dump(2);
+  EXPECT_EQ(root["where"].value("layer", -1), 1) << findings.dump(2);
+  const nlohmann::json* straggler = nullptr;
+  for (const auto& finding : findings) {
+    const auto explains = root.value("explains", nlohmann::json::array());
+    if (std::find(explains.begin(), explains.end(), finding.value("id", 0)) != explains.end() &&
+        finding.value("kind", "") == "straggler_rank") {
+      straggler = &finding;
+    }
+  }
+  ASSERT_NE(straggler, nullptr) << findings.dump(2);
+  EXPECT_EQ((*straggler)["where"]["ranks"], nlohmann::json::array({0})) << findings.dump(2);
+  EXPECT_GE(root.value("est_ms_per_step", 0.0), 0.5 * straggler->value("est_ms_per_step", 0.0))
+      << findings.dump(2);
+  EXPECT_NE(root.value("chain", "").find("rank 0 hosts"), std::string::npos) << root.dump(2);
+  EXPECT_NE(root.value("suggestion", "").find("Implied plan"), std::string::npos) << root.dump(2);
+
   // Aux-loss-free bias updates lower layer 1's max/mean over the run. The margin is modest:
   // this small model's routing collapses onto few experts in both layers within ~20 steps (see
   // samples/moe_train/README.md), and the bias needs tens of steps to push back.
@@ -82,6 +106,11 @@ TEST(DemoPipelineTest, ReportFlagsTheSkewedLayerAndAuxFreeBalancingLowersItsLoad
   EXPECT_LT(rebalanced_ranks, skewed_ranks - 0.3)
       << "skewed " << skewed_ranks << ", rebalanced " << rebalanced_ranks;
   EXPECT_NE(run.output.find(" applied ("), std::string::npos) << "no rebalancing was applied";
+  // With the hot experts replicated on both ranks, no imbalance singles out a rank: no chain.
+  for (const auto& finding : rebalanced.value("findings", nlohmann::json::array())) {
+    if (finding.value("kind", "") != "expert_imbalance") continue;
+    EXPECT_TRUE(finding.value("explains", nlohmann::json::array()).empty()) << finding.dump(2);
+  }
   EXPECT_GE(rebalanced.value("rebalances", nlohmann::json::object()).value("decisions", 0), 2)
       << rebalanced.dump(2);
 

@@ -80,6 +80,43 @@ TEST_F(LoadedSample, IndexHasThreadStreamCommMemoryAndCounterTracksPerRank) {
   EXPECT_EQ(index_->tracks.front().label.rfind("rank 0 | thread main", 0), 0u);
 }
 
+// The first screen: the timeline opens on the steps, and a counter that never changes starts
+// collapsed (its header says why) while one that changes is drawn.
+TEST_F(LoadedSample, IndexKnowsTheStepsAndCollapsesOnlyConstantCounters) {
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const auto& process : model_->processes) {
+    ASSERT_FALSE(process.steps.empty());
+    first = std::min(first, process.steps.front().start);
+    last = std::max(last, process.steps.back().end);
+  }
+  EXPECT_EQ(index_->steps_begin_ns, first);
+  EXPECT_EQ(index_->steps_end_ns, last);
+  for (const TimelineTrack& track : index_->tracks) {
+    if (track.kind != TimelineTrackKind::kCounter) continue;
+    EXPECT_FALSE(track.collapsed) << track.label << ": the loss changes every step";
+    EXPECT_EQ(track.label.find("(constant)"), std::string::npos) << track.label;
+  }
+
+  analysis::TraceModel model;
+  analysis::ProcessTrack process;
+  analysis::CounterTrack flat, moving;
+  flat.name = model.strings.intern("dispatch buffer bytes");
+  flat.times = {10, 20, 30};
+  flat.values = {0, 0, 0};
+  moving.name = model.strings.intern("tokens");
+  moving.times = {10, 20, 30};
+  moving.values = {0, 5, 0};
+  process.counters = {flat, moving};
+  model.processes.push_back(process);
+  const TimelineIndex index = build_timeline_index(model);
+  ASSERT_EQ(index.tracks.size(), 2u);
+  EXPECT_TRUE(index.tracks[0].collapsed);
+  EXPECT_NE(index.tracks[0].label.find("dispatch buffer bytes (constant)"), std::string::npos);
+  EXPECT_FALSE(index.tracks[1].collapsed);
+  EXPECT_EQ(index.steps_begin_ns, 0);  // no steps: the timeline opens on the whole trace
+  EXPECT_EQ(index.steps_end_ns, 0);
+}
+
 TEST_F(LoadedSample, SearchFindsEveryMatchInTimeOrder) {
   auto matches = search_events(*model_, *index_, "GROUPED_gemm");
   size_t expected = static_cast<size_t>(shape_.num_ranks * shape_.num_steps * shape_.num_layers *

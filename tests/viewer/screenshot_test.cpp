@@ -20,6 +20,7 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
+#include "moescope/analysis/finding_links.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
@@ -194,6 +195,30 @@ TEST_F(ViewerScreenshots, TimelineShowsSpansCommOpsAndCounterPlots) {
   EXPECT_GT(image.count({224, 140, 50}, 2), 200u) << "all-to-all ops on the communicator tracks";
   EXPECT_GT(image.count({120, 180, 240}, 2), 50u) << "memory/counter plot lines";
   EXPECT_GT(image.distinct_colours(), 200u) << "named spans in their own colours, text";
+}
+
+// The first screen of the timeline: the steps with 2% margins, not the whole process lifetime.
+TEST_F(ViewerScreenshots, TimelineOpensFittedToTheSteps) {
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const auto& process : model.processes) {
+    ASSERT_FALSE(process.steps.empty());
+    first = std::min(first, process.steps.front().start);
+    last = std::max(last, process.steps.back().end);
+  }
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_fitted");
+  TimeAxis expected(static_cast<double>(model.begin), static_cast<double>(model.end), 1000.0);
+  expected.show_range(double(first), double(last), 0.02);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+  // Above it, the report's root cause: its first finding and what that explains.
+  const std::vector<analysis::Finding> findings = analysis::build_report(model).findings;
+  ASSERT_FALSE(findings.empty());
+  const std::string root_cause = layout["root_cause"];
+  EXPECT_EQ(root_cause, analysis::root_cause_line(findings));
+  EXPECT_EQ(root_cause.rfind("#1 " + findings.front().kind + " (", 0), 0u) << root_cause;
 }
 
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {

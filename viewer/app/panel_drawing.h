@@ -35,6 +35,7 @@ struct LayoutProbe {
   int64_t selected_slot = -1;
   int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;
+  std::string root_cause;    // the timeline's first line (analysis::root_cause_line)
   int files = 0, ranks = 0;  // of the trace on screen
   // The file browser: whether it is open, the trace files it lists with the centres of their
   // checkboxes, and the centre of its "Open ticked" button.

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <numeric>
+#include <string>
 
 #include <imgui.h>
 
@@ -43,8 +44,8 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     return;
   }
   ImGui::Text(
-      "Findings ranked by estimated time lost per step. Click one to select its place in "
-      "the timeline and heatmap.");
+      "Findings ranked by root cause: each cause first, the findings it explains (->) after "
+      "it. Click one to select its place in the timeline and heatmap.");
   float details_height = 110.0f;
   if (ImGui::BeginTable(
           "findings", 5, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY,
@@ -77,7 +78,9 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
       ImGui::TableNextColumn();
       ImGui::Text("%.2f", finding.est_ms_per_step);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(finding.kind.c_str());
+      // An effect is marked with the cause it follows in the list.
+      const std::string kind = finding.explained_by.empty() ? finding.kind : "-> " + finding.kind;
+      ImGui::TextUnformatted(kind.c_str());
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(finding.evidence.c_str());
     }
@@ -88,6 +91,7 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
       static_cast<size_t>(state.selected_finding) < trace.findings.size()) {
     const analysis::Finding& finding = trace.findings[static_cast<size_t>(state.selected_finding)];
     ImGui::TextWrapped("Evidence: %s", finding.evidence.c_str());
+    if (!finding.chain.empty()) ImGui::TextWrapped("Chain: %s", finding.chain.c_str());
     ImGui::TextWrapped("Suggestion: %s", finding.suggestion.c_str());
     if (ImGui::Button("Show in timeline")) state.switch_to = Panel::kTimeline;
     ImGui::SameLine();

@@ -51,6 +51,7 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"memory_plot_top", probe.memory_plot_top},
                          {"memory_plot_bottom", probe.memory_plot_bottom},
                          {"report_rows", probe.report_rows},
+                         {"root_cause", probe.root_cause},
                          {"files", probe.files},
                          {"browser_open", probe.browser_open},
                          {"browser_traces", probe.browser_traces},

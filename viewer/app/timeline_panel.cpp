@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <GLFW/glfw3.h>
+#include "moescope/analysis/finding_links.h"
 #include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
 
@@ -49,6 +50,11 @@ void TimelinePanel::reset(const LoadedTrace& trace) {
   axis_ = TimeAxis(
       static_cast<double>(trace.timeline.begin_ns),
       static_cast<double>(std::max(trace.timeline.end_ns, trace.timeline.begin_ns + 1)), 1000.0);
+  // Open on the steps, not on the imports before them (zooming out shows the rest).
+  if (trace.timeline.steps_end_ns > trace.timeline.steps_begin_ns) {
+    axis_.show_range(static_cast<double>(trace.timeline.steps_begin_ns),
+                     static_cast<double>(trace.timeline.steps_end_ns), 0.02);
+  }
   matches_.clear();
   match_index_ = -1;
   searched_.clear();
@@ -100,6 +106,14 @@ void TimelinePanel::search(LoadedTrace& trace, ViewerState& state, const std::st
 }
 
 void TimelinePanel::draw_toolbar(LoadedTrace& trace, ViewerState& state) {
+  // The story first: the top finding's chain (root cause -> effects); the report tab has the
+  // evidence and the fix of each.
+  layout_probe().root_cause = analysis::root_cause_line(trace.findings);
+  if (!layout_probe().root_cause.empty()) {
+    ImGui::TextColored(ImVec4(1.0f, 0.75f, 0.3f, 1.0f), "Root cause:");
+    ImGui::SameLine();
+    ImGui::TextWrapped("%s", layout_probe().root_cause.c_str());
+  }
   ImGui::SetNextItemWidth(220.0f);
   bool enter = ImGui::InputTextWithHint("##search", "search by name", search_text_,
                                         sizeof(search_text_), ImGuiInputTextFlags_EnterReturnsTrue);

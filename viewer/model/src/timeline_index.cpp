@@ -118,6 +118,14 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
   TimelineIndex index;
   index.begin_ns = model.begin;
   index.end_ns = model.end;
+  for (const ProcessTrack& process : model.processes) {
+    if (process.steps.empty()) continue;
+    const bool first = index.steps_begin_ns == 0 && index.steps_end_ns == 0;
+    index.steps_begin_ns = first ? process.steps.front().start
+                                 : std::min(index.steps_begin_ns, process.steps.front().start);
+    index.steps_end_ns =
+        first ? process.steps.back().end : std::max(index.steps_end_ns, process.steps.back().end);
+  }
   // The tracks and their labels first; their lanes (copies of every span's times: most of the
   // work) are built afterwards, tracks spread over the hardware threads.
   for (uint32_t p = 0; p < model.processes.size(); ++p) {
@@ -155,8 +163,12 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
       index.tracks.push_back(std::move(track));
     }
     for (uint32_t c = 0; c < process.counters.size(); ++c) {
-      TimelineTrack track{TimelineTrackKind::kCounter, p, c, {}, {}, false};
-      track.label = prefix + "counter " + model.name(process.counters[c].name);
+      const auto& values = process.counters[c].values;
+      const bool constant = std::all_of(values.begin(), values.end(),
+                                        [&](double value) { return value == values.front(); });
+      TimelineTrack track{TimelineTrackKind::kCounter, p, c, {}, {}, constant};
+      track.label = prefix + "counter " + model.name(process.counters[c].name) +
+                    (constant ? " (constant)" : "");
       index.tracks.push_back(std::move(track));
     }
   }

@@ -1,6 +1,7 @@
 // Bottleneck findings: rules over the analyses, each with kind, severity, where, evidence, a
-// suggestion and the estimated time lost per step, ranked by that estimate. The thresholds
-// are FindingThresholds below; docs/analysis.md explains each rule.
+// suggestion and the estimated time lost per step, linked cause to effect and ranked by root
+// cause (finding_links.h). The thresholds are FindingThresholds below; docs/analysis.md
+// explains each rule.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,13 @@ struct Finding {
   // Where to look in the timeline: a process index (-1 = all) and an interval.
   int32_t process = -1;
   TimeNs start = 0, end = 0;
+  // Causal links (finding_links.h): `id` is the finding's 1-based position in the ranked list;
+  // `explains` / `explained_by` hold the ids of the findings this one causes / is caused by.
+  int32_t id = 0;
+  std::vector<int32_t> explains, explained_by;
+  // How the finding links to the others, one sentence ("" when it stands alone), e.g. "rank 0
+  // hosts experts 1, 2 (placement seen in the received rows): explains #2".
+  std::string chain;
 };
 
 struct FindingThresholds {
@@ -76,6 +84,8 @@ struct FindingThresholds {
 // The rank a finding is about: its only rank, else the rank of its process, else -1 (all).
 int32_t finding_rank(const TraceModel& model, const Finding& finding);
 
+// Every rule, then the causal links between the findings and the ranking by root cause
+// (finding_links.h).
 std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,
                                       const ExpertLoadAnalysis& experts,
                                       const std::vector<RankMemory>& memory,

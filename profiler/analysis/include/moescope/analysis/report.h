@@ -3,14 +3,16 @@
 // "breakdown": [...per rank...], "step_spread": [...],
 // "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
 // "dead_experts", "tokens", "by_rank", ...}], "expert_load_percentiles": {...},
-// "communication": {...}, "memory": [...], "findings": [{"kind", "severity", "est_ms_per_step",
-// "step_share", "where", "evidence", "metrics", "suggestion"}], "errors": [...]}.
+// "communication": {"all_to_all", "ops", "wait_transfer"}, "memory": [...], "findings": [{"id",
+// "kind", "severity", "est_ms_per_step", "step_share", "where", "evidence", "metrics",
+// "suggestion", "explains", "explained_by", "chain"}], "errors": [...]}.
 // docs/analysis.md lists every field; the viewer's panels show the same numbers.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/findings.h"
@@ -47,6 +49,7 @@ struct Report {
   ExpertLoadMatrix expert_tokens;                   // every rank, every step
   std::vector<RankExpertLoad> expert_load_by_rank;  // ranks with expert-load samples
   CommAnalysis communication;
+  CollectiveWaits collective_waits;  // wait vs transfer inside each collective
   std::vector<RankMemory> memory;
   std::vector<Finding> findings;
   PhaseBreakdown phases;  // forward / backward / recompute / optimizer / other per step

@@ -10,7 +10,8 @@
 //   phase       spans of domain moescope.phase (forward, backward, optimizer)
 //   module      spans of domain moescope.module
 //   span        every other named span (runtime and program ranges), the largest first
-//   collective  per kind: time, bytes and ops per step on a rank
+//   collective  per kind: time, bytes and ops per step on a rank; wait and transfer inside them
+//               (collective_wait.h)
 //   layer       per MoE layer: experts max/mean, ranks max/mean, tokens dropped per step
 //   rank        per rank: busy time over the median of the other ranks (the straggler excess)
 // A row is significant when its interval excludes 0. The intervals hold together at

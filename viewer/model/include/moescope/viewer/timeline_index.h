@@ -22,12 +22,18 @@ struct TimelineTrack {
   uint32_t track = 0;    // index in that process's threads / gpu_streams / communicators / counters
   std::string label;     // "rank 0 · thread main (1234)"
   std::vector<Lane> lanes;  // Lane::event = index in the track's spans / ops
+  // Header only. Counters whose value never changes start collapsed: they tell nothing over
+  // time, and a run's memory counters that stay at 0 would otherwise fill the first screen.
   bool collapsed = false;
 };
 
 struct TimelineIndex {
   std::vector<TimelineTrack> tracks;
   int64_t begin_ns = 0, end_ns = 0;
+  // The training steps (first start, last end over the ranks): the range the timeline opens
+  // on, so imports and setup before the first step stay off the first screen. Both 0 without
+  // steps (then it opens on the whole trace).
+  int64_t steps_begin_ns = 0, steps_end_ns = 0;
   uint64_t num_spans = 0;  // lane entries in all tracks
 
   // Timeline track of a model track reference, or -1.

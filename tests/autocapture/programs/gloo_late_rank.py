@@ -1,0 +1,25 @@
+"""Run with torchrun --nproc_per_node 2: rank 1 sleeps a known time before each all-to-all, so
+rank 0 waits that long inside it for rank 1 to arrive. Prints the sleep (JSON) for the test to
+compare with the wait the report measures."""
+import json
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+SLEEP_S = float(sys.argv[1]) if len(sys.argv) > 1 else 0.08
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+tokens = torch.randn(64 * world, 16)
+received = torch.empty_like(tokens)
+dist.barrier()
+for _ in range(ROUNDS):
+    if rank == 1:
+        time.sleep(SLEEP_S)
+    dist.all_to_all_single(received, tokens)
+if rank == 0:
+    print(json.dumps({"sleep_ms": SLEEP_S * 1e3, "rounds": ROUNDS}), flush=True)
+dist.destroy_process_group()
