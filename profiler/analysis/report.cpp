@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -59,27 +61,48 @@ std::string where_text(const FindingWhere& where) {
   return text;
 }
 
-// Notes the capture wrote about what it could not record (domain "moescope"), each once.
-std::vector<std::string> capture_gaps(const TraceModel& model) {
-  const StringId domain = model.strings.find("moescope");
-  std::vector<std::string> gaps;
-  if (!domain) return gaps;
-  std::set<StringId> seen;
-  for (const auto& process : model.processes) {
-    for (const auto& thread : process.threads) {
-      for (const Instant& instant : thread.instants) {
-        if (instant.domain != domain || !seen.insert(instant.name).second) continue;
-        const std::string& text = model.name(instant.name);
-        for (const char* word : {"not captured", "autocapture off", "capture stopped"}) {
-          if (text.find(word) != std::string::npos) {
-            gaps.push_back(text);
-            break;
-          }
-        }
-      }
+// Calls `visit` for each rank with expert-load samples, ascending, with a model holding only
+// that rank's samples (every sample array, in model order). The per-rank analyses then cost
+// O(samples) in all, not O(ranks x samples): thousands of ranks stay seconds.
+void for_each_rank_samples(const TraceModel& model,
+                           const std::function<void(int32_t, const TraceModel&)>& visit) {
+  std::map<int32_t, size_t> slot_of;
+  for (const ExpertLoadSample& sample : model.expert_loads) slot_of.emplace(sample.rank, 0);
+  size_t slots = 0;
+  for (auto& [rank, slot] : slot_of) slot = slots++;
+  // indices[array][slot]: the rank's samples in each array, in model order.
+  std::vector<std::vector<std::vector<uint32_t>>> indices;
+  for_each_sample_array([&](const auto& array) {
+    std::vector<std::vector<uint32_t>> by_slot(slots);
+    const auto& samples = model.*array.samples;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto found = slot_of.find(samples[i].rank);
+      if (found != slot_of.end()) by_slot[found->second].push_back(uint32_t(i));
     }
+    indices.push_back(std::move(by_slot));
+  });
+  for (const auto& [rank, slot] : slot_of) {
+    TraceModel one;
+    size_t array_index = 0;
+    for_each_sample_array([&](const auto& array) {
+      using Array = std::decay_t<decltype(array)>;
+      const auto& samples = model.*array.samples;
+      auto& kept = one.*array.samples;
+      for (uint32_t i : indices[array_index][slot]) {
+        auto sample = samples[i];
+        if constexpr (Array::kHasTail) {
+          auto& tail = one.*array.tail;
+          const auto& source = model.*array.tail;
+          const auto first = source.begin() + sample.offset;
+          sample.offset = uint32_t(tail.size());
+          tail.insert(tail.end(), first, first + sample.num_experts);
+        }
+        kept.push_back(sample);
+      }
+      ++array_index;
+    });
+    visit(rank, one);
   }
-  return gaps;
 }
 
 ordered_json breakdown_json(const StepBreakdown& b) {
@@ -115,6 +138,34 @@ std::vector<double> matrix_row(const ExpertLoadMatrix& matrix, uint32_t layer,
   const auto& cells = predicted ? matrix.predicted : matrix.tokens;
   const auto begin = cells.begin() + static_cast<std::ptrdiff_t>(row) * matrix.num_experts;
   return {begin, begin + matrix.num_experts};
+}
+
+// The straggler map as rows per rank, the onsets and the hosts (cross_rank.h).
+ordered_json cross_rank_json(const CrossRankAnalysis& cross) {
+  const StragglerMap& map = cross.map;
+  ordered_json busy = ordered_json::array(), waited = ordered_json::array();
+  const size_t steps = map.steps.size();
+  for (size_t r = 0; r < map.ranks.size(); ++r) {
+    const auto row = std::ptrdiff_t(r * steps), row_end = std::ptrdiff_t((r + 1) * steps);
+    busy.push_back(std::vector<double>(map.busy_ms.begin() + row, map.busy_ms.begin() + row_end));
+    waited.push_back(
+        std::vector<double>(map.waited_for_ms.begin() + row, map.waited_for_ms.begin() + row_end));
+  }
+  ordered_json onsets = ordered_json::array();
+  for (const SlowdownOnset& onset : cross.onsets) {
+    onsets.push_back({{"rank", onset.rank},
+                      {"host", onset.host},
+                      {"step", onset.step},
+                      {"slowdown", onset.slowdown},
+                      {"score", std::min(onset.score, 1e6)},
+                      {"extra_ms_per_step", onset.extra_ms}});
+  }
+  ordered_json hosts = ordered_json::array();
+  for (const HostSpeed& host : cross.hosts) {
+    hosts.push_back({{"host", host.host}, {"ranks", host.ranks}, {"busy_ratio", host.busy_ratio}});
+  }
+  return {{"steps", map.steps},      {"ranks", map.ranks}, {"busy_ms", busy},
+          {"waited_for_ms", waited}, {"onsets", onsets},   {"hosts", hosts}};
 }
 
 std::string render_json(const TraceModel& model, const Report& report) {
@@ -281,6 +332,7 @@ std::string render_json(const TraceModel& model, const Report& report) {
                       {"final_bytes", rank.final_bytes}});
   }
   out["memory"] = std::move(memory);
+  out["cross_rank"] = cross_rank_json(report.cross_rank);
   ordered_json findings = ordered_json::array();
   for (const Finding& finding : report.findings) {
     ordered_json metrics = ordered_json::object();
@@ -378,6 +430,16 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
            " ms longer than the median");
   }
 
+  if (report.cross_rank.hosts.size() >= 2) {
+    w.heading("Hosts (busy time over the step's median rank; slowest first)");
+    rows.clear();
+    for (const HostSpeed& host : report.cross_rank.hosts) {
+      if (rows.size() == 5) break;
+      rows.push_back({host.host, std::to_string(host.ranks.size()), fixed(host.busy_ratio, 3)});
+    }
+    w.table({"host", "ranks", "busy ratio"}, rows);
+  }
+
   if (!report.expert_load.empty()) {
     w.heading("Expert load per layer");
     rows.clear();
@@ -464,21 +526,34 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
 }  // namespace
 
 Report build_report(const TraceModel& model, const FindingThresholds& thresholds) {
+  return build_report(model, compute_rank_facts(model), thresholds);
+}
+
+Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts,
+                    const FindingThresholds& thresholds) {
   Report report;
-  report.breakdown = compute_time_breakdown(model);
+  std::vector<bool> has_steps;
+  std::vector<RankPhases> phases;
+  std::vector<double> expert_ms;
+  for (const RankFacts& rank : facts) {
+    report.breakdown.ranks.push_back(rank.breakdown);
+    has_steps.push_back(rank.has_steps);
+    phases.push_back(rank.phases);
+    report.memory.push_back(rank.memory);
+    expert_ms.push_back(rank.expert_ms_per_step);
+  }
+  report.breakdown.spread = compute_step_spread(report.breakdown.ranks, has_steps);
   report.expert_load = analyze_expert_load(model);
   report.expert_tokens = expert_load_matrix(model);
-  std::set<int32_t> ranks_with_loads;
-  for (const ExpertLoadSample& sample : model.expert_loads) ranks_with_loads.insert(sample.rank);
-  for (int32_t rank : ranks_with_loads) {
+  for_each_rank_samples(model, [&](int32_t rank, const TraceModel& samples) {
     const StepRankFilter one_rank{-1, -1, rank};
     report.expert_load_by_rank.push_back(
-        {rank, expert_load_matrix(model, one_rank), analyze_expert_load(model, one_rank)});
-  }
+        {rank, expert_load_matrix(samples, one_rank), analyze_expert_load(samples, one_rank)});
+  });
   report.communication = analyze_communication(model);
-  report.memory = analyze_memory(model);
-  report.findings =
-      find_bottlenecks(model, report.breakdown, report.expert_load, report.memory, thresholds);
+  report.findings = find_bottlenecks(model, report.breakdown, report.expert_load, report.memory,
+                                     thresholds, &expert_ms);
+  add_cross_rank_findings(model, report.breakdown, report.findings, &report.cross_rank);
   ReportSummary& s = report.summary;
   s.ranks = model.processes.size();
   s.events = model.total_events;
@@ -493,9 +568,14 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
   s.step_source = step_source_name(model.step_source);
   s.clock_alignment = clock_alignment_method_name(model.clock_alignment);
   s.errors = model.errors.size();
-  is_inference_run(model, &s.inference);
-  report.phases = compute_phase_breakdown(model);
-  report.capture_gaps = capture_gaps(model);
+  s.inference = inference_from_facts(model, facts);
+  report.phases = phase_breakdown_of(std::move(phases));
+  std::set<std::string> seen_gaps;
+  for (const RankFacts& rank : facts) {
+    for (const std::string& gap : rank.capture_gaps) {
+      if (seen_gaps.insert(gap).second) report.capture_gaps.push_back(gap);
+    }
+  }
   return report;
 }
 

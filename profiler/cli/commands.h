@@ -16,5 +16,6 @@ void add_export_command(CLI::App& app);
 void add_record_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
+void add_summarize_command(CLI::App& app);
 
 }  // namespace moescope::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   moescope::cli::add_record_command(app);
   moescope::cli::add_view_command(app);
   moescope::cli::add_dump_command(app);
+  moescope::cli::add_summarize_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -79,6 +79,12 @@ int32_t finding_rank(const TraceModel& model, const Finding& finding);
 std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,
                                       const ExpertLoadAnalysis& experts,
                                       const std::vector<RankMemory>& memory,
-                                      const FindingThresholds& thresholds = {});
+                                      const FindingThresholds& thresholds = {},
+                                      const std::vector<double>* expert_ms_per_process = nullptr);
+
+// Mean time per step of expert computation on one rank: GPU kernels named *expert* (not
+// shared experts), else CPU spans named *experts*. find_bottlenecks computes it per process
+// unless given (the summary path reads it from each rank's summary).
+double expert_ms_per_step(const TraceModel& model, const ProcessTrack& process);
 
 }  // namespace moescope::analysis
