@@ -19,8 +19,8 @@ group() { echo "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }  # 2053 -> 2,053, as r
 measure() {  # measure OUT COMMAND...: wall seconds and peak RSS (MB) of COMMAND into OUT.time
   local out="$1"
   shift
-  /usr/bin/time -f "%e %M" -o "$out.time" "$@" > "$out" 2> "$out.err"
-  awk '{printf "%.2f s, %.0f MB", $1, $2 / 1024}' "$out.time"
+  /usr/bin/time -f "%e %M %U %S" -o "$out.time" "$@" > "$out" 2> "$out.err"
+  awk '{printf "%.2f s wall (%.2f s CPU), %.0f MB", $1, $3 + $4, $2 / 1024}' "$out.time"
 }
 echo "| ranks | events | summarize (xargs -P $jobs) | summaries | report from summaries | report from traces (--detail) | found |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
@@ -53,4 +53,4 @@ for ranks in "${counts[@]}"; do
     "$from_traces" "${found:-NOTHING}"
   grep "summary of rank 0" "$dir.generate" || true
 done
-echo "(work folder: $work)"
+echo "(work folder: $work; load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"

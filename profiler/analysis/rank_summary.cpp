@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <unordered_map>
 
 namespace moescope::analysis {
@@ -145,12 +144,20 @@ bool write_rank_summary(const std::string& path, const RankSummary& summary, std
 }
 
 bool read_rank_summary(const std::string& path, RankSummary& summary, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) {
     error = "cannot open";
     return false;
   }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  char block[1 << 16];
+  for (size_t got; (got = std::fread(block, 1, sizeof(block), file)) > 0;) bytes.append(block, got);
+  const bool failed = std::ferror(file);
+  std::fclose(file);
+  if (failed) {
+    error = "cannot read";
+    return false;
+  }
   return decode_rank_summary(bytes, summary, error);
 }
 

@@ -6,7 +6,8 @@
 //           a string is a u64 length then UTF-8 bytes; bool is one byte
 //
 // One field list per struct (the `visit` overloads) serves both directions, so the writer and
-// the reader cannot disagree on an order.
+// the reader cannot disagree on an order. Numbers are written as this machine holds them: the
+// format is little-endian, as every machine moescope runs on.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -58,6 +59,12 @@ class Encoder {
   void list(const std::vector<T>& items, size_t /*min_bytes*/, Item item) {
     (*this)(uint64_t(items.size()));
     for (const T& value : items) item(const_cast<T&>(value));
+  }
+  // A list of plain numbers, copied at once (tokens, values, split bytes).
+  template <typename T>
+  void numbers(const std::vector<T>& items) {
+    (*this)(uint64_t(items.size()));
+    bytes_.append(reinterpret_cast<const char*>(items.data()), items.size() * sizeof(T));
   }
   bool ok() const { return true; }
   std::string& bytes() { return bytes_; }
@@ -117,6 +124,21 @@ class Decoder {
       item(value);
       if (!ok()) return;
     }
+  }
+  template <typename T>
+  void numbers(std::vector<T>& items) {
+    static_assert(std::is_arithmetic_v<T>);
+    uint64_t count = 0;
+    (*this)(count);
+    items.clear();
+    if (!ok()) return;
+    if (count > (bytes_.size() - at_) / sizeof(T)) {
+      fail("a list of " + std::to_string(count) + " numbers longer than the file");
+      return;
+    }
+    items.resize(size_t(count));
+    std::memcpy(items.data(), bytes_.data() + at_, size_t(count) * sizeof(T));
+    at_ += size_t(count) * sizeof(T);
   }
   bool ok() const { return error_.empty(); }
   void fail(const std::string& message) {
@@ -194,7 +216,7 @@ void visit(IO& io, ProcessTrack& p) {
   io.list(p.communicators, 28, [&](CommunicatorTrack& comm) {
     io(comm.comm_id), io(comm.num_ranks);
     io.list(comm.ops, 98, [&](CommOp& op) { visit(io, op); });
-    io.list(comm.split_bytes, 8, [&](uint64_t& bytes) { io(bytes); });
+    io.numbers(comm.split_bytes);
   });
 }
 
@@ -204,12 +226,12 @@ void visit(IO& io, ModelSampleArrays& s) {
     io(e.time), io(e.step), io(e.layer), io(e.rank), io(e.scope), io(e.num_experts);
     io(e.dropped_tokens), io(e.offset);
   });
-  io.list(s.expert_tokens, 4, [&](uint32_t& tokens) { io(tokens); });
+  io.numbers(s.expert_tokens);
   io.list(s.expert_values, 36, [&](ExpertValuesSample& e) {
     io(e.time), io(e.step), io(e.layer), io(e.rank), io(e.quantity), io(e.num_experts);
     io(e.offset);
   });
-  io.list(s.expert_value_data, 4, [&](float& value) { io(value); });
+  io.numbers(s.expert_value_data);
   io.list(s.layer_stats, 48, [&](LayerStatsSample& l) {
     io(l.time), io(l.step), io(l.layer), io(l.rank), io(l.aux_loss), io(l.z_loss);
     io(l.router_entropy), io(l.max_over_mean), io(l.nonfinite_logits), io(l.nonfinite_outputs);

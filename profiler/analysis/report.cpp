@@ -3,12 +3,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "text_writer.h"
 
@@ -61,19 +62,18 @@ std::string where_text(const FindingWhere& where) {
   return text;
 }
 
-// Calls `visit` for each rank with expert-load samples, ascending, with a model holding only
-// that rank's samples (every sample array, in model order). The per-rank analyses then cost
-// O(samples) in all, not O(ranks x samples): thousands of ranks stay seconds.
-void for_each_rank_samples(const TraceModel& model,
-                           const std::function<void(int32_t, const TraceModel&)>& visit) {
+// Each rank's expert load (ranks with expert-load samples, ascending), each from a model that
+// holds only that rank's samples (every sample array, in model order): the per-rank analyses
+// then cost O(samples) in all, not O(ranks x samples), and run on every core.
+std::vector<RankExpertLoad> expert_load_by_rank(const TraceModel& model) {
   std::map<int32_t, size_t> slot_of;
   for (const ExpertLoadSample& sample : model.expert_loads) slot_of.emplace(sample.rank, 0);
-  size_t slots = 0;
-  for (auto& [rank, slot] : slot_of) slot = slots++;
+  std::vector<int32_t> rank_of;
+  for (auto& [rank, slot] : slot_of) slot = rank_of.size(), rank_of.push_back(rank);
   // indices[array][slot]: the rank's samples in each array, in model order.
   std::vector<std::vector<std::vector<uint32_t>>> indices;
   for_each_sample_array([&](const auto& array) {
-    std::vector<std::vector<uint32_t>> by_slot(slots);
+    std::vector<std::vector<uint32_t>> by_slot(rank_of.size());
     const auto& samples = model.*array.samples;
     for (size_t i = 0; i < samples.size(); ++i) {
       auto found = slot_of.find(samples[i].rank);
@@ -81,7 +81,8 @@ void for_each_rank_samples(const TraceModel& model,
     }
     indices.push_back(std::move(by_slot));
   });
-  for (const auto& [rank, slot] : slot_of) {
+  std::vector<RankExpertLoad> result(rank_of.size());
+  auto analyse = [&](size_t slot) {
     TraceModel one;
     size_t array_index = 0;
     for_each_sample_array([&](const auto& array) {
@@ -101,8 +102,21 @@ void for_each_rank_samples(const TraceModel& model,
       }
       ++array_index;
     });
-    visit(rank, one);
-  }
+    const StepRankFilter one_rank{-1, -1, rank_of[slot]};
+    result[slot] = {rank_of[slot], expert_load_matrix(one, one_rank),
+                    analyze_expert_load(one, one_rank)};
+  };
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t slot = next++; slot < rank_of.size(); slot = next++) analyse(slot);
+  };
+  const size_t threads =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), rank_of.size() / 64 + 1);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& thread : pool) thread.join();
+  return result;
 }
 
 ordered_json breakdown_json(const StepBreakdown& b) {
@@ -545,11 +559,7 @@ Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts
   report.breakdown.spread = compute_step_spread(report.breakdown.ranks, has_steps);
   report.expert_load = analyze_expert_load(model);
   report.expert_tokens = expert_load_matrix(model);
-  for_each_rank_samples(model, [&](int32_t rank, const TraceModel& samples) {
-    const StepRankFilter one_rank{-1, -1, rank};
-    report.expert_load_by_rank.push_back(
-        {rank, expert_load_matrix(samples, one_rank), analyze_expert_load(samples, one_rank)});
-  });
+  report.expert_load_by_rank = expert_load_by_rank(model);
   report.communication = analyze_communication(model);
   report.findings = find_bottlenecks(model, report.breakdown, report.expert_load, report.memory,
                                      thresholds, &expert_ms);
