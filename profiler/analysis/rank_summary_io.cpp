@@ -35,7 +35,6 @@ uint64_t fnv1a(std::string_view bytes) {
 
 class Encoder {
  public:
-  static constexpr bool kReading = false;
   template <typename T>
   void operator()(const T& value) {
     if constexpr (std::is_same_v<T, bool>) {
@@ -75,7 +74,6 @@ class Encoder {
 
 class Decoder {
  public:
-  static constexpr bool kReading = true;
   explicit Decoder(std::string_view bytes) : bytes_(bytes) {}
   template <typename T>
   void operator()(T& value) {
