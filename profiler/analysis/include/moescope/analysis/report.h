@@ -43,6 +43,10 @@ struct RankExpertLoad {
   ExpertLoadAnalysis load;
 };
 
+// Each rank's expert load (ranks with expert-load samples, ascending), analysed from that rank's
+// samples alone (O(samples) in all, on every core).
+std::vector<RankExpertLoad> expert_load_by_rank(const TraceModel& model);
+
 struct Report {
   ReportSummary summary;
   TimeBreakdown breakdown;
