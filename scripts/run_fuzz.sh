@@ -14,7 +14,8 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_trace_reader fuzz_kineto_import fuzz_moetrace_pipeline fuzz_plan_inputs)
+  targets=(fuzz_trace_reader fuzz_kineto_import fuzz_moetrace_pipeline fuzz_plan_inputs
+           fuzz_rank_summary)
 fi
 build=build-fuzz
 generator=""; command -v ninja >/dev/null && generator="-G Ninja"
@@ -49,6 +50,7 @@ for target in "${targets[@]}"; do
       max_len=16384 ;;
     fuzz_moetrace_pipeline) max_len=8192 ;;
     fuzz_plan_inputs) export MOESCOPE_FUZZ_PLAN_SEEDS="$corpus"; max_len=16384 ;;
+    fuzz_rank_summary) export MOESCOPE_FUZZ_SUMMARY_SEEDS="$corpus"; max_len=16384 ;;
   esac
   seeds=()
   [ -d "tests/fuzz/regressions/${target#fuzz_}" ] && seeds=("tests/fuzz/regressions/${target#fuzz_}")
@@ -62,6 +64,6 @@ for target in "${targets[@]}"; do
     exit 1
   fi
   unset MOESCOPE_FUZZ_WRITE_SEEDS MOESCOPE_FUZZ_KINETO_SEEDS MOESCOPE_FUZZ_KINETO_SOURCES \
-    MOESCOPE_FUZZ_PLAN_SEEDS
+    MOESCOPE_FUZZ_PLAN_SEEDS MOESCOPE_FUZZ_SUMMARY_SEEDS
 done
 echo "fuzz: ${targets[*]} survived (logs: $build/<target>.log)"

@@ -27,8 +27,8 @@ bool contains_lowercase(const std::string& text, const char* word) {
   return lower.find(word) != std::string::npos;
 }
 
-// Mean time per step of expert computation on one rank: GPU kernels named *expert* (not
-// shared experts), else CPU spans named *experts*.
+}  // namespace
+
 double expert_ms_per_step(const TraceModel& model, const ProcessTrack& process) {
   std::vector<int8_t> is_expert(model.strings.size(), -1);
   auto matches = [&](StringId id) {
@@ -58,6 +58,8 @@ double expert_ms_per_step(const TraceModel& model, const ProcessTrack& process) 
   size_t steps = std::max<size_t>(1, process.steps.size());
   return total_ms / double(steps);
 }
+
+namespace {
 
 struct StepRange {
   int64_t first = -1, last = -1;
@@ -188,12 +190,14 @@ std::string overlap_advice(const std::vector<std::string>& kinds) {
 class Rules {
  public:
   Rules(const TraceModel& model, const TimeBreakdown& breakdown, const ExpertLoadAnalysis& experts,
-        const std::vector<RankMemory>& memory, const FindingThresholds& thresholds)
+        const std::vector<RankMemory>& memory, const FindingThresholds& thresholds,
+        const std::vector<double>* expert_ms)
       : model_(model),
         breakdown_(breakdown),
         experts_(experts),
         memory_(memory),
         limits_(thresholds),
+        expert_ms_(expert_ms),
         steps_(step_range(model)) {
     for (const auto& rank : breakdown.ranks) means_.push_back(rank.mean());
     // With no step known, the whole trace counts as one step (as est_ms_per_step does).
@@ -245,7 +249,11 @@ class Rules {
   void expert_imbalance() {
     if (experts_.layers.empty()) return;
     double expert_ms = 0;
-    for (const auto& process : model_.processes) expert_ms += expert_ms_per_step(model_, process);
+    for (size_t p = 0; p < model_.processes.size(); ++p) {
+      expert_ms += expert_ms_ && p < expert_ms_->size()
+                       ? (*expert_ms_)[p]
+                       : expert_ms_per_step(model_, model_.processes[p]);
+    }
     expert_ms /= double(std::max<size_t>(1, model_.processes.size()));
     const double per_layer_ms = expert_ms / double(experts_.layers.size());
     const ExpertLoadMatrix totals = expert_load_matrix(model_);
@@ -560,6 +568,7 @@ class Rules {
   const ExpertLoadAnalysis& experts_;
   const std::vector<RankMemory>& memory_;
   const FindingThresholds& limits_;
+  const std::vector<double>* expert_ms_;  // per process, when the caller computed it
   StepRange steps_;
   double reference_step_ms_ = 0;  // what step_share and the severity divide by
   std::vector<StepBreakdown> means_;
@@ -599,10 +608,9 @@ const char* severity_name(Severity severity) {
 std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,
                                       const ExpertLoadAnalysis& experts,
                                       const std::vector<RankMemory>& memory,
-                                      const FindingThresholds& thresholds) {
-  std::vector<Finding> findings = Rules(model, breakdown, experts, memory, thresholds).run();
-  link_findings(model, breakdown, analyze_collective_waits(model), findings);
-  return findings;
+                                      const FindingThresholds& thresholds,
+                                      const std::vector<double>* expert_ms_per_process) {
+  return Rules(model, breakdown, experts, memory, thresholds, expert_ms_per_process).run();
 }
 
 }  // namespace moescope::analysis

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -60,29 +61,6 @@ std::string where_text(const FindingWhere& where) {
   return text;
 }
 
-// Notes the capture wrote about what it could not record (domain "moescope"), each once.
-std::vector<std::string> capture_gaps(const TraceModel& model) {
-  const StringId domain = model.strings.find("moescope");
-  std::vector<std::string> gaps;
-  if (!domain) return gaps;
-  std::set<StringId> seen;
-  for (const auto& process : model.processes) {
-    for (const auto& thread : process.threads) {
-      for (const Instant& instant : thread.instants) {
-        if (instant.domain != domain || !seen.insert(instant.name).second) continue;
-        const std::string& text = model.name(instant.name);
-        for (const char* word : {"not captured", "autocapture off", "capture stopped"}) {
-          if (text.find(word) != std::string::npos) {
-            gaps.push_back(text);
-            break;
-          }
-        }
-      }
-    }
-  }
-  return gaps;
-}
-
 ordered_json breakdown_json(const StepBreakdown& b) {
   return {{"rank", b.rank},
           {"step", b.step},
@@ -116,6 +94,34 @@ std::vector<double> matrix_row(const ExpertLoadMatrix& matrix, uint32_t layer,
   const auto& cells = predicted ? matrix.predicted : matrix.tokens;
   const auto begin = cells.begin() + static_cast<std::ptrdiff_t>(row) * matrix.num_experts;
   return {begin, begin + matrix.num_experts};
+}
+
+// The straggler map as rows per rank, the onsets and the hosts (cross_rank.h).
+ordered_json cross_rank_json(const CrossRankAnalysis& cross) {
+  const StragglerMap& map = cross.map;
+  ordered_json busy = ordered_json::array(), waited = ordered_json::array();
+  const size_t steps = map.steps.size();
+  for (size_t r = 0; r < map.ranks.size(); ++r) {
+    const auto row = std::ptrdiff_t(r * steps), row_end = std::ptrdiff_t((r + 1) * steps);
+    busy.push_back(std::vector<double>(map.busy_ms.begin() + row, map.busy_ms.begin() + row_end));
+    waited.push_back(
+        std::vector<double>(map.waited_for_ms.begin() + row, map.waited_for_ms.begin() + row_end));
+  }
+  ordered_json onsets = ordered_json::array();
+  for (const SlowdownOnset& onset : cross.onsets) {
+    onsets.push_back({{"rank", onset.rank},
+                      {"host", onset.host},
+                      {"step", onset.step},
+                      {"slowdown", onset.slowdown},
+                      {"score", std::min(onset.score, 1e6)},
+                      {"extra_ms_per_step", onset.extra_ms}});
+  }
+  ordered_json hosts = ordered_json::array();
+  for (const HostSpeed& host : cross.hosts) {
+    hosts.push_back({{"host", host.host}, {"ranks", host.ranks}, {"busy_ratio", host.busy_ratio}});
+  }
+  return {{"steps", map.steps},      {"ranks", map.ranks}, {"busy_ms", busy},
+          {"waited_for_ms", waited}, {"onsets", onsets},   {"hosts", hosts}};
 }
 
 std::string render_json(const TraceModel& model, const Report& report) {
@@ -300,6 +306,7 @@ std::string render_json(const TraceModel& model, const Report& report) {
                       {"final_bytes", rank.final_bytes}});
   }
   out["memory"] = std::move(memory);
+  out["cross_rank"] = cross_rank_json(report.cross_rank);
   ordered_json findings = ordered_json::array();
   for (const Finding& finding : report.findings) {
     ordered_json metrics = ordered_json::object();
@@ -406,6 +413,16 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
            " ms longer than the median");
   }
 
+  if (report.cross_rank.hosts.size() >= 2) {
+    w.heading("Hosts (busy time over the step's median rank; slowest first)");
+    rows.clear();
+    for (const HostSpeed& host : report.cross_rank.hosts) {
+      if (rows.size() == 5) break;
+      rows.push_back({host.host, std::to_string(host.ranks.size()), fixed(host.busy_ratio, 3)});
+    }
+    w.table({"host", "ranks", "busy ratio"}, rows);
+  }
+
   if (!report.expert_load.empty()) {
     w.heading("Expert load per layer");
     rows.clear();
@@ -507,22 +524,33 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
 }  // namespace
 
 Report build_report(const TraceModel& model, const FindingThresholds& thresholds) {
+  return build_report(model, compute_rank_facts(model), thresholds);
+}
+
+Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts,
+                    const FindingThresholds& thresholds) {
   Report report;
-  report.breakdown = compute_time_breakdown(model);
+  std::vector<bool> has_steps;
+  std::vector<RankPhases> phases;
+  std::vector<double> expert_ms;
+  for (const RankFacts& rank : facts) {
+    report.breakdown.ranks.push_back(rank.breakdown);
+    has_steps.push_back(rank.has_steps);
+    phases.push_back(rank.phases);
+    report.memory.push_back(rank.memory);
+    expert_ms.push_back(rank.expert_ms_per_step);
+  }
+  report.breakdown.spread = compute_step_spread(report.breakdown.ranks, has_steps);
   report.expert_load = analyze_expert_load(model);
   report.expert_tokens = expert_load_matrix(model);
-  std::set<int32_t> ranks_with_loads;
-  for (const ExpertLoadSample& sample : model.expert_loads) ranks_with_loads.insert(sample.rank);
-  for (int32_t rank : ranks_with_loads) {
-    const StepRankFilter one_rank{-1, -1, rank};
-    report.expert_load_by_rank.push_back(
-        {rank, expert_load_matrix(model, one_rank), analyze_expert_load(model, one_rank)});
-  }
+  report.expert_load_by_rank = expert_load_by_rank(model);
   report.communication = analyze_communication(model);
   report.collective_waits = analyze_collective_waits(model);
-  report.memory = analyze_memory(model);
-  report.findings =
-      find_bottlenecks(model, report.breakdown, report.expert_load, report.memory, thresholds);
+  report.findings = find_bottlenecks(model, report.breakdown, report.expert_load, report.memory,
+                                     thresholds, &expert_ms);
+  add_cross_rank_findings(model, report.breakdown, report.findings, &report.cross_rank);
+  // Linked once every finding is in: ids, causes and the ranking cover the cross-rank ones too.
+  link_findings(model, report.breakdown, report.collective_waits, report.findings);
   ReportSummary& s = report.summary;
   s.ranks = model.processes.size();
   s.events = model.total_events;
@@ -537,9 +565,14 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
   s.step_source = step_source_name(model.step_source);
   s.clock_alignment = clock_alignment_method_name(model.clock_alignment);
   s.errors = model.errors.size();
-  is_inference_run(model, &s.inference);
-  report.phases = compute_phase_breakdown(model);
-  report.capture_gaps = capture_gaps(model);
+  s.inference = inference_from_facts(model, facts);
+  report.phases = phase_breakdown_of(std::move(phases));
+  std::set<std::string> seen_gaps;
+  for (const RankFacts& rank : facts) {
+    for (const std::string& gap : rank.capture_gaps) {
+      if (seen_gaps.insert(gap).second) report.capture_gaps.push_back(gap);
+    }
+  }
   return report;
 }
 

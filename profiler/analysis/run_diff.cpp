@@ -11,6 +11,7 @@
 #include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/finding_links.h"
 #include "moescope/analysis/findings.h"
 #include "moescope/analysis/memory_analysis.h"
 #include "moescope/analysis/span_time.h"
@@ -70,6 +71,7 @@ class MetricCollector {
     collectives();
     layers(experts);
     run_.findings = find_bottlenecks(model_, breakdown, experts, analyze_memory(model_));
+    link_findings(model_, breakdown, analyze_collective_waits(model_), run_.findings);
     side_.ranks = model_.processes.size();
     side_.steps = run_.kept_steps.size();
     side_.step_source = step_source_name(model_.step_source);

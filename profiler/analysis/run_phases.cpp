@@ -70,29 +70,57 @@ void split_step(const std::vector<PhaseSpan>& spans, TimeNs t0, TimeNs t1, RankP
 
 }  // namespace
 
-PhaseBreakdown compute_phase_breakdown(const TraceModel& model) {
-  PhaseBreakdown result;
+RankPhases compute_rank_phases(const TraceModel& model, const ProcessTrack& process) {
   const StringId domain = model.strings.find("moescope.phase");
-  for (const ProcessTrack& process : model.processes) {
-    RankPhases rank;
-    rank.rank = process.rank;
-    const std::vector<PhaseSpan> spans =
-        domain ? phase_spans(model, process, domain) : std::vector<PhaseSpan>();
-    for (const StepInterval& step : process.steps) {
-      if (step.end <= step.start) continue;
-      ++rank.steps;
-      rank.step_ms += double(step.end - step.start) * 1e-6;
-      split_step(spans, step.start, step.end, rank);
-    }
-    if (rank.steps) {
-      const double steps = double(rank.steps);
-      rank.step_ms /= steps;
-      for (double& ms : rank.phase_ms) ms /= steps;
-      for (int i = 0; i < kOther; ++i) result.any |= rank.phase_spans[size_t(i)] > 0;
-    }
-    result.ranks.push_back(rank);
+  RankPhases rank;
+  rank.rank = process.rank;
+  const std::vector<PhaseSpan> spans =
+      domain ? phase_spans(model, process, domain) : std::vector<PhaseSpan>();
+  for (const StepInterval& step : process.steps) {
+    if (step.end <= step.start) continue;
+    ++rank.steps;
+    rank.step_ms += double(step.end - step.start) * 1e-6;
+    split_step(spans, step.start, step.end, rank);
   }
+  if (rank.steps) {
+    const double steps = double(rank.steps);
+    rank.step_ms /= steps;
+    for (double& ms : rank.phase_ms) ms /= steps;
+  }
+  return rank;
+}
+
+PhaseSpanCounts count_phase_spans(const TraceModel& model, const ProcessTrack& process) {
+  PhaseSpanCounts counts;
+  const StringId domain = model.strings.find("moescope.phase");
+  if (!domain) return counts;
+  counts.has_domain = true;
+  for (const PhaseSpan& span : phase_spans(model, process, domain)) {
+    if (span.phase == 0) {
+      ++counts.forward;
+    } else if (span.phase != 2) {
+      ++counts.training;
+    }
+  }
+  return counts;
+}
+
+PhaseBreakdown phase_breakdown_of(std::vector<RankPhases> ranks) {
+  PhaseBreakdown result;
+  for (const RankPhases& rank : ranks) {
+    if (!rank.steps) continue;
+    for (int i = 0; i < kOther; ++i) result.any |= rank.phase_spans[size_t(i)] > 0;
+  }
+  result.ranks = std::move(ranks);
   return result;
+}
+
+PhaseBreakdown compute_phase_breakdown(const TraceModel& model) {
+  std::vector<RankPhases> ranks;
+  for (const ProcessTrack& process : model.processes) {
+    ranks.push_back(compute_rank_phases(model, process));
+  }
+  return phase_breakdown_of(std::move(ranks));
 }
 
 bool is_inference_run(const TraceModel& model, InferenceSummary* summary) {

@@ -149,65 +149,82 @@ StepBreakdown RankBreakdown::mean() const {
   return mean;
 }
 
-TimeBreakdown compute_time_breakdown(const TraceModel& model) {
-  TimeBreakdown result;
-  std::map<int64_t, std::vector<std::pair<int32_t, StepBreakdown>>> by_step;
-  for (const auto& process : model.processes) {
-    RankBreakdown rank;
-    rank.rank = process.rank;
-    if (process.steps.empty()) {
-      rank.steps.push_back(breakdown_interval(model, process, process.begin, process.end));
-    } else {
-      for (const StepInterval& step : process.steps) {
-        StepBreakdown breakdown = breakdown_interval(model, process, step.start, step.end);
-        breakdown.step = step.step;
-        rank.steps.push_back(breakdown);
-        by_step[step.step].push_back({process.rank, breakdown});
-      }
+RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack& process) {
+  RankBreakdown rank;
+  rank.rank = process.rank;
+  if (process.steps.empty()) {
+    rank.steps.push_back(breakdown_interval(model, process, process.begin, process.end));
+  } else {
+    for (const StepInterval& step : process.steps) {
+      StepBreakdown breakdown = breakdown_interval(model, process, step.start, step.end);
+      breakdown.step = step.step;
+      rank.steps.push_back(breakdown);
     }
-    StepBreakdown& total = rank.total;
-    total.rank = process.rank;
-    total.step = -1;
-    for (const StepBreakdown& step : rank.steps) {
-      total.step_ms += step.step_ms;
-      total.compute_ms += step.compute_ms;
-      total.communication_ms += step.communication_ms;
-      total.exposed_communication_ms += step.exposed_communication_ms;
-      total.overlapped_communication_ms += step.overlapped_communication_ms;
-      total.memcpy_ms += step.memcpy_ms;
-      total.idle_ms += step.idle_ms;
-      total.host_sync_ms += step.host_sync_ms;
-      total.host_syncs += step.host_syncs;
-      total.blocking_d2h_copies += step.blocking_d2h_copies;
-      total.launch_gap_ms += step.launch_gap_ms;
-      total.allocations += step.allocations;
-      total.allocated_bytes += step.allocated_bytes;
-    }
-    if (!rank.steps.empty()) {
-      total.start = rank.steps.front().start;
-      total.end = rank.steps.back().end;
-    }
-    result.ranks.push_back(std::move(rank));
   }
+  StepBreakdown& total = rank.total;
+  total.rank = process.rank;
+  total.step = -1;
+  for (const StepBreakdown& step : rank.steps) {
+    total.step_ms += step.step_ms;
+    total.compute_ms += step.compute_ms;
+    total.communication_ms += step.communication_ms;
+    total.exposed_communication_ms += step.exposed_communication_ms;
+    total.overlapped_communication_ms += step.overlapped_communication_ms;
+    total.memcpy_ms += step.memcpy_ms;
+    total.idle_ms += step.idle_ms;
+    total.host_sync_ms += step.host_sync_ms;
+    total.host_syncs += step.host_syncs;
+    total.blocking_d2h_copies += step.blocking_d2h_copies;
+    total.launch_gap_ms += step.launch_gap_ms;
+    total.allocations += step.allocations;
+    total.allocated_bytes += step.allocated_bytes;
+  }
+  if (!rank.steps.empty()) {
+    total.start = rank.steps.front().start;
+    total.end = rank.steps.back().end;
+  }
+  return rank;
+}
+
+std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ranks,
+                                            const std::vector<bool>& has_steps) {
+  std::map<int64_t, std::vector<std::pair<int32_t, const StepBreakdown*>>> by_step;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i >= has_steps.size() || !has_steps[i]) continue;
+    for (const StepBreakdown& step : ranks[i].steps)
+      by_step[step.step].push_back({ranks[i].rank, &step});
+  }
+  std::vector<StepSpread> result;
   for (auto& [step, entries] : by_step) {
-    if (entries.size() != model.processes.size()) continue;
+    if (entries.size() != ranks.size()) continue;
     StepSpread spread;
     spread.step = step;
     spread.min_ms = 1e300;
     std::vector<double> busy;
     for (const auto& [rank, breakdown] : entries) {
-      spread.min_ms = std::min(spread.min_ms, breakdown.step_ms);
-      spread.max_ms = std::max(spread.max_ms, breakdown.step_ms);
-      spread.mean_ms += breakdown.step_ms / double(entries.size());
-      busy.push_back(breakdown.busy_ms());
-      if (breakdown.busy_ms() > spread.max_busy_ms) {
-        spread.max_busy_ms = breakdown.busy_ms();
+      spread.min_ms = std::min(spread.min_ms, breakdown->step_ms);
+      spread.max_ms = std::max(spread.max_ms, breakdown->step_ms);
+      spread.mean_ms += breakdown->step_ms / double(entries.size());
+      busy.push_back(breakdown->busy_ms());
+      if (breakdown->busy_ms() > spread.max_busy_ms) {
+        spread.max_busy_ms = breakdown->busy_ms();
         spread.slowest_rank = rank;
       }
     }
     spread.median_busy_ms = median(std::move(busy));
-    result.spread.push_back(spread);
+    result.push_back(spread);
   }
+  return result;
+}
+
+TimeBreakdown compute_time_breakdown(const TraceModel& model) {
+  TimeBreakdown result;
+  std::vector<bool> has_steps;
+  for (const auto& process : model.processes) {
+    result.ranks.push_back(compute_rank_breakdown(model, process));
+    has_steps.push_back(!process.steps.empty());
+  }
+  result.spread = compute_step_spread(result.ranks, has_steps);
   return result;
 }
 

@@ -18,5 +18,6 @@ void add_view_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
 void add_metrics_command(CLI::App& app);
 void add_top_command(CLI::App& app);
+void add_summarize_command(CLI::App& app);
 
 }  // namespace moescope::cli

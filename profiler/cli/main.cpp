@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   moescope::cli::add_dump_command(app);
   moescope::cli::add_metrics_command(app);
   moescope::cli::add_top_command(app);
+  moescope::cli::add_summarize_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,5 +1,7 @@
-// `moescope report [--format text|markdown|json] [-o FILE] TRACE...`: loads the traces (any
-// mix of .moetrace and Kineto JSON), runs every analysis and prints the ranked findings.
+// `moescope report [--format text|markdown|json] [-o FILE] [--detail] TRACE...`: loads the
+// traces (any mix of .moetrace and Kineto JSON), runs every analysis and prints the ranked
+// findings. Where rank summaries exist (`moescope summarize`) it reads them instead of the
+// events, with the same numbers; --detail forces the traces.
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/report.h"
+#include "moescope/analysis/summary_load.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/what_happened.h"
 
@@ -23,6 +26,7 @@ struct ReportOptions {
   std::string format = "text";
   std::string output;
   bool quiet = false;
+  bool detail = false;  // the full traces even where summaries exist
 };
 
 // A one-line progress indicator on stderr for long loads (only on a terminal).
@@ -32,14 +36,39 @@ analysis::LoadOptions load_options_with_progress(bool quiet) {
   return options;
 }
 
+void finish_report(const analysis::TraceModel& model, const std::vector<analysis::RankFacts>* facts,
+                   analysis::ReportFormat format, const ReportOptions& options);
+
 void run_report(const ReportOptions& options) {
   analysis::ReportFormat format;
   if (!analysis::parse_report_format(options.format, format)) {
     throw CLI::ValidationError("--format",
                                "must be text, markdown or json, got '" + options.format + "'");
   }
+  // Summaries where they exist (summary_load.h), unless --detail asks for the events.
+  if (!options.detail && analysis::any_rank_summary(options.traces)) {
+    analysis::SummaryLoad loaded =
+        analysis::load_rank_summaries(options.traces, load_options_with_progress(options.quiet));
+    for (const std::string& note : loaded.notes) {
+      std::fprintf(stderr, "moescope report: note: %s\n", note.c_str());
+    }
+    if (!loaded.refused.empty()) {
+      std::fprintf(stderr, "moescope report: %s\n", loaded.refused.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    if (!loaded.needs_traces) {
+      finish_report(loaded.model, &loaded.facts, format, options);
+      return;
+    }
+  }
   analysis::TraceModel model =
       analysis::load_traces(options.traces, load_options_with_progress(options.quiet));
+  finish_report(model, nullptr, format, options);
+}
+
+// Reports `model`; `facts`: per-rank facts read from summaries (null: from the model's events).
+void finish_report(const analysis::TraceModel& model, const std::vector<analysis::RankFacts>* facts,
+                   analysis::ReportFormat format, const ReportOptions& options) {
   bool refused = false;
   for (const auto& error : model.errors) {
     std::fprintf(stderr, "moescope report: %s\n", error.to_string().c_str());
@@ -53,7 +82,8 @@ void run_report(const ReportOptions& options) {
     std::fprintf(stderr, "moescope report: nothing readable in the given trace(s)\n");
     throw CLI::RuntimeError(1);
   }
-  analysis::Report report = analysis::build_report(model);
+  analysis::Report report =
+      facts ? analysis::build_report(model, *facts) : analysis::build_report(model);
   std::string rendered = analysis::render_report(model, report, format);
   // Flight-recorder dumps: "what happened" comes first (what_happened.h).
   analysis::WhatHappened what = analysis::explain_dump(model);
@@ -83,6 +113,8 @@ void add_report_command(CLI::App& app) {
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
   command->add_option("-o,--output", options->output, "Write the report to FILE");
   command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
+  command->add_flag("--detail", options->detail,
+                    "Read the full traces even where rank summaries (moescope summarize) exist");
   command->callback([options] { run_report(*options); });
 }
 

@@ -84,11 +84,17 @@ struct FindingThresholds {
 // The rank a finding is about: its only rank, else the rank of its process, else -1 (all).
 int32_t finding_rank(const TraceModel& model, const Finding& finding);
 
-// Every rule, then the causal links between the findings and the ranking by root cause
-// (finding_links.h).
+// Every rule. The causal links between the findings and the ranking by root cause come after,
+// once every finding is in (link_findings in finding_links.h: report and diff call it).
 std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,
                                       const ExpertLoadAnalysis& experts,
                                       const std::vector<RankMemory>& memory,
-                                      const FindingThresholds& thresholds = {});
+                                      const FindingThresholds& thresholds = {},
+                                      const std::vector<double>* expert_ms_per_process = nullptr);
+
+// Mean time per step of expert computation on one rank: GPU kernels named *expert* (not
+// shared experts), else CPU spans named *experts*. find_bottlenecks computes it per process
+// unless given (the summary path reads it from each rank's summary).
+double expert_ms_per_step(const TraceModel& model, const ProcessTrack& process);
 
 }  // namespace moescope::analysis

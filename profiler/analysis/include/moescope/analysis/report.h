@@ -3,9 +3,10 @@
 // "breakdown": [...per rank...], "step_spread": [...],
 // "expert_load": [{"layer", "max_over_mean", "cv", "utilization", "hot_experts",
 // "dead_experts", "tokens", "by_rank", ...}], "expert_load_percentiles": {...},
-// "communication": {"all_to_all", "ops", "wait_transfer"}, "memory": [...], "findings": [{"id",
-// "kind", "severity", "est_ms_per_step", "step_share", "where", "evidence", "metrics",
-// "suggestion", "explains", "explained_by", "chain"}], "errors": [...]}.
+// "communication": {"all_to_all", "ops", "wait_transfer"}, "memory": [...], "cross_rank":
+// {"steps", "ranks", "busy_ms", "waited_for_ms", "onsets", "hosts"}, "findings": [{"id", "kind",
+// "severity", "est_ms_per_step", "step_share", "where", "evidence", "metrics", "suggestion",
+// "explains", "explained_by", "chain"}], "errors": [...]}.
 // docs/analysis.md lists every field; the viewer's panels show the same numbers.
 #pragma once
 
@@ -14,9 +15,11 @@
 
 #include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/comm_analysis.h"
+#include "moescope/analysis/cross_rank.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/findings.h"
 #include "moescope/analysis/memory_analysis.h"
+#include "moescope/analysis/rank_facts.h"
 #include "moescope/analysis/run_phases.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
@@ -42,6 +45,10 @@ struct RankExpertLoad {
   ExpertLoadAnalysis load;
 };
 
+// Each rank's expert load (ranks with expert-load samples, ascending), analysed from that rank's
+// samples alone (O(samples) in all, on every core).
+std::vector<RankExpertLoad> expert_load_by_rank(const TraceModel& model);
+
 struct Report {
   ReportSummary summary;
   TimeBreakdown breakdown;
@@ -56,9 +63,15 @@ struct Report {
   // What the capture could not record, from the trace's notes (domain "moescope"), e.g.
   // "expert load not captured inside torch.compile regions (...)"; each text once.
   std::vector<std::string> capture_gaps;
+  CrossRankAnalysis cross_rank;  // straggler map, slowdown onsets, hosts
 };
 
 Report build_report(const TraceModel& model, const FindingThresholds& thresholds = {});
+// The same from per-rank facts (rank_facts.h), one per process of `model`: the full-trace path
+// computes them from the events; the summary path (rank_summary.h) reads them, with a `model`
+// that holds only what summaries keep (steps, collectives, expert-load samples, hosts).
+Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts,
+                    const FindingThresholds& thresholds = {});
 
 enum class ReportFormat { kText, kMarkdown, kJson };
 // Parses "text" / "markdown" / "json"; false when it is none of them.

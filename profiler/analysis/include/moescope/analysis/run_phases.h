@@ -38,6 +38,17 @@ struct PhaseBreakdown {
 
 // Mean time per step of each phase, per rank (steps from step detection).
 PhaseBreakdown compute_phase_breakdown(const TraceModel& model);
+// One process's part of it, and the breakdown made of such parts (`any` from their spans).
+RankPhases compute_rank_phases(const TraceModel& model, const ProcessTrack& process);
+PhaseBreakdown phase_breakdown_of(std::vector<RankPhases> ranks);
+
+// Phase spans of one process by kind (is_inference_run's evidence, one rank at a time).
+struct PhaseSpanCounts {
+  bool has_domain = false;  // the model names the domain "moescope.phase"
+  uint64_t forward = 0;     // "forward"
+  uint64_t training = 0;    // "backward" or "optimizer"
+};
+PhaseSpanCounts count_phase_spans(const TraceModel& model, const ProcessTrack& process);
 
 struct InferenceSummary {
   bool inference = false;

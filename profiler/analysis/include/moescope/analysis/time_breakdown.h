@@ -60,6 +60,13 @@ struct TimeBreakdown {
 
 TimeBreakdown compute_time_breakdown(const TraceModel& model);
 
+// One process's part of it (its steps, or the whole trace as step -1 without steps).
+RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack& process);
+// The spread of the steps every rank has, from the ranks' parts; has_steps[i]: ranks[i] came
+// from detected steps (a rank without them takes part in no step).
+std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ranks,
+                                            const std::vector<bool>& has_steps);
+
 // Exclusive breakdown of one process over [t0, t1) (used per step and by tests).
 StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& process, TimeNs t0,
                                  TimeNs t1);

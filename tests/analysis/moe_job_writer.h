@@ -1,0 +1,52 @@
+// Writes the traces of a synthetic N-rank MoE training job, one .moetrace per rank, with
+// problems planted where the analyses must find them. Used by the summary tests and by
+// bench/moe_job_traces (the 64 / 1,024 / 4,096-rank benchmark of docs/performance.md).
+//
+// Each step of each rank: a step marker and a "train_step" span; per MoE layer, attention and
+// expert GEMM kernels (each with its cudaLaunchKernel call), an all-to-all over the rank's
+// expert-parallel group with uneven splits (bytes per peer follow the tokens its experts
+// receive), an allocation and its free, and the layer's expert load; then a data-parallel
+// all-reduce over every rank. Ranks are simulated together on one clock: a collective starts
+// when its last member enters, so a slow rank makes the others wait (their communication
+// kernels spin), as NCCL does.
+//
+// Planted: `slow_rank` computes `slow_factor` x slower from `slow_from_step` on; every rank of
+// host `slow_host` computes `host_factor` x slower throughout; expert `hot_expert` of layer
+// `hot_layer` receives `hot_factor` x the tokens of the others. Jitter is deterministic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moescope::testing {
+
+struct MoeJobConfig {
+  int ranks = 64;
+  int steps = 100;
+  int layers = 2;
+  int experts = 64;
+  int ranks_per_host = 8;
+  int expert_parallel = 16;  // ranks per all-to-all group
+  int kernels_per_layer = 8;
+  int slow_rank = 21;
+  int slow_from_step = 60;
+  double slow_factor = 1.18;
+  int slow_host = 5;  // host index; -1 = none
+  double host_factor = 1.10;
+  int hot_layer = 1;
+  int hot_expert = 17;
+  double hot_factor = 3.0;
+  std::string run_id = "synthetic-moe-job";
+  unsigned threads = 0;  // writer threads, 0 = hardware concurrency
+};
+
+// "node-005": the host name of host index 5.
+std::string moe_job_host_name(int host);
+
+// Writes DIR/job.<rank>.moetrace for every rank; returns the paths in rank order, or an empty
+// list after printing why on stderr. `events` (if given) receives the records written.
+std::vector<std::string> write_moe_job(const MoeJobConfig& config, const std::string& directory,
+                                       uint64_t* events = nullptr);
+
+}  // namespace moescope::testing
