@@ -176,7 +176,9 @@ std::string session_id() {
 volatile sig_atomic_t g_child_pid = 0;
 
 // Forwards a signal sent to `moescope record` itself (kill, timeout, a job scheduler) to the
-// command. A terminal's Ctrl-C already reaches the whole process group: not sent twice.
+// command. A terminal's Ctrl-C already reaches the whole process group: not sent twice. A kill
+// of the whole group reaches the command directly too: its shim takes the pair as one
+// (shim_signals.cpp, MOESCOPE_RECORD_PID).
 void forward_signal(int signal_number, siginfo_t* info, void*) {
   bool sent_by_process = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
   if (g_child_pid > 0 && sent_by_process) ::kill(g_child_pid, signal_number);
@@ -238,6 +240,8 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
   // shim out of every NVTX call (and keeps another tool the user set).
   if (!options.no_nvtx) ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
   ::setenv("MOESCOPE_OUTPUT", pattern.c_str(), 1);
+  // The shim in the command pairs a signal forwarded by us with the same one sent to the group.
+  ::setenv("MOESCOPE_RECORD_PID", std::to_string(::getppid()).c_str(), 1);  // in the child
   ::setenv("MOESCOPE_FORK", options.fork_mode.c_str(), 1);
   ::setenv("MOESCOPE_CUDA", options.no_cuda ? "0" : "1", 1);
   ::setenv("MOESCOPE_NCCL", nccl_switched_off(options) ? "0" : "1", 1);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "moescope/trace/private_descriptor.h"
@@ -29,6 +30,11 @@ SigactionFunction g_real_sigaction = nullptr;
 std::atomic<bool> g_trampolines_installed{false};
 // What the program believes is installed, per watched signal (index in kWatchedSignals).
 struct sigaction g_program_action[2];
+// The process the table above belongs to. A vfork child shares the parent's memory until it
+// execs, and Python's subprocess resets every handled signal to SIG_DFL there: written into
+// the table, that would leave the parent's own handler (torchrun's SIGTERM cleanup) replaced
+// by SIG_DFL. Calls from any other process go straight to the kernel.
+std::atomic<pid_t> g_table_pid{0};
 // Whether the trampoline is installed in the kernel for that signal (false while SIG_IGN).
 std::atomic<bool> g_trampoline_active[2];
 
@@ -39,6 +45,43 @@ int g_watch_fd = -1;             // its read end
 trace::DescriptorIdentity g_pipe;
 std::atomic<int> g_flush_state{kIdle};
 std::atomic<bool> g_watcher_running{false};
+
+// `moescope record` forwards a SIGINT/SIGTERM sent to it by a process (kill, timeout, a
+// scheduler) to the command it runs. When the sender signalled the whole process group, the
+// command gets the signal twice: directly and forwarded. Python launchers (torchrun) take a
+// second SIGTERM during their shutdown as a new exception and exit without stopping their
+// workers, so the command of `record` is handed each such signal once: a forwarded delivery and
+// a direct one of the same signal within kPairWindowNs are one delivery. Only in the process
+// `record` started itself (its parent is $MOESCOPE_RECORD_PID); nowhere else.
+constexpr int64_t kPairWindowNs = 2000000000;
+pid_t g_record_pid = 0;
+struct UnmatchedDeliveries {
+  std::atomic<int> direct{0}, forwarded{0};
+  std::atomic<int64_t> last_ns{0};
+};
+UnmatchedDeliveries g_unmatched[2];
+
+int64_t monotonic_now_ns() {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// Async-signal-safe. True when this delivery is the twin of one the program already got.
+bool is_second_of_a_pair(int index, const siginfo_t* info) {
+  if (g_record_pid <= 0 || getppid() != g_record_pid || !info) return false;
+  const bool forwarded = info->si_code == SI_USER && info->si_pid == g_record_pid;
+  UnmatchedDeliveries& seen = g_unmatched[index];
+  const int64_t now = monotonic_now_ns();
+  if (now - seen.last_ns.load() > kPairWindowNs) seen.direct = seen.forwarded = 0;
+  std::atomic<int>& twins = forwarded ? seen.direct : seen.forwarded;
+  for (int count = twins.load(); count > 0;) {
+    if (twins.compare_exchange_weak(count, count - 1)) return true;
+  }
+  (forwarded ? seen.forwarded : seen.direct).fetch_add(1);
+  seen.last_ns = now;
+  return false;
+}
 
 int watched_index(int signal_number) {
   for (int i = 0; i < 2; ++i) {
@@ -79,6 +122,10 @@ void trampoline(int signal_number, siginfo_t* info, void* context) {
   int saved_errno = errno;
   int index = watched_index(signal_number);
   if (index < 0) return;
+  if (is_second_of_a_pair(index, info)) {
+    errno = saved_errno;
+    return;
+  }
   struct sigaction program = g_program_action[index];
   if (program.sa_flags & SA_RESETHAND) {
     g_program_action[index].sa_handler = SIG_DFL;
@@ -145,6 +192,10 @@ void* watcher_main(void* read_fd_pointer) {
 
 void install_signal_trampolines() {
   if (g_trampolines_installed.exchange(true) || !real_sigaction()) return;
+  g_table_pid = ::getpid();
+  if (const char* record_pid = std::getenv("MOESCOPE_RECORD_PID")) {
+    g_record_pid = static_cast<pid_t>(std::atol(record_pid));
+  }
   for (int i = 0; i < 2; ++i) {
     struct sigaction current;
     if (real_sigaction()(kWatchedSignals[i], nullptr, &current) != 0) continue;
@@ -196,6 +247,7 @@ void start_signal_watcher() {
 }
 
 void forget_signal_watcher_after_fork() {
+  g_table_pid = ::getpid();  // a fork child owns its copy of the table
   int fd = g_wake_fd.exchange(-1);
   if (trace::is_still(fd, g_pipe)) ::close(fd);
   if (trace::is_still(g_watch_fd, g_pipe)) ::close(g_watch_fd);
@@ -220,7 +272,9 @@ __attribute__((visibility("default"))) int sigaction(int signal_number,
     return -1;
   }
   int index = watched_index(signal_number);
-  if (index < 0 || !g_trampolines_installed.load()) return real(signal_number, action, old_action);
+  if (index < 0 || !g_trampolines_installed.load() || ::getpid() != g_table_pid.load()) {
+    return real(signal_number, action, old_action);
+  }
   struct sigaction previous = g_program_action[index];
   if (action) {
     int rc = install_for(index, *action);

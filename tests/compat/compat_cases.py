@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
@@ -123,6 +124,37 @@ def check_one_warning(context, plain, recorded, infos):
         raise Failure(f"expected exactly one warning from the shim, got {warnings}")
 
 
+def fresh_folder(context, name):
+    folder = os.path.join(context.work, name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    return folder
+
+
+def check_no_worker_left(context, plain, recorded, infos):
+    """Every worker of both runs (their pids in work/workers) is gone once the launcher ended."""
+    def running(pid):  # a zombie waiting for its reaper has stopped
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    folder = os.path.join(context.work, "workers")
+    left = []
+    deadline = time.monotonic() + 10
+    for name in os.listdir(folder):
+        pid = int(name.split(".")[1])
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if running(pid):
+            left.append(pid)
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        raise Failure(f"workers {left} outlived the launcher's SIGTERM\nrecorded stderr:\n"
+                      f"{recorded.stderr[-2000:]}")
+
+
 def check_jemalloc_kept(context, plain, recorded, infos):
     for run, label in ((plain, "plain"), (recorded, "recorded")):
         if "jemalloc mapped: yes" not in run.stdout:
@@ -188,6 +220,15 @@ CASES = [
                     "2", c.program("torchrun_gloo.py")],
          stdout=rank_reports, env=torch_threads, prepare=needs_module("torch"),
          check=check_two_ranks, timeout=300),
+    Case("torchrun_sigterm",
+         "SIGTERM to torchrun while its 2 workers wait: the launcher's own handler stops the "
+         "workers (exit status 1 both, no worker left); Python's subprocess resets handlers in a "
+         "vfork child, which must not change the launcher's",
+         lambda c: [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", c.program("torchrun_waiting_worker.py"), fresh_folder(c, "workers")],
+         stdout=None, env=torch_threads, prepare=needs_module("torch"),
+         signal_when_ready=signal.SIGTERM, check=check_no_worker_left, traces="any",
+         timeout=300),
     Case("torch_nccl",
          "NCCL through torch (torch.cuda.nccl.unique_id(), version(); the wheel's libnccl loaded "
          "in a local scope): same output, the trace names the NCCL found",
