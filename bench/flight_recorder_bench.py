@@ -114,6 +114,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="0: skip the cost per step")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--baseline-seconds", type=float, default=None,
+                        help="the unrecorded generator's run (default: --seconds; its RSS is flat "
+                             "after a few seconds, so a long memory run can keep this short)")
     parser.add_argument("--cap", default="64M")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="flight-bench-")
@@ -142,8 +145,10 @@ def main():
               f"{', '.join(f'{v:.0f}' for v in values)}")
 
     # 2. + 3. memory at the peak rate and the time to dump.
+    baseline_seconds = args.seconds if args.baseline_seconds is None else args.baseline_seconds
+    baseline = [sys.executable, "-c", GENERATOR, str(baseline_seconds)]
+    baseline_rss, _, _, baseline_events = run_generator(baseline, env, baseline_seconds, work)
     generator = [sys.executable, "-c", GENERATOR, str(args.seconds)]
-    baseline_rss, _, _, baseline_events = run_generator(generator, env, args.seconds, work)
     flight = [args.moescope, "record", "-o", trace, "--flight-recorder", "3600",
               "--flight-recorder-size", args.cap, "--", *generator]
     max_rss, samples, stderr, events = run_generator(
