@@ -24,6 +24,7 @@ import time
 
 SKIP = 77
 HANG_TIMEOUT = 3.0
+TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 class Failure(Exception):
@@ -279,12 +280,21 @@ def main():
     except ImportError as error:
         print(f"SKIP {args.case}: {error}")
         return SKIP
-    try:
-        CASES[args.case](Context(args))
-    except Failure as failure:
-        print(f"FAIL {args.case}: {failure}")
-        return 1
-    return 0
+    for attempt in (1, 2):
+        try:
+            CASES[args.case](Context(args))
+            return 0
+        except Failure as failure:
+            # torch's Gloo teardown sometimes aborts a rank at exit (std::terminate), with or
+            # without moescope: seen in 1 of 5-8 plain torchrun runs of shim_presence.py here.
+            # That abort alone earns one more run; any other failure fails.
+            if attempt == 1 and TEARDOWN_ABORT in str(failure):
+                print(f"note {args.case}: a rank aborted in torch's teardown "
+                      f"({TEARDOWN_ABORT!r}); running the case once more")
+                continue
+            print(f"FAIL {args.case}: {failure}")
+            return 1
+    return 1
 
 
 if __name__ == "__main__":
