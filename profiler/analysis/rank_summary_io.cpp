@@ -63,6 +63,7 @@ class Encoder {
   template <typename T>
   void numbers(const std::vector<T>& items) {
     (*this)(uint64_t(items.size()));
+    if (items.empty()) return;  // data() may be null
     bytes_.append(reinterpret_cast<const char*>(items.data()), items.size() * sizeof(T));
   }
   bool ok() const { return true; }
@@ -135,6 +136,7 @@ class Decoder {
       return;
     }
     items.resize(size_t(count));
+    if (count == 0) return;  // an empty vector's data() may be null: no memcpy from it
     std::memcpy(items.data(), bytes_.data() + at_, size_t(count) * sizeof(T));
     at_ += size_t(count) * sizeof(T);
   }

@@ -205,8 +205,10 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
       comm.sequence = uint32_t(s * c.layers + l);
       comm.num_splits = uint32_t(group_size);
       std::memcpy(gpu.tail<CommOpRecord>(), splits.data(), splits.size() * 8);
+      // Each append may move the buffer: a record is filled before the next is appended.
+      const uint64_t address = 0x10000000 + uint64_t(l) * 0x1000000;
       auto& alloc = cpu.append<MemoryRecord>(RecordKind::kMemory, uint64_t(entry));
-      alloc.address = 0x10000000 + uint64_t(l) * 0x1000000;
+      alloc.address = address;
       alloc.bytes = sent;
       alloc.category = 4;
       auto& load = cpu.append_sized<ExpertLoadRecord>(RecordKind::kExpertLoad, uint64_t(entry), 0,
@@ -217,7 +219,7 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
       load.num_experts = uint32_t(c.experts);
       std::memcpy(cpu.tail<ExpertLoadRecord>(), tokens.data(), tokens.size() * 4);
       auto& release = cpu.append<MemoryRecord>(RecordKind::kMemory, uint64_t(done));
-      release.address = alloc.address;
+      release.address = address;
       release.bytes = sent;
       release.category = 4;
       release.is_free = 1;
