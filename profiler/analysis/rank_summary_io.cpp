@@ -26,6 +26,10 @@ constexpr uint32_t kFlagZstd = 1;
 // The largest decoded payload accepted (a rank's summary is KB to a few MB; 64 MB covers a
 // million steps): a frame announcing more is damage, refused before allocating.
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
+// The limits the trace path's record validation applies (record_validation.cpp): a summary past
+// them is damaged, and its rank falls back to the trace.
+constexpr int32_t kMaxRanks = 1 << 20;
+constexpr int32_t kMaxAllToAllRanks = 1 << 12;  // the traffic matrix is ranks^2 cells
 
 uint64_t fnv1a(std::string_view bytes) {
   uint64_t hash = 0xcbf29ce484222325ull;
@@ -275,7 +279,19 @@ std::string check_consistency(const RankSummary& summary) {
     if (!plausible(point.time)) return "a clock-sync point has a damaged time";
   }
   for (const CommunicatorTrack& comm : process.communicators) {
+    if (comm.num_ranks < 0 || comm.num_ranks > kMaxRanks) {
+      return "communicator " + std::to_string(comm.comm_id) + " has an impossible rank count";
+    }
     for (const CommOp& op : comm.ops) {
+      if (op.num_ranks < 0 || op.num_ranks > kMaxRanks) {
+        return "a collective of communicator " + std::to_string(comm.comm_id) +
+               " has an impossible rank count";
+      }
+      if (op.kind == kCommKindAllToAll && op.num_splits != 0 &&
+          (op.num_splits > uint32_t(kMaxAllToAllRanks) || comm.num_ranks > kMaxAllToAllRanks)) {
+        return "an all-to-all of communicator " + std::to_string(comm.comm_id) +
+               " spans more than " + std::to_string(kMaxAllToAllRanks) + " ranks";
+      }
       if (!plausible(op.enqueue) || !plausible(op.start) || !plausible(op.end)) {
         return "a collective of communicator " + std::to_string(comm.comm_id) +
                " has damaged times";
