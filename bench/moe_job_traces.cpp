@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       "%.1f ms (%.1f ms CPU) for %.0f events = %.3f s per 1 M events, %.3f s CPU (loading the "
       "trace: %.1f ms)\n",
       summary_bytes / 1e3, config.steps, summary_bytes / 1e3 * 1000.0 / config.steps, write_s * 1e3,
-      write_cpu_s * 1e3, rank_events, write_s / rank_events * 1e6,
-      write_cpu_s / rank_events * 1e6, load_s * 1e3);
+      write_cpu_s * 1e3, rank_events, write_s / rank_events * 1e6, write_cpu_s / rank_events * 1e6,
+      load_s * 1e3);
   return 0;
 }

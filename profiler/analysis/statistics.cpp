@@ -60,8 +60,9 @@ double straggler_excess(std::span<const double> values, size_t index) {
 
 namespace {
 double mean_of(std::span<const double> values) {
-  return values.empty() ? 0.0
-                        : std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
+  return values.empty()
+             ? 0.0
+             : std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
 }
 }  // namespace
 
