@@ -15,7 +15,6 @@ usage: dashboards_test.py --case NAME --moescope BIN --programs DIR --work DIR
 Exit 0 pass, 1 fail, 77 skipped (a Python package is missing), with the reason on stdout.
 """
 
-import argparse
 import glob
 import json
 import os
@@ -27,8 +26,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from autocapture_test import SKIP, Context, expect, need  # noqa: E402
-from compat_harness import Failure, Skip  # noqa: E402
+from autocapture_test import Context, expect, need  # noqa: E402
+from autocapture_test import main as run_case  # noqa: E402
 
 STEPS = 6
 PROGRAM = "hf_moe_dashboard_train.py"
@@ -289,24 +288,5 @@ CASES = {
 }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--case", required=True, choices=sorted(CASES))
-    parser.add_argument("--moescope", required=True)
-    parser.add_argument("--programs", required=True)
-    parser.add_argument("--work", required=True)
-    args = parser.parse_args()
-    try:
-        CASES[args.case](Context(args))
-    except Skip as reason:
-        print(f"SKIP {args.case}: {reason}")
-        return SKIP
-    except Failure as failure:
-        print(f"FAIL {args.case}: {failure}")
-        return 1
-    print(f"PASS {args.case}: {CASES[args.case].__doc__.strip().splitlines()[0]}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_case(CASES, __doc__))
