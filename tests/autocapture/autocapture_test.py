@@ -16,7 +16,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat"))
-from compat_harness import Failure, Skip, chrome_events, run_command  # noqa: E402
+from compat_harness import (  # noqa: E402
+    Failure, Skip, chrome_events, once_more_on_teardown_abort, run_command)
 
 PYTHON = sys.executable
 SKIP = 77
@@ -553,7 +554,7 @@ def main(cases=None, description=__doc__):
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
     try:
-        cases[args.case](Context(args))
+        once_more_on_teardown_abort(args.case, lambda: cases[args.case](Context(args)))
     except Skip as reason:
         print(f"SKIP {args.case}: {reason}")
         return SKIP

@@ -17,6 +17,10 @@ import sys
 import time
 
 SKIP = 77
+# torch's Gloo teardown sometimes aborts a rank at exit (std::terminate from a thread still
+# joinable), with or without moescope: seen in about 1 of 5-20 plain torchrun runs on this 2-core
+# machine. A failure naming this abort earns its case one more run; no other failure does.
+TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 class Skip(Exception):
@@ -25,6 +29,18 @@ class Skip(Exception):
 
 class Failure(Exception):
     """The recorded run differs from the plain one, or its traces are not what the case needs."""
+
+
+def once_more_on_teardown_abort(name, case):
+    """Runs case(); if it raises a Failure that names torch's teardown abort, runs it once more."""
+    try:
+        return case()
+    except Failure as failure:
+        if TEARDOWN_ABORT not in str(failure):
+            raise
+        print(f"note {name}: a rank aborted in torch's teardown ({TEARDOWN_ABORT!r}); "
+              f"running the case once more")
+    return case()
 
 
 class Context:
@@ -104,7 +120,7 @@ def compare(case, context, plain, recorded):
     if exit_status(plain.returncode) != exit_status(recorded.returncode):
         raise Failure(f"exit status {exit_status(plain.returncode)} plain, "
                       f"{exit_status(recorded.returncode)} recorded\n"
-                      f"recorded stderr:\n{recorded.stderr}")
+                      f"plain stderr:\n{plain.stderr}\nrecorded stderr:\n{recorded.stderr}")
     normalize = case.stdout
     if normalize is not None and normalize(plain.stdout) != normalize(recorded.stdout):
         raise Failure(f"stdout differs\n--- plain\n{plain.stdout}\n--- recorded\n"
@@ -182,7 +198,7 @@ def main():
             return SKIP
         return subprocess.call([*namespace, sys.executable, *sys.argv, "--in-mount-namespace"])
     try:
-        run_case(case, Context(args))
+        once_more_on_teardown_abort(case.name, lambda: run_case(case, Context(args)))
     except Skip as reason:
         print(f"SKIP {case.name}: {reason}")
         return SKIP

@@ -22,13 +22,11 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compat"))
+from compat_harness import Failure, once_more_on_teardown_abort  # noqa: E402
+
 SKIP = 77
 HANG_TIMEOUT = 3.0
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
-class Failure(Exception):
-    pass
 
 
 class Context:
@@ -280,21 +278,12 @@ def main():
     except ImportError as error:
         print(f"SKIP {args.case}: {error}")
         return SKIP
-    for attempt in (1, 2):
-        try:
-            CASES[args.case](Context(args))
-            return 0
-        except Failure as failure:
-            # torch's Gloo teardown sometimes aborts a rank at exit (std::terminate), with or
-            # without moescope: seen in 1 of 5-8 plain torchrun runs of shim_presence.py here.
-            # That abort alone earns one more run; any other failure fails.
-            if attempt == 1 and TEARDOWN_ABORT in str(failure):
-                print(f"note {args.case}: a rank aborted in torch's teardown "
-                      f"({TEARDOWN_ABORT!r}); running the case once more")
-                continue
-            print(f"FAIL {args.case}: {failure}")
-            return 1
-    return 1
+    try:
+        once_more_on_teardown_abort(args.case, lambda: CASES[args.case](Context(args)))
+    except Failure as failure:
+        print(f"FAIL {args.case}: {failure}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
