@@ -166,7 +166,7 @@ TEST_F(CapturePython, ModuleIsANoOpWithoutRecorder) {
 
 TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {
   TempDir dir;
-  RunResult run = run_program(
+  RunResult run = run_torchrun_program(
       record_command(dir / "run.%r.moetrace",
                      {"python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                       "2", source_dir() + "/tests/capture/torchrun_ranks.py"}),

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -132,6 +133,15 @@ RunResult run_program(const std::vector<std::string>& argv, const RunOptions& op
   waitpid(child, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+RunResult run_torchrun_program(const std::vector<std::string>& argv, const RunOptions& options) {
+  static const std::string kTeardownAbort = "terminate called without an active exception";
+  RunResult first = run_program(argv, options);
+  if (first.exit_code == 0 || first.err.find(kTeardownAbort) == std::string::npos) return first;
+  std::fprintf(stderr, "note: a rank aborted in torch's teardown (%s); running once more\n",
+               kTeardownAbort.c_str());
+  return run_program(argv, options);
 }
 
 TempDir::TempDir() {

@@ -13,6 +13,7 @@ import tempfile
 
 import pytest
 
+TEARDOWN_ABORT = "terminate called without an active exception"
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "bench", "python_runtime", "hf_ep_train.py")
 
@@ -30,6 +31,11 @@ def test_two_rank_training_reaches_the_trace():
                    "--summary", os.path.join(scratch, "summary.json")]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
+        if done.returncode != 0 and TEARDOWN_ABORT in done.stderr:
+            # torch's Gloo teardown sometimes aborts a rank at exit, with or without moescope
+            # (about 1 run in 10 here): that abort, and only that, earns one more run.
+            print(f"note: a rank aborted in torch's teardown ({TEARDOWN_ABORT!r}); once more")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         traces = sorted(glob.glob(os.path.join(scratch, "run.[01].moetrace")))
         assert len(traces) == 2, os.listdir(scratch)

@@ -97,7 +97,7 @@ std::map<int, nlohmann::json> rank_reports(const TempDir& dir) {
 
 TEST_F(TorchCapture, GlooCollectivesOfTwoRanksAreRecordedWithWhatEachRankSent) {
   TempDir dir;
-  RunResult run = run_program(
+  RunResult run = run_torchrun_program(
       record_command(dir / "run.%r.moetrace",
                      {"python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                       "2", source_dir() + "/tests/torch_capture/collectives_ranks.py", dir.path()}),
