@@ -60,4 +60,30 @@ void check_group_offsets(const char* op, int num_groups, const std::int32_t* hos
   }
 }
 
+bool check_permute_arguments(const char* op, const void* tokens, DType dtype,
+                             std::int64_t num_tokens, std::int64_t hidden, int top_k,
+                             const std::int32_t* row_sources, std::int64_t row_capacity,
+                             const void* permuted) {
+  require_dtype(op, dtype);
+  check_token_sizes(op, num_tokens, hidden, top_k);
+  require_non_negative(op, row_capacity, "row_capacity");
+  if (row_capacity == 0) return false;
+  require_pointer(op, row_sources, "row_sources");
+  require_pointer(op, permuted, "permuted");
+  if (num_tokens > 0) require_pointer(op, tokens, "tokens");
+  return true;
+}
+
+bool check_combine_arguments(const char* op, const void* expert_output, DType dtype,
+                             const std::int32_t* destination_rows, std::int64_t num_tokens,
+                             std::int64_t hidden, int top_k, const void* output) {
+  require_dtype(op, dtype);
+  check_token_sizes(op, num_tokens, hidden, top_k);
+  if (num_tokens == 0) return false;
+  require_pointer(op, destination_rows, "destination_rows");
+  require_pointer(op, output, "output");
+  require_pointer(op, expert_output, "expert_output");
+  return true;
+}
+
 }  // namespace moescope::kernels::detail

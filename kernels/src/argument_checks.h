@@ -40,6 +40,19 @@ void check_routing_map_sizes(const char* op, std::int64_t num_assignments, int n
 /// Checks num_tokens, hidden, top_k of permute/combine ops.
 void check_token_sizes(const char* op, std::int64_t num_tokens, std::int64_t hidden, int top_k);
 
+/// The checks permute_tokens and launch_permute_tokens share: tokens [T, H], row_sources [R],
+/// permuted [R, H]. Returns false when there is no row to write (R == 0).
+bool check_permute_arguments(const char* op, const void* tokens, DType dtype,
+                             std::int64_t num_tokens, std::int64_t hidden, int top_k,
+                             const std::int32_t* row_sources, std::int64_t row_capacity,
+                             const void* permuted);
+
+/// The checks unpermute_combine and launch_unpermute_combine share: expert_output [R, H],
+/// destination_rows [T, k], output [T, H]. Returns false when there is no token (T == 0).
+bool check_combine_arguments(const char* op, const void* expert_output, DType dtype,
+                             const std::int32_t* destination_rows, std::int64_t num_tokens,
+                             std::int64_t hidden, int top_k, const void* output);
+
 /// Checks host_group_offsets [G + 1]: starts at 0, non-decreasing.
 void check_group_offsets(const char* op, int num_groups, const std::int32_t* host_group_offsets,
                          std::int64_t k, std::int64_t n);

@@ -227,12 +227,10 @@ void launch_unpermute_combine(const void* expert_output, DType dtype, const floa
                               const std::int32_t* destination_rows, std::int64_t num_tokens,
                               std::int64_t hidden, int top_k, void* output, cudaStream_t stream) {
   constexpr const char* kOp = "launch_unpermute_combine";
-  detail::require_dtype(kOp, dtype);
-  detail::check_token_sizes(kOp, num_tokens, hidden, top_k);
-  if (num_tokens == 0) return;
-  detail::require_pointer(kOp, destination_rows, "destination_rows");
-  detail::require_pointer(kOp, output, "output");
-  detail::require_pointer(kOp, expert_output, "expert_output");
+  if (!detail::check_combine_arguments(kOp, expert_output, dtype, destination_rows, num_tokens,
+                                       hidden, top_k, output)) {
+    return;
+  }
   if (dtype == DType::kFloat32) {
     launch_combine<Float32Elements>(expert_output, topk_weights, destination_rows, num_tokens,
                                     hidden, top_k, output, stream, kOp);

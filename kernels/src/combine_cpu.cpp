@@ -12,11 +12,10 @@ void unpermute_combine(const void* expert_output, DType dtype, const float* topk
                        const std::int32_t* destination_rows, std::int64_t num_tokens,
                        std::int64_t hidden, int top_k, void* output) {
   constexpr const char* kOp = "unpermute_combine";
-  detail::require_dtype(kOp, dtype);
-  detail::check_token_sizes(kOp, num_tokens, hidden, top_k);
-  if (num_tokens == 0) return;
-  detail::require_pointer(kOp, destination_rows, "destination_rows");
-  detail::require_pointer(kOp, output, "output");
+  if (!detail::check_combine_arguments(kOp, expert_output, dtype, destination_rows, num_tokens,
+                                       hidden, top_k, output)) {
+    return;
+  }
   std::vector<float> accumulator(hidden);
   for (std::int64_t t = 0; t < num_tokens; ++t) {
     std::fill(accumulator.begin(), accumulator.end(), 0.0f);

@@ -59,13 +59,10 @@ void launch_permute_tokens(const void* tokens, DType dtype, std::int64_t num_tok
                            std::int64_t hidden, int top_k, const std::int32_t* row_sources,
                            std::int64_t row_capacity, void* permuted, cudaStream_t stream) {
   constexpr const char* kOp = "launch_permute_tokens";
-  detail::require_dtype(kOp, dtype);
-  detail::check_token_sizes(kOp, num_tokens, hidden, top_k);
-  detail::require_non_negative(kOp, row_capacity, "row_capacity");
-  if (row_capacity == 0) return;
-  detail::require_pointer(kOp, row_sources, "row_sources");
-  detail::require_pointer(kOp, permuted, "permuted");
-  if (num_tokens > 0) detail::require_pointer(kOp, tokens, "tokens");
+  if (!detail::check_permute_arguments(kOp, tokens, dtype, num_tokens, hidden, top_k, row_sources,
+                                       row_capacity, permuted)) {
+    return;
+  }
   const int element_bytes = static_cast<int>(dtype_size(dtype));
   if (detail::rows_are_vectorizable(hidden, element_bytes, tokens, permuted)) {
     launch_permute_rows<uint4>(tokens, hidden * element_bytes / 16, top_k, row_sources,

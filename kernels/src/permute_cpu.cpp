@@ -11,13 +11,10 @@ void permute_tokens(const void* tokens, DType dtype, std::int64_t num_tokens, st
                     int top_k, const std::int32_t* row_sources, std::int64_t row_capacity,
                     void* permuted) {
   constexpr const char* kOp = "permute_tokens";
-  detail::require_dtype(kOp, dtype);
-  detail::check_token_sizes(kOp, num_tokens, hidden, top_k);
-  detail::require_non_negative(kOp, row_capacity, "row_capacity");
-  if (row_capacity == 0) return;
-  detail::require_pointer(kOp, row_sources, "row_sources");
-  detail::require_pointer(kOp, permuted, "permuted");
-  if (num_tokens > 0) detail::require_pointer(kOp, tokens, "tokens");
+  if (!detail::check_permute_arguments(kOp, tokens, dtype, num_tokens, hidden, top_k, row_sources,
+                                       row_capacity, permuted)) {
+    return;
+  }
   const std::int64_t num_assignments = num_tokens * top_k;
   for (std::int64_t r = 0; r < row_capacity; ++r) {
     const std::int32_t source = row_sources[r];

@@ -9,15 +9,10 @@
 
 #include "moescope/analysis/statistics.h"
 #include "moescope/analysis/step_detection.h"
+#include "printf_string.h"
 
 namespace moescope::analysis {
 namespace {
-
-std::string format(const char* pattern, auto... values) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof(buffer), pattern, values...);
-  return buffer;
-}
 
 // "1,200": steps and ranks as people write them.
 std::string grouped(int64_t value) {
@@ -222,7 +217,7 @@ void add_cross_rank_findings(const TraceModel& model, const TimeBreakdown& break
     finding.where.ranks = {onset.rank};
     finding.where.first_step = onset.step;
     finding.where.last_step = last_step;
-    finding.evidence = format(
+    finding.evidence = printf_string(
         "rank %s slower by %.0f%% from step %s (busy time against the "
         "step's median rank; change %.0f standard errors)%s%s",
         grouped(onset.rank).c_str(), 100.0 * onset.slowdown, grouped(onset.step).c_str(),
@@ -252,7 +247,7 @@ void add_cross_rank_findings(const TraceModel& model, const TimeBreakdown& break
     finding.where.ranks = host.ranks;
     finding.where.first_step = analysis.map.steps.empty() ? -1 : analysis.map.steps.front();
     finding.where.last_step = last_step;
-    finding.evidence = format(
+    finding.evidence = printf_string(
         "host %s: its %zu rank(s) are busy %.0f%% longer per step than the "
         "median host's",
         host.host.c_str(), host.ranks.size(), 100.0 * excess);

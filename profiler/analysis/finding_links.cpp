@@ -13,15 +13,10 @@
 #include "moescope/analysis/expert_placement_seen.h"
 #include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/statistics.h"
+#include "printf_string.h"
 
 namespace moescope::analysis {
 namespace {
-
-std::string format(const char* pattern, auto... values) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof(buffer), pattern, values...);
-  return buffer;
-}
 
 template <typename Number>
 std::string joined(const std::vector<Number>& values, const char* prefix = "") {
@@ -93,17 +88,18 @@ std::string non_expert_cause(const TraceModel& model, const TimeBreakdown& break
   }
   const double half = 0.5 * excess_ms;
   if (rank_loader - median(loaders) >= half) {
-    return format(
+    return printf_string(
         "the data loader: %.2f ms per step in data-loading spans vs %.2f ms on the "
         "others",
         rank_loader, median(loaders));
   }
   if (rank_gc - median(collections) >= half) {
-    return format("garbage collection: %.2f ms per step in GC spans vs %.2f ms on the others",
-                  rank_gc, median(collections));
+    return printf_string(
+        "garbage collection: %.2f ms per step in GC spans vs %.2f ms on the others", rank_gc,
+        median(collections));
   }
   if (rank_sync - median(syncs) >= half) {
-    return format(
+    return printf_string(
         "host synchronization: the host waits %.2f ms per step vs %.2f ms on the "
         "others (see host_sync_stall)",
         rank_sync, median(syncs));
@@ -161,7 +157,7 @@ std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vec
   }
   metrics.push_back({"plan_step_ms_before", prediction.step_ms_before});
   metrics.push_back({"plan_step_ms_change", prediction.step_ms_change});
-  return format(
+  return printf_string(
       "Implied plan: replicate expert%s %s of layer %u from rank %d onto the other rank(s) so the "
       "layer's rows split evenly over the %zu ranks; predicted step time %.2f -> %.2f ms (%+.2f "
       "ms, cost model %.4f ms per row). `moescope plan --gpus %zu --slots %zu` on these traces "
@@ -249,7 +245,7 @@ std::string root_cause_line(const std::vector<Finding>& findings) {
       where += (at->where.experts.size() == 1 ? ", expert " : ", experts ") + experts;
     }
     if (guard == 0)
-      where += format("%s%.2f ms/step", where.empty() ? "" : "; ", at->est_ms_per_step);
+      where += printf_string("%s%.2f ms/step", where.empty() ? "" : "; ", at->est_ms_per_step);
     line += (line.empty() ? "#" : " -> #") + std::to_string(at->id) + " " + at->kind +
             (where.empty() ? "" : " (" + where + ")");
     at = at->explains.empty() ? nullptr : by_id(at->explains.front());
@@ -273,7 +269,7 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     const uint32_t layer = uint32_t(imbalance.where.layer);
     const LayerPlacementSeen seen = expert_placement_seen(model, layer);
     if (!seen.has_received_rows) {
-      imbalance.chain = format(
+      imbalance.chain = printf_string(
           "the chain stops at layer %u: the trace shows no expert-to-rank placement (no rows "
           "received per rank, e.g. data parallel without expert parallelism), so no rank is "
           "singled out by it",
@@ -286,35 +282,35 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     const double mean_rows = rows / double(std::max<size_t>(1, seen.rows_by_rank.size()));
     const double excess_share = mean_rows > 0 ? seen.busiest_excess_rows / mean_rows : 0.0;
     if (imbalance.where.experts.empty()) {
-      imbalance.chain = format(
+      imbalance.chain = printf_string(
           "no expert of layer %u is hot over the run (the load moves between experts from step "
           "to step): no rank is singled out by the placement",
           layer);
       continue;
     }
     if (hosts.empty()) {
-      imbalance.chain = format(
+      imbalance.chain = printf_string(
           "layer %u's hot experts have no single rank in the trace (replicated, moved, or not "
           "matched to a rank's received rows): no rank is singled out",
           layer);
       continue;
     }
     if (hosts.size() > 1 || hosts.front() != seen.busiest_rank) {
-      imbalance.chain = format(
+      imbalance.chain = printf_string(
           "layer %u's hot experts sit on rank(s) %s, and the rank computing most of its rows is "
           "rank %d: no one rank is singled out by them",
           layer, joined(hosts).c_str(), seen.busiest_rank);
       continue;
     }
     if (excess_share < kMinRankExcessShare) {
-      imbalance.chain = format(
+      imbalance.chain = printf_string(
           "rank %d hosts the hot experts, but layer %u's rows are even over the ranks (the "
           "busiest computes %+.0f%% over the others' median): no rank is singled out",
           hosts.front(), layer, 100.0 * excess_share);
       continue;
     }
     const int32_t rank = seen.busiest_rank;
-    imbalance.chain = format(
+    imbalance.chain = printf_string(
         "rank %d hosts expert%s %s (placement seen in the rows each rank received) and computes "
         "%.0f more rows of layer %u per step than the others' median",
         rank, imbalance.where.experts.size() == 1 ? "" : "s",
@@ -358,7 +354,7 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     straggler.suggestion =
         "Fix the cause: the hot experts on this rank (the expert_imbalance above and its plan); "
         "what is left after it is this rank's own.";
-    straggler.chain = format(
+    straggler.chain = printf_string(
         "%.2f of its %.2f ms per step come from the expert rows it computes "
         "(%s)",
         caused, straggler.est_ms_per_step,
@@ -369,7 +365,7 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     const int32_t rank = only_rank(straggler);
     const double row_excess = expert_row_excess_share(model, rank);
     if (row_excess >= kMinRankExcessShare) {
-      straggler.chain = format(
+      straggler.chain = printf_string(
           "rank %d computes %.0f%% more expert rows per step than the others' median, though no "
           "imbalance finding names a hot expert on it (the load moves between experts)",
           rank, 100.0 * row_excess);
@@ -390,7 +386,7 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     transfer /= double(std::max<size_t>(1, waits.ranks.size()));
     exposed.metrics.push_back({"wait_ms", wait});
     exposed.metrics.push_back({"transfer_ms", transfer});
-    exposed.evidence += format(
+    exposed.evidence += printf_string(
         "; inside the collectives %.2f ms per step is waiting for the "
         "last rank to arrive and %.2f ms moving bytes (mean over ranks)",
         wait, transfer);
@@ -401,19 +397,20 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
       if (caused.caused_wait_ms < kMinCausedWaitMs) continue;
       link(findings[s], exposed, s, x);
       exposed.metrics.push_back(
-          {format("waiting_for_rank_%d_ms", caused.rank), caused.caused_wait_ms});
-      waited_for += format("%s%.2f ms per step waiting for rank %d", waited_for.empty() ? "" : ", ",
-                           caused.caused_wait_ms, caused.rank);
+          {printf_string("waiting_for_rank_%d_ms", caused.rank), caused.caused_wait_ms});
+      waited_for +=
+          printf_string("%s%.2f ms per step waiting for rank %d", waited_for.empty() ? "" : ", ",
+                        caused.caused_wait_ms, caused.rank);
     }
     if (!waited_for.empty()) {
       exposed.chain = "the other ranks spend " + waited_for + " inside collectives";
-      exposed.suggestion = format(
+      exposed.suggestion = printf_string(
                                "Most of it is waiting, not transfer: fix the straggler first. "
                                "The %.2f ms per step of transfer left is not overlapped: ",
                                transfer) +
                            exposed.suggestion;
     } else {
-      exposed.suggestion = format(
+      exposed.suggestion = printf_string(
                                "Missing overlap: %.2f ms per step of transfer runs with no "
                                "compute under it. ",
                                transfer) +

@@ -11,15 +11,10 @@
 
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/finding_links.h"
+#include "printf_string.h"
 
 namespace moescope::analysis {
 namespace {
-
-std::string format(const char* pattern, auto... values) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof(buffer), pattern, values...);
-  return buffer;
-}
 
 bool contains_lowercase(const std::string& text, const char* word) {
   std::string lower(text);
@@ -274,9 +269,9 @@ class Rules {
       finding.where.last_step = layer.last_step;
       std::string hot;
       for (uint32_t e : layer.hot_experts) {
-        hot += format("%s%u (%.0f%%)", hot.empty() ? "" : ", ", e, 100.0 * layer.share[e]);
+        hot += printf_string("%s%u (%.0f%%)", hot.empty() ? "" : ", ", e, 100.0 * layer.share[e]);
       }
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "layer %u: max/mean tokens per expert %.2f (CV %.2f, utilization %.0f%%) over %u "
           "steps; hot experts: %s; ideal share %.1f%%; uniform routing rejected (chi-square "
           "%.1f on %u df, p %.2g < %.2g, %.0f tokens)",
@@ -305,7 +300,7 @@ class Rules {
       Finding& finding = add("straggler_rank", excess);
       finding.where.ranks = {means_[r].rank};
       finding.process = int32_t(r);
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "rank %d is busy %.2f ms per step vs a median of %.2f ms on the other ranks "
           "(+%.0f%%); its compute %.2f ms vs the others' waiting in communication",
           means_[r].rank, means_[r].busy_ms(), typical, 100.0 * excess / std::max(typical, 1e-9),
@@ -355,7 +350,7 @@ class Rules {
       return;
     Finding& finding = add("exposed_communication", exposed);
     const std::vector<std::string> kinds = communication_kinds(model_);
-    finding.evidence = format(
+    finding.evidence = printf_string(
         "%.2f ms per step of communication (%s) is not overlapped with compute on any rank "
         "(%.0f%% of a %.2f ms step); communication %.2f ms per step, %.2f ms of it overlapped",
         exposed, kinds.empty() ? "GPU communication kernels" : joined(kinds).c_str(),
@@ -375,7 +370,7 @@ class Rules {
       Finding& finding = add("host_sync_stall", mean.host_sync_ms);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "rank %d: the host waits %.2f ms per step in %u synchronizations per step (%u blocking "
           "device-to-host copies per step), %.0f%% of the step",
           mean.rank, mean.host_sync_ms, mean.host_syncs, mean.blocking_d2h_copies,
@@ -398,7 +393,7 @@ class Rules {
       Finding& finding = add("launch_bound", mean.launch_gap_ms);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "rank %d: the GPU waits %.2f ms per step for kernel launches that end after the "
           "previous kernel finished (%.0f%% of the step)",
           mean.rank, mean.launch_gap_ms, 100.0 * mean.launch_gap_ms / std::max(mean.step_ms, 1e-9));
@@ -423,7 +418,7 @@ class Rules {
       for (int c = 1; c < kNumMemoryCategories; ++c) {
         if (rank.peak_by_category[c] > rank.peak_by_category[biggest]) biggest = c;
       }
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "rank %d peaks at %.2f GiB of %.2f GiB (%.0f%%); largest category at the peak: %s "
           "%.2f GiB",
           rank.rank, double(rank.peak_bytes) / (1 << 30), double(rank.capacity_bytes) / (1 << 30),
@@ -444,9 +439,9 @@ class Rules {
       Finding& finding = add("allocation_churn", est);
       finding.where.ranks = {mean.rank};
       finding.process = model_.process_of_rank(mean.rank);
-      finding.evidence =
-          format("rank %d allocates %u times per step (%.1f MiB per step) and frees as much again",
-                 mean.rank, mean.allocations, double(mean.allocated_bytes) / (1 << 20));
+      finding.evidence = printf_string(
+          "rank %d allocates %u times per step (%.1f MiB per step) and frees as much again",
+          mean.rank, mean.allocations, double(mean.allocated_bytes) / (1 << 20));
       finding.metrics = {{"allocations_per_step", double(mean.allocations)},
                          {"allocated_bytes_per_step", double(mean.allocated_bytes)}};
       finding.suggestion =
@@ -464,7 +459,7 @@ class Rules {
       finding.where.first_step = layer.first_step;
       finding.where.last_step = layer.last_step;
       finding.where.experts = layer.hot_experts;
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "layer %u drops %.1f%% of routed tokens (%llu of %llu)", layer.layer,
           100.0 * layer.dropped_fraction, static_cast<unsigned long long>(layer.dropped_tokens),
           static_cast<unsigned long long>(layer.dropped_tokens + layer.total_tokens));
@@ -491,8 +486,8 @@ class Rules {
       finding.where.first_step = layer.first_step;
       finding.where.last_step = layer.last_step;
       finding.evidence =
-          format("layer %u: %zu of %u experts received no token in %u steps", layer.layer,
-                 layer.dead_experts.size(), layer.num_experts, layer.num_steps);
+          printf_string("layer %u: %zu of %u experts received no token in %u steps", layer.layer,
+                        layer.dead_experts.size(), layer.num_experts, layer.num_steps);
       finding.metrics = {{"dead_experts", double(layer.dead_experts.size())},
                          {"num_experts", double(layer.num_experts)}};
       finding.suggestion =
@@ -517,7 +512,7 @@ class Rules {
       finding.where.experts = layer.hot_experts;
       finding.where.first_step = layer.first_step;
       finding.where.last_step = layer.last_step;
-      finding.evidence = format(
+      finding.evidence = printf_string(
           "layer %u: effective experts (exp of the load entropy) fell from %.1f to %.1f of %u; "
           "router entropy %.3f -> %.3f nats",
           layer.layer, layer.effective_experts_first, layer.effective_experts_last,
@@ -549,7 +544,7 @@ class Rules {
     finding.where.last_step = first->step;
     finding.process = int32_t(first->process);
     finding.start = finding.end = first->time;
-    finding.evidence = format(
+    finding.evidence = printf_string(
         "first non-finite values at step %lld, layer %u, rank %d (%u logits, %u outputs); %llu "
         "layer samples affected in all",
         static_cast<long long>(first->step), first->layer, first->rank, first->nonfinite_logits,

@@ -10,6 +10,7 @@
 #include "file_load.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/rank_summary.h"
+#include "worker_threads.h"
 
 namespace moescope::analysis {
 namespace {
@@ -129,13 +130,7 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
       }
     }
   };
-  if (threads <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (auto& thread : pool) thread.join();
-  }
+  run_worker_threads(threads, worker);
 
   std::vector<RankInput*> usable;
   for (RankInput& input : inputs) {

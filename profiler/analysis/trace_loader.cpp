@@ -13,6 +13,7 @@
 #include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/step_detection.h"
+#include "worker_threads.h"
 
 namespace moescope::analysis {
 namespace {
@@ -261,13 +262,7 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
       report(i, file_bytes(path), true);
     }
   };
-  if (threads <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (auto& thread : pool) thread.join();
-  }
+  run_worker_threads(threads, worker);
 
   // A non-trace JSON; a Kineto trace beside .moetrace files (input_checks.h).
   refuse_unusable_inputs(files, options.align_clocks);
