@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -46,6 +47,69 @@ bool offsets_from_keys(const std::vector<std::map<uint64_t, std::vector<TimeNs>>
   return true;
 }
 
+// One collective (the n-th of a communicator) as the processes of one host ran it: the latest
+// entry and the earliest end of any of them.
+struct CollectiveSpan {
+  TimeNs latest_entry = std::numeric_limits<TimeNs>::min();
+  TimeNs earliest_end = std::numeric_limits<TimeNs>::max();
+};
+
+// Every collective of every process, keyed alike on every host: the ends (for the offsets) and
+// the spans (for the error bounds), per host.
+struct HostCollectives {
+  std::vector<std::map<uint64_t, std::vector<TimeNs>>> ends;
+  std::vector<std::map<uint64_t, CollectiveSpan>> spans;
+};
+
+HostCollectives collectives_by_host(const TraceModel& model, const std::vector<size_t>& host_of,
+                                    size_t num_hosts) {
+  HostCollectives result{std::vector<std::map<uint64_t, std::vector<TimeNs>>>(num_hosts),
+                         std::vector<std::map<uint64_t, CollectiveSpan>>(num_hosts)};
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    // Every rank issues the collectives of one communicator in the same order, so the n-th
+    // collective of a communicator is the same operation everywhere (sequence numbers are not
+    // always recorded).
+    for (const auto& comm : model.processes[p].communicators) {
+      uint64_t ordinal = 0;
+      for (const CommOp& op : comm.ops) {
+        if (!is_collective(op.kind)) continue;
+        uint64_t key = comm.comm_id * 0x9E3779B97F4A7C15ull ^ (ordinal++ << 1);
+        if (op.flags & kCommEndUnknown) continue;
+        result.ends[host_of[p]][key].push_back(op.end);
+        CollectiveSpan& span = result.spans[host_of[p]][key];
+        const TimeNs entry = op.enqueue != 0 ? std::min(op.enqueue, op.start) : op.start;
+        span.latest_entry = std::max(span.latest_entry, entry);
+        span.earliest_end = std::min(span.earliest_end, op.end);
+      }
+    }
+  }
+  return result;
+}
+
+// The causality interval of a host's offset against the reference host (HostClock in
+// trace_model.h) and the error bound of `offset` within it.
+HostClock bound_offset(const std::map<uint64_t, CollectiveSpan>& reference,
+                       const std::map<uint64_t, CollectiveSpan>& host, TimeNs offset) {
+  HostClock clock;
+  clock.offset = offset;
+  TimeNs lowest = std::numeric_limits<TimeNs>::min();
+  TimeNs highest = std::numeric_limits<TimeNs>::max();
+  for (const auto& [key, here] : host) {
+    auto there = reference.find(key);
+    if (there == reference.end()) continue;
+    highest =
+        std::min(highest, trace::saturating_sub(there->second.earliest_end, here.latest_entry));
+    lowest = std::max(lowest, trace::saturating_sub(there->second.latest_entry, here.earliest_end));
+    ++clock.bounding_collectives;
+  }
+  if (clock.bounding_collectives == 0 || lowest > highest) return clock;
+  clock.lowest_offset = lowest;
+  clock.highest_offset = highest;
+  clock.error_bound =
+      std::max(trace::saturating_sub(offset, lowest), trace::saturating_sub(highest, offset));
+  return clock;
+}
+
 }  // namespace
 
 ClockAlignment compute_clock_alignment(const TraceModel& model) {
@@ -65,6 +129,7 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
   }
   if (hosts.size() == 1) return result;
 
+  const HostCollectives collectives = collectives_by_host(model, host_of, hosts.size());
   std::vector<TimeNs> host_offsets;
   std::vector<std::map<uint64_t, std::vector<TimeNs>>> syncs(hosts.size());
   for (size_t p = 0; p < n; ++p) {
@@ -75,22 +140,7 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
   if (offsets_from_keys(syncs, host_offsets)) {
     result.method = ClockAlignmentMethod::kClockSync;
   } else {
-    std::vector<std::map<uint64_t, std::vector<TimeNs>>> collectives(hosts.size());
-    for (size_t p = 0; p < n; ++p) {
-      // Every rank issues the collectives of one communicator in the same order, so the
-      // n-th collective of a communicator is the same operation everywhere (sequence numbers
-      // are not always recorded).
-      for (const auto& comm : model.processes[p].communicators) {
-        uint64_t ordinal = 0;
-        for (const CommOp& op : comm.ops) {
-          if (!is_collective(op.kind)) continue;
-          uint64_t key = comm.comm_id * 0x9E3779B97F4A7C15ull ^ (ordinal++ << 1);
-          if (op.flags & kCommEndUnknown) continue;
-          collectives[host_of[p]][key].push_back(op.end);
-        }
-      }
-    }
-    if (offsets_from_keys(collectives, host_offsets)) {
+    if (offsets_from_keys(collectives.ends, host_offsets)) {
       result.method = ClockAlignmentMethod::kCollectiveEnds;
     } else {
       // Wall clock: unix = trace time + (start_unix_ns - start_ns) per process.
@@ -114,10 +164,20 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
       for (size_t p = 0; p < n; ++p)
         result.offsets[p] = trace::saturating_sub(to_unix[p], to_unix[0]);
       result.method = ClockAlignmentMethod::kWallClock;
-      return result;
+      // A host's offset is its first process's (the others' differ by their start stamps'
+      // error, which the bound below does not see).
+      host_offsets.assign(hosts.size(), 0);
+      for (size_t p = n; p-- > 0;) host_offsets[host_of[p]] = result.offsets[p];
     }
   }
-  for (size_t p = 0; p < n; ++p) result.offsets[p] = host_offsets[host_of[p]];
+  if (result.method != ClockAlignmentMethod::kWallClock) {
+    for (size_t p = 0; p < n; ++p) result.offsets[p] = host_offsets[host_of[p]];
+  }
+  for (size_t h = 1; h < hosts.size(); ++h) {
+    result.hosts.push_back(
+        bound_offset(collectives.spans[0], collectives.spans[h], host_offsets[h]));
+    result.hosts.back().host = hosts[h];
+  }
   return result;
 }
 
@@ -126,6 +186,7 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
 void align_clocks(TraceModel& model) {
   ClockAlignment alignment = compute_clock_alignment(model);
   model.clock_alignment = alignment.method;
+  model.host_clocks = alignment.hosts;
   for (size_t p = 0; p < model.processes.size(); ++p) {
     TimeNs offset = alignment.offsets[p];
     if (offset == 0) continue;

@@ -24,6 +24,19 @@ std::string fixed(double value, int digits = 2) {
   return buffer;
 }
 
+// "clock of host node-b: offset -1000.000213 s, error <= 0.41 ms (from 42 collectives)".
+std::string host_clock_line(const HostClock& clock) {
+  std::string line =
+      "clock of host " + clock.host + ": offset " + fixed(double(clock.offset) * 1e-9, 6) + " s, ";
+  if (clock.error_bound >= 0) {
+    return line + "error <= " + fixed(double(clock.error_bound) * 1e-6, 3) + " ms (from " +
+           std::to_string(clock.bounding_collectives) + " collectives both hosts ran)";
+  }
+  return line + (clock.bounding_collectives == 0
+                     ? "error unknown (no collective both hosts ran bounds it)"
+                     : "error unknown (the collectives' times contradict each other)");
+}
+
 double finite_or_zero(double value) {
   return std::isfinite(value) ? value : 0.0;
 }
@@ -140,6 +153,17 @@ std::string render_json(const TraceModel& model, const Report& report) {
   if (s.inference.inference) {
     out["summary"]["forward_passes"] = s.inference.forward_passes;
     out["summary"]["tokens"] = s.inference.routed_tokens;
+  }
+  if (!s.host_clocks.empty()) {
+    ordered_json hosts = ordered_json::array();
+    for (const HostClock& clock : s.host_clocks) {
+      hosts.push_back({{"host", clock.host},
+                       {"offset_ns", clock.offset},
+                       {"error_bound_ns", clock.error_bound >= 0 ? ordered_json(clock.error_bound)
+                                                                 : ordered_json(nullptr)},
+                       {"bounding_collectives", clock.bounding_collectives}});
+    }
+    out["summary"]["clock_hosts"] = std::move(hosts);
   }
   out["capture_gaps"] = report.capture_gaps;
   ordered_json phases = ordered_json::array();
@@ -354,6 +378,7 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   w.line((markdown ? "\n" : "") + std::to_string(s.ranks) + " rank(s), " +
          std::to_string(s.events) + " events over " + fixed(s.duration_ms) + " ms; " + run +
          "; clocks: " + s.clock_alignment);
+  for (const HostClock& clock : s.host_clocks) w.line(host_clock_line(clock));
   if (s.errors) w.line(std::to_string(s.errors) + " load error(s), listed at the end");
   for (const std::string& gap : report.capture_gaps) w.line("capture: " + gap);
 
@@ -564,6 +589,7 @@ Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts
   s.mean_step_ms = step_count ? step_sum / double(step_count) : 0.0;
   s.step_source = step_source_name(model.step_source);
   s.clock_alignment = clock_alignment_method_name(model.clock_alignment);
+  s.host_clocks = model.host_clocks;
   s.errors = model.errors.size();
   s.inference = inference_from_facts(model, facts);
   report.phases = phase_breakdown_of(std::move(phases));

@@ -165,12 +165,26 @@ TEST(TraceLoader, AlignsClocksAcrossHostsFromCollectives) {
     EXPECT_EQ(aligned.processes[p].steps.at(2).start, reference.processes[p].steps.at(2).start);
     EXPECT_EQ(aligned.processes[p].clock_offset, p >= 2 ? -3'000'000'123 : 0);
   }
+  // The second host's error bound: its causality interval holds the true offset.
+  ASSERT_EQ(aligned.host_clocks.size(), 1u);
+  const HostClock& clock = aligned.host_clocks[0];
+  EXPECT_EQ(clock.host, aligned.processes[2].host);
+  EXPECT_GT(clock.bounding_collectives, 0u);
+  ASSERT_GE(clock.error_bound, 0);
+  EXPECT_LE(clock.lowest_offset, -3'000'000'123);
+  EXPECT_GE(clock.highest_offset, -3'000'000'123);
+  EXPECT_LE(clock.error_bound, clock.highest_offset - clock.lowest_offset);
   options.host_clock_skew_ns = -7'000'000;
   options.clock_sync_points = true;
   auto synced = testing::write_synthetic_run(testing::test_directory("sync"), "run", options);
   TraceModel by_sync = load_traces(synced);
   EXPECT_EQ(by_sync.clock_alignment, ClockAlignmentMethod::kClockSync);
   EXPECT_EQ(by_sync.processes[3].clock_offset, 7'000'000);
+  // Sync points set the offset; the collectives still bound its error.
+  ASSERT_EQ(by_sync.host_clocks.size(), 1u);
+  EXPECT_GE(by_sync.host_clocks[0].error_bound, 0);
+  EXPECT_LE(by_sync.host_clocks[0].lowest_offset, 7'000'000);
+  EXPECT_GE(by_sync.host_clocks[0].highest_offset, 7'000'000);
 }
 
 TEST(TraceLoader, DetectsStepsFromARepeatingRangeWithoutMarkers) {

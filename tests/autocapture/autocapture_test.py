@@ -54,8 +54,8 @@ class Context:
         return sorted(os.path.join(self.work, name) for name in os.listdir(self.work)
                       if name.endswith(".moetrace"))
 
-    def report(self, traces=None):
-        done = subprocess.run([self.moescope, "report", "--format", "json", "--quiet",
+    def report(self, traces=None, options=()):
+        done = subprocess.run([self.moescope, "report", "--format", "json", "--quiet", *options,
                                *(traces or self.traces())], capture_output=True, text=True,
                               timeout=300)
         if done.returncode != 0:
@@ -520,6 +520,74 @@ def cli_honesty(context):
     expect(context.report([nested])["breakdown"][0]["rank"] == 0, "report's rank")
 
 
+NODE_B_CLOCK_AHEAD_S = 1000
+
+
+def free_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def clocks_of_two_hosts(context):
+    """Two torchrun nodes (one Gloo rank each), each in its own UTS namespace (host node-a,
+    node-b) and node-b in a time namespace whose CLOCK_MONOTONIC runs 1000 s ahead: the report
+    aligns node-b by collective ends, states an error bound, and the true offset (-1000 s) lies
+    within it, from the traces and from their summaries alike."""
+    need("torch")
+    probe = subprocess.run(["unshare", "--uts", "--time", "--monotonic", "1", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise Skip(f"no UTS and time namespaces here (unshare: {probe.stderr.strip()})")
+    port = free_port()
+    pattern = os.path.join(context.work, "run.%r.moetrace")
+
+    def node(rank, host, clock):
+        command = (f"hostname {host} && exec {context.moescope} record -o {pattern} -- "
+                   f"{PYTHON} -m torch.distributed.run --nnodes 2 --node_rank {rank} "
+                   f"--nproc_per_node 1 --master_addr 127.0.0.1 --master_port {port} "
+                   f"{context.program('gloo_sgd_steps.py')}")
+        return subprocess.Popen(["unshare", "--uts", *clock, "sh", "-c", command],
+                                env=context.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    nodes = [node(0, "node-a", []),
+             node(1, "node-b", ["--time", "--monotonic", str(NODE_B_CLOCK_AHEAD_S)])]
+    outputs = [process.communicate(timeout=300) for process in nodes]
+    for process, (out, err) in zip(nodes, outputs):
+        if process.returncode != 0:
+            raise Failure(f"a node failed (exit {process.returncode}):\n{out}{err}")
+    traces = context.traces()
+    expect(len(traces) == 2, f"expected one trace per node, got {traces}")
+    done = subprocess.run([context.moescope, "summarize", *traces], capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        raise Failure(f"moescope summarize failed: {done.stderr}")
+    summaries = sorted(os.path.join(context.work, name) for name in os.listdir(context.work)
+                       if name.endswith(".moesummary"))
+    true_offset_ns = -NODE_B_CLOCK_AHEAD_S * 1_000_000_000
+    expect(len(summaries) == 2, f"expected one summary per trace, got {summaries}")
+    # report reads the summaries beside the traces; --detail reads the traces themselves.
+    for source, options in (("traces", ["--detail"]), ("summaries", [])):
+        summary = context.report(traces, options)["summary"]
+        expect(summary["clock_alignment"] == "collective ends",
+               f"{source}: clocks aligned by {summary['clock_alignment']!r}")
+        hosts = summary.get("clock_hosts", [])
+        expect(len(hosts) == 1 and hosts[0]["host"] == "node-b",
+               f"{source}: clock hosts {hosts}")
+        bound = hosts[0]["error_bound_ns"]
+        error = abs(hosts[0]["offset_ns"] - true_offset_ns)
+        expect(bound is not None and error <= bound,
+               f"{source}: offset {hosts[0]['offset_ns']} ns is {error} ns from the true "
+               f"{true_offset_ns} ns, outside the stated bound {bound}")
+        # A bound is only useful well below the skew it corrects: collectives here take
+        # microseconds to milliseconds, however loaded the machine.
+        expect(bound < 1_000_000_000, f"{source}: error bound {bound} ns is no bound")
+    print(f"node-b offset {hosts[0]['offset_ns'] / 1e9:.6f} s, error {error / 1e3:.1f} us "
+          f"<= bound {bound / 1e3:.1f} us")
+
+
 CASES = {
     "hf_mixtral": hf_model_case("mixtral"),
     "hf_qwen2_moe": hf_model_case("qwen2_moe"),
@@ -540,6 +608,7 @@ CASES = {
     "profiler_iterations": profiler_iterations,
     "fsdp_exposed_text": fsdp_exposed_text,
     "cli_honesty": cli_honesty,
+    "clocks_of_two_hosts": clocks_of_two_hosts,
 }
 
 

@@ -13,13 +13,15 @@ namespace moescope::analysis {
 
 struct ClockAlignment {
   ClockAlignmentMethod method = ClockAlignmentMethod::kSingleHost;
-  std::vector<TimeNs> offsets;  // per process: add to its times
+  std::vector<TimeNs> offsets;   // per process: add to its times
+  std::vector<HostClock> hosts;  // each host but the first, with its error bound
 };
 
 // Offsets only; the model is not changed.
 ClockAlignment compute_clock_alignment(const TraceModel& model);
 // Computes and applies the offsets (every time of every shifted process moves), records the
-// method in model.clock_alignment and updates model.begin/end.
+// method in model.clock_alignment and each host's offset and error bound in model.host_clocks,
+// and updates model.begin/end.
 void align_clocks(TraceModel& model);
 
 }  // namespace moescope::analysis

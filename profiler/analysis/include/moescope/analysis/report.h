@@ -34,6 +34,7 @@ struct ReportSummary {
   double mean_step_ms = 0;
   std::string step_source;
   std::string clock_alignment;
+  std::vector<HostClock> host_clocks;  // several hosts: each but the first, with its error bound
   size_t errors = 0;
   InferenceSummary inference;  // inference.inference: forward passes and tokens, not steps
 };

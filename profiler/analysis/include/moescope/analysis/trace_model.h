@@ -378,6 +378,21 @@ enum class ClockAlignmentMethod : uint8_t {
 };
 const char* clock_alignment_method_name(ClockAlignmentMethod method);
 
+// One host's clock against the first process's host (several hosts only). Collectives bound the
+// true offset by causality: no rank leaves a collective before every rank has entered it, so for
+// each collective both hosts ran, offset <= (reference's end - this host's entry) and
+// offset >= (reference's entry - this host's end). The error bound is the farthest end of that
+// interval from the offset applied; -1 when no collective bounds it, or when the bounds
+// contradict each other (an end recorded before completion).
+struct HostClock {
+  std::string host;
+  TimeNs offset = 0;         // added to this host's times
+  TimeNs error_bound = -1;   // |offset applied - true offset| <= error_bound; -1: unknown
+  TimeNs lowest_offset = 0;  // the causality interval (when error_bound >= 0)
+  TimeNs highest_offset = 0;
+  uint64_t bounding_collectives = 0;  // collectives both hosts ran that set the interval
+};
+
 // The model-wide sample arrays: records of every rank that belong to no track, in load order
 // (`process` says whose). One file's arrays (FileLoad) and the merged model's have these same
 // members; kSampleArrays below lists them for the stages that walk them all.
@@ -397,6 +412,7 @@ struct TraceModel : ModelSampleArrays {
   std::vector<LoadError> errors;
   TimeNs begin = 0, end = 0;  // global time range of every event
   ClockAlignmentMethod clock_alignment = ClockAlignmentMethod::kSingleHost;
+  std::vector<HostClock> host_clocks;  // several hosts: each host but the first
   StepSource step_source = StepSource::kNone;
   uint64_t total_events = 0;
 
