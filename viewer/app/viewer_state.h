@@ -11,9 +11,11 @@
 
 namespace moescope::viewer {
 
-// kCompare is shown only with a second run (--against).
+// kOverview is shown only for rank summaries (the job overview), first; kCompare only with a
+// second run (--against).
 enum class Panel : int {
-  kTimeline = 0,
+  kOverview = 0,
+  kTimeline,
   kExperts,
   kComm,
   kMemory,
