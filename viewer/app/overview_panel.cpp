@@ -208,12 +208,13 @@ void OverviewPanel::draw_heatmap() {
                          IM_COL32(200, 200, 200, 255), label);
     }
   }
-  // Host groups: a line above each and its name at its first row.
+  // Host groups: a line above each (across the cells only where rows are tall enough to keep
+  // their colour visible) and its name at its first row.
+  const float line_end = row_height >= 6.0f ? grid.cell_x(int(columns)) : grid.left;
   for (const HostGroup& group : rows_.groups) {
     if (group.first + group.count < first_row || group.first > last_row) continue;
     const float y = grid.cell_y(int(group.first));
-    rows_draw->AddLine(ImVec2(top.x, y), ImVec2(grid.cell_x(int(columns)), y),
-                       IM_COL32(120, 120, 130, 255));
+    rows_draw->AddLine(ImVec2(top.x, y), ImVec2(line_end, y), IM_COL32(120, 120, 130, 255));
     if (row_height * float(group.count) >= 12.0f) {
       rows_draw->AddText(ImVec2(top.x + 2.0f, y), IM_COL32(170, 200, 255, 255), group.host.c_str());
     }

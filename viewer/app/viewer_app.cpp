@@ -498,7 +498,9 @@ int ViewerApp::run() {
       std::fprintf(stderr, "moescope-view: loading took longer than 5 minutes\n");
       return 1;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The job overview's summaries load on one thread each of the cores; frames (software GL
+    // under xvfb) would take their CPU, so the wait between frames is longer then.
+    std::this_thread::sleep_for(std::chrono::milliseconds(overview_.busy() ? 50 : 5));
   }
   if (overview_.active() && !overview_.overview().error.empty()) {
     std::fprintf(stderr, "moescope-view: %s\n", overview_.overview().error.c_str());
