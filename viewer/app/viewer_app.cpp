@@ -20,39 +20,6 @@
 
 namespace moescope::viewer {
 
-const char* panel_name(Panel panel) {
-  switch (panel) {
-    case Panel::kOverview:
-      return "overview";
-    case Panel::kTimeline:
-      return "timeline";
-    case Panel::kExperts:
-      return "experts";
-    case Panel::kComm:
-      return "comm";
-    case Panel::kMemory:
-      return "memory";
-    case Panel::kReport:
-      return "report";
-    case Panel::kStats:
-      return "stats";
-    case Panel::kCompare:
-      return "compare";
-    default:
-      return "?";
-  }
-}
-
-bool parse_panel(const char* text, Panel& panel) {
-  for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
-    if (std::string(text) == panel_name(static_cast<Panel>(i))) {
-      panel = static_cast<Panel>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
 namespace {
 
 // The error shown when a load gave nothing to show: its first read problems.
@@ -65,29 +32,6 @@ std::string nothing_readable_message(const analysis::TraceModel& model) {
     message += "\n(" + std::to_string(model.errors.size() - 3) + " more problem(s))";
   }
   return message;
-}
-
-const char* panel_title(Panel panel) {
-  switch (panel) {
-    case Panel::kOverview:
-      return "Job overview";
-    case Panel::kTimeline:
-      return "Timeline";
-    case Panel::kExperts:
-      return "Expert load";
-    case Panel::kComm:
-      return "Communication";
-    case Panel::kMemory:
-      return "Memory";
-    case Panel::kReport:
-      return "Report";
-    case Panel::kStats:
-      return "Statistics";
-    case Panel::kCompare:
-      return "Compare";
-    default:
-      return "?";
-  }
 }
 
 void drop_callback(GLFWwindow* window, int count, const char** paths) {
@@ -178,6 +122,15 @@ bool ViewerApp::create_window() {
 
 void ViewerApp::start_loading(std::vector<std::string> files) {
   load_error_.clear();
+  // Rank summaries (or folders of them) dropped or opened: the job overview.
+  std::vector<std::string> summaries;
+  if (expand_overview_inputs(files, summaries, load_error_)) {
+    options_.overview = summaries;
+    overview_.open(std::move(summaries));
+    state_.switch_to = Panel::kOverview;
+    return;
+  }
+  if (!load_error_.empty()) return;
   for (const std::string& file : files) {
     if (!std::filesystem::exists(file)) {
       load_error_ = "cannot open " + file + ": no such file";

@@ -27,6 +27,8 @@ enum class Panel : int {
 const char* panel_name(Panel panel);
 // "timeline" -> Panel::kTimeline ...; false when unknown.
 bool parse_panel(const char* text, Panel& panel);
+// The tab's title ("Timeline", "Job overview", ...).
+const char* panel_title(Panel panel);
 
 struct ViewerState {
   StepRankFilter filter;  // panels' step range and rank
