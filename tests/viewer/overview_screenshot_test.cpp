@@ -4,10 +4,13 @@
 // cells opens that rank's window of steps in the timeline.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -43,16 +46,17 @@ class OverviewScreenshots : public ::testing::Test {
     if (std::getenv("MOESCOPE_KEEP_SCREENSHOTS") == nullptr) fs::remove_all(directory_);
   }
 
-  // `moescope view DIR/job --screenshot` (`moescope-view` itself with `via_cli` false: the CLI
-  // passes no --input) with `extra` arguments; loads the PNG and its layout.
+  // `moescope view INPUT --screenshot` (`moescope-view` itself with `via_cli` false: the CLI
+  // passes no --input) with `extra` arguments; loads the PNG and its layout. INPUT: the job's
+  // folder unless given.
   void render(const std::string& name, const std::string& extra, PngImage& image,
-              nlohmann::json& layout, bool via_cli = true) {
+              nlohmann::json& layout, bool via_cli = true, std::string input = "") {
+    if (input.empty()) input = directory_ + "/job";
     const std::string png = directory_ + "/" + name + ".png";
     const std::string command =
         "cd " + directory_ + " && xvfb-run -a -s '-screen 0 1280x1024x24' " + build_dir_ +
-        (via_cli ? "/bin/moescope view " : "/bin/moescope-view ") + directory_ +
-        "/job --screenshot " + png + " --size " + std::to_string(kWidth) + "x" +
-        std::to_string(kHeight) + " " + extra + " 2>&1";
+        (via_cli ? "/bin/moescope view " : "/bin/moescope-view ") + input + " --screenshot " + png +
+        " --size " + std::to_string(kWidth) + "x" + std::to_string(kHeight) + " " + extra + " 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     ASSERT_TRUE(testing::read_png(png, image)) << png;
     EXPECT_EQ(image.width, kWidth);
@@ -132,11 +136,44 @@ TEST_F(OverviewScreenshots, ClickOnACellOpensThatRanksWindowInTheTimeline) {
   EXPECT_EQ(layout["files"], 1);
   EXPECT_EQ(layout["step_first"], 30 - kDetailStepsAround);
   EXPECT_EQ(layout["step_last"], 30 + kDetailStepsAround);
-  // The timeline is fitted to the window: 5 steps of a 40-step run.
-  const double shown =
-      layout["timeline_end_ns"].get<double>() - layout["timeline_start_ns"].get<double>();
-  EXPECT_GT(shown, 0.0);
-  EXPECT_GT(layout["timeline_width"].get<double>(), 100.0);
+  // The timeline is fitted to the window (steps 28-32 of the 40), as the model computes it.
+  const JobOverview overview = load_job_overview(
+      {directory_ + "/job/job." + std::to_string(config_.slow_rank) + ".moesummary"});
+  ASSERT_TRUE(overview.error.empty()) << overview.error;
+  auto at = std::find(overview.steps.begin(), overview.steps.end(), 30);
+  ASSERT_NE(at, overview.steps.end());
+  const DetailRequest request =
+      detail_request_for(overview, 0, size_t(at - overview.steps.begin()));
+  std::unique_ptr<LoadedTrace> detail = load_rank_detail(request);
+  double begin = 0, end = 0;
+  ASSERT_TRUE(detail_window_range(*detail, request, begin, end));
+  const double shown_begin = layout["timeline_start_ns"], shown_end = layout["timeline_end_ns"];
+  EXPECT_LE(shown_begin, begin);
+  EXPECT_GE(shown_end, end);
+  EXPECT_LT(shown_end - shown_begin, 1.3 * (end - begin));
+}
+
+TEST_F(OverviewScreenshots, AFolderDroppedOnTheWindowOpensTheOverview) {
+  PngImage image;
+  nlohmann::json layout;
+  render("dropped", "--panel timeline --input 'drop " + directory_ + "/job'", image, layout, false,
+         directory_ + "/job/job.0.moetrace");
+  const nlohmann::json& overview = layout["overview"];
+  EXPECT_EQ(overview["heatmap"]["rows"], config_.ranks);
+  EXPECT_EQ(overview["ranks"].size(), size_t(config_.ranks));
+  EXPECT_FALSE(overview["headlines"].empty());
+}
+
+TEST_F(OverviewScreenshots, AFolderWithoutSummariesIsAClearError) {
+  const std::string empty = directory_ + "/no_summaries";
+  fs::create_directories(empty);
+  const std::string output = directory_ + "/no_summaries.txt";
+  const std::string command = build_dir_ + "/bin/moescope view " + empty + " > " + output + " 2>&1";
+  const int status = std::system(command.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  std::ifstream in(output);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(empty + " holds no .moesummary files"), std::string::npos) << text;
 }
 
 }  // namespace
