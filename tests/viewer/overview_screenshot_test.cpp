@@ -118,6 +118,22 @@ TEST_F(OverviewScreenshots, NamesThePlantedRankAndHostAndItsRowBrightensAtTheOns
     EXPECT_LT(brightness(image.at(grid.centre_x(after), grid.centre_y(other))), bright)
         << "rank " << overview["ranks"][other];
   }
+  // The slow host is a block: its 8 rows (the first group) brighter than every other row, in
+  // every column's mean.
+  auto mean_brightness = [&](int first_row, int rows) {
+    double sum = 0;
+    for (int r = first_row; r < first_row + rows; ++r) {
+      for (int c = 0; c < grid.columns; ++c) {
+        sum += brightness(image.at(grid.centre_x(c), grid.centre_y(r)));
+      }
+    }
+    return sum / (rows * grid.columns);
+  };
+  const double slow_host = mean_brightness(0, 8);
+  for (int r = 8; r < grid.rows; ++r) {
+    if (r == row) continue;
+    EXPECT_GT(slow_host, mean_brightness(r, 1) + 30) << "rank " << overview["ranks"][r];
+  }
 }
 
 TEST_F(OverviewScreenshots, ClickOnACellOpensThatRanksWindowInTheTimeline) {
