@@ -4,7 +4,9 @@
 # 60, a host slower by 10%, a hot expert), summarizes every trace with `moescope summarize`
 # fanned out by xargs, then times `moescope report` from the summaries (and from the full
 # traces, --detail, up to 1,024 ranks) with its peak memory, and checks the planted problems
-# are named. Baseline in the same run: the full-trace report.
+# are named; then opens the viewer's job overview on the summaries (bench/overview_bench, the
+# model alone, and `moescope-view FOLDER --screenshot` under xvfb-run, the window: time to the
+# written PNG). Baseline in the same run: the full-trace report.
 #   bench/many_ranks_bench.sh [BUILD_DIR] [RANKS...]        (default: build 64 1024 4096)
 set -euo pipefail
 build="${1:-build}"
@@ -22,8 +24,8 @@ measure() {  # measure OUT COMMAND...: wall seconds and peak RSS (MB) of COMMAND
   /usr/bin/time -f "%e %M %U %S" -o "$out.time" "$@" > "$out" 2> "$out.err"
   awk '{printf "%.2f s wall (%.2f s CPU), %.0f MB", $1, $3 + $4, $2 / 1024}' "$out.time"
 }
-echo "| ranks | events | summarize (xargs -P $jobs) | summaries | report from summaries | report from traces (--detail) | found |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| ranks | events | summarize (xargs -P $jobs) | summaries | report from summaries | report from traces (--detail) | found | overview (model) | overview (window) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for ranks in "${counts[@]}"; do
   dir="$work/job$ranks"
   rm -rf "$dir"
@@ -42,15 +44,24 @@ for ranks in "${counts[@]}"; do
   if [ "$ranks" -le 1024 ]; then
     from_traces=$(measure "$dir.report_traces" "$cli" report -q --detail "$dir"/job.*.moetrace)
   fi
+  overview_model="-"
+  overview_window="-"
+  if [ -x "$build/bin/overview_bench" ]; then
+    overview_model=$(measure "$dir.overview" "$build/bin/overview_bench" "$dir")
+  fi
+  if [ -x "$build/bin/moescope-view" ] && command -v xvfb-run > /dev/null; then
+    overview_window=$(measure "$dir.view" xvfb-run -a -s '-screen 0 1280x1024x24' \
+      "$build/bin/moescope-view" "$dir" --screenshot "$dir.overview.png" --size 1600x1000)
+  fi
   report="$dir.report_summaries"
   found=""
   grep -q "rank $(group "$slow_rank") slower by 1[0-9]% from step 60" "$report" &&
     found+="rank $slow_rank from step 60; "
   grep -q "host node-$(printf %03d "$slow_host")" "$report" && found+="host node-$(printf %03d "$slow_host"); "
   grep -q "layer 1, expert 17" "$report" && found+="layer 1 expert 17"
-  printf "| %s | %s | %.1f s | %.0f KB (%.1f KB/rank) | %s | %s | %s |\n" "$ranks" "$events" \
-    "$summarize_s" "$summary_kb" "$(echo "$summary_kb / $ranks" | bc -l)" "$from_summaries" \
-    "$from_traces" "${found:-NOTHING}"
+  printf "| %s | %s | %.1f s | %.0f KB (%.1f KB/rank) | %s | %s | %s | %s | %s |\n" "$ranks" \
+    "$events" "$summarize_s" "$summary_kb" "$(echo "$summary_kb / $ranks" | bc -l)" \
+    "$from_summaries" "$from_traces" "${found:-NOTHING}" "$overview_model" "$overview_window"
   grep "summary of rank 0" "$dir.generate" || true
 done
 echo "(work folder: $work; load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"

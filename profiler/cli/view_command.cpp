@@ -39,13 +39,15 @@ struct ViewOptions {
 void add_view_command(CLI::App& app) {
   auto options = std::make_shared<ViewOptions>();
   CLI::App* view = app.add_subcommand("view", "Open traces in the desktop viewer (moescope-view)");
-  view->add_option("traces", options->traces, "Trace files (one per rank)");
+  view->add_option("traces", options->traces,
+                   "Trace files (one per rank); rank summaries (.moesummary) or folders of them "
+                   "open the job overview");
   view->add_option("--against", options->against,
                    "A second run's trace files: the Compare tab shows both (moescope diff)");
   view->add_option("--screenshot", options->screenshot, "Render headless and write this PNG");
   view->add_option("--panel", options->panel, "Panel for the screenshot")
-      ->check(
-          CLI::IsMember({"timeline", "experts", "comm", "memory", "report", "stats", "compare"}));
+      ->check(CLI::IsMember(
+          {"overview", "timeline", "experts", "comm", "memory", "report", "stats", "compare"}));
   view->add_option("--size", options->size, "Screenshot size WxH (default 1600x900)");
   view->callback([options] {
     std::string viewer = viewer_next_to_this_binary();

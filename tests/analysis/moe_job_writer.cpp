@@ -244,8 +244,8 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
     reduce.sequence = uint32_t(s);
     cpu.append<SpanEndRecord>(RecordKind::kSpanEnd, uint64_t(done));
     written += 2;
-    if (cpu.size() > (1u << 20)) writer.write_chunk(1, cpu.bytes()), cpu.clear();
-    if (gpu.size() > (1u << 20)) writer.write_chunk(2, gpu.bytes()), gpu.clear();
+    if (cpu.size() > c.chunk_bytes) writer.write_chunk(1, cpu.bytes()), cpu.clear();
+    if (gpu.size() > c.chunk_bytes) writer.write_chunk(2, gpu.bytes()), gpu.clear();
   }
   writer.write_chunk(1, cpu.bytes());
   writer.write_chunk(2, gpu.bytes());

@@ -1,5 +1,6 @@
 // moescope-view: the desktop viewer. `moescope view` execs this binary.
-//   moescope-view [TRACE...] [--screenshot OUT.png [--panel NAME] [--size WxH] [--finding N]
+//   moescope-view [TRACE... | SUMMARY... | FOLDER...] [--screenshot OUT.png [--panel NAME] [--size
+//   WxH] [--finding N]
 //                 [--search TEXT]]
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "moescope/viewer/job_overview.h"
 #include "viewer_app.h"
 
 namespace {
@@ -14,9 +16,12 @@ namespace {
 void print_usage() {
   std::fprintf(
       stderr,
-      "usage: moescope-view [TRACE...] [--against TRACE...] [--screenshot OUT.png] "
-      "[--panel timeline|experts|comm|memory|report|stats|compare] [--size WxH]\n"
+      "usage: moescope-view [TRACE... | SUMMARY... | FOLDER...] [--against TRACE...] "
+      "[--screenshot OUT.png]\n"
+      "       [--panel overview|timeline|experts|comm|memory|report|stats|compare] [--size WxH]\n"
       "       [--finding N] [--search TEXT] [--input SCRIPT]\n"
+      "  rank summaries (.moesummary, or a folder of them) open the job overview: a rank x step\n"
+      "  heatmap; a click loads that rank's trace for the steps around it\n"
       "  --against: the traces after it are a second run, compared with the first (Compare)\n"
       "  screenshot mode: --finding clicks report row N, --search searches, --input plays\n"
       "  'move X Y; click X Y; wheel X Y N; drag X0 Y0 X1 Y1 [right]; key W|A|S|D FRAMES'\n");
@@ -27,6 +32,7 @@ void print_usage() {
 int main(int argc, char** argv) {
   using moescope::viewer::ViewerOptions;
   ViewerOptions options;
+  bool panel_given = false;
   bool after_against = false;  // trace arguments after --against belong to the second run
   for (int i = 1; i < argc; ++i) {
     std::string argument = argv[i];
@@ -41,11 +47,12 @@ int main(int argc, char** argv) {
       options.screenshot_path = value("--screenshot");
     } else if (argument == "--panel") {
       const char* name = value("--panel");
+      panel_given = true;
       if (!moescope::viewer::parse_panel(name, options.panel)) {
         std::fprintf(
             stderr,
-            "moescope-view: unknown panel '%s' (timeline, experts, comm, memory, report, stats, "
-            "compare)\n",
+            "moescope-view: unknown panel '%s' (overview, timeline, experts, comm, memory, report, "
+            "stats, compare)\n",
             name);
         return 2;
       }
@@ -96,7 +103,22 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!options.screenshot_path.empty() && options.files.empty()) {
+  // Rank summaries (or folders of them) open the job overview.
+  std::vector<std::string> expanded;
+  std::string expand_error;
+  if (moescope::viewer::expand_overview_inputs(options.files, expanded, expand_error)) {
+    if (!options.against.empty()) {
+      std::fprintf(stderr, "moescope-view: --against compares traces, not rank summaries\n");
+      return 2;
+    }
+    options.overview = std::move(expanded);
+    options.files.clear();
+    if (!panel_given) options.panel = moescope::viewer::Panel::kOverview;
+  } else if (!expand_error.empty()) {
+    std::fprintf(stderr, "moescope-view: %s\n", expand_error.c_str());
+    return 2;
+  }
+  if (!options.screenshot_path.empty() && options.files.empty() && options.overview.empty()) {
     std::fprintf(stderr, "moescope-view: --screenshot needs at least one trace file\n");
     return 2;
   }

@@ -75,6 +75,13 @@ struct LayoutProbe {
   std::vector<double> compare_delta;
   std::vector<float> compare_chart;
   std::vector<double> compare_base_step_ms, compare_next_step_ms;
+  // The job overview: its heatmap (all rows, the first at `top`), the ranks of its rows top to
+  // bottom, the first step of each column, the host groups top to bottom and the findings
+  // named above it.
+  GridLayout overview_heatmap;
+  std::vector<int32_t> overview_ranks;
+  std::vector<int64_t> overview_column_steps;
+  std::vector<std::string> overview_hosts, overview_headlines;
 };
 LayoutProbe& layout_probe();
 

@@ -87,6 +87,11 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
   for (const GridLayout& grid : probe.compare_heatmaps) compare_heatmaps.push_back(grid_json(grid));
   json["compare_heatmaps"] = compare_heatmaps;
   json["compare_chart"] = probe.compare_chart;
+  json["overview"] = {{"heatmap", grid_json(probe.overview_heatmap)},
+                      {"ranks", probe.overview_ranks},
+                      {"column_steps", probe.overview_column_steps},
+                      {"hosts", probe.overview_hosts},
+                      {"headlines", probe.overview_headlines}};
   json["shown"] = {{"heatmap_layers", probe.heatmap_layers},
                    {"heatmap_tokens", probe.heatmap_tokens},
                    {"imbalance_steps", probe.imbalance_steps},

@@ -20,37 +20,6 @@
 
 namespace moescope::viewer {
 
-const char* panel_name(Panel panel) {
-  switch (panel) {
-    case Panel::kTimeline:
-      return "timeline";
-    case Panel::kExperts:
-      return "experts";
-    case Panel::kComm:
-      return "comm";
-    case Panel::kMemory:
-      return "memory";
-    case Panel::kReport:
-      return "report";
-    case Panel::kStats:
-      return "stats";
-    case Panel::kCompare:
-      return "compare";
-    default:
-      return "?";
-  }
-}
-
-bool parse_panel(const char* text, Panel& panel) {
-  for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
-    if (std::string(text) == panel_name(static_cast<Panel>(i))) {
-      panel = static_cast<Panel>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
 namespace {
 
 // The error shown when a load gave nothing to show: its first read problems.
@@ -63,27 +32,6 @@ std::string nothing_readable_message(const analysis::TraceModel& model) {
     message += "\n(" + std::to_string(model.errors.size() - 3) + " more problem(s))";
   }
   return message;
-}
-
-const char* panel_title(Panel panel) {
-  switch (panel) {
-    case Panel::kTimeline:
-      return "Timeline";
-    case Panel::kExperts:
-      return "Expert load";
-    case Panel::kComm:
-      return "Communication";
-    case Panel::kMemory:
-      return "Memory";
-    case Panel::kReport:
-      return "Report";
-    case Panel::kStats:
-      return "Statistics";
-    case Panel::kCompare:
-      return "Compare";
-    default:
-      return "?";
-  }
 }
 
 void drop_callback(GLFWwindow* window, int count, const char** paths) {
@@ -174,6 +122,15 @@ bool ViewerApp::create_window() {
 
 void ViewerApp::start_loading(std::vector<std::string> files) {
   load_error_.clear();
+  // Rank summaries (or folders of them) dropped or opened: the job overview.
+  std::vector<std::string> summaries;
+  if (expand_overview_inputs(files, summaries, load_error_)) {
+    options_.overview = summaries;
+    overview_.open(std::move(summaries));
+    state_.switch_to = Panel::kOverview;
+    return;
+  }
+  if (!load_error_.empty()) return;
   for (const std::string& file : files) {
     if (!std::filesystem::exists(file)) {
       load_error_ = "cannot open " + file + ": no such file";
@@ -220,6 +177,10 @@ void ViewerApp::draw_menu_and_toolbar() {
           ImGui::EndTooltip();
         }
       }
+    } else if (overview_.active()) {
+      ImGui::TextDisabled(
+          "  job overview of %zu rank summaries: click a cell for that rank's detail",
+          options_.overview.size());
     } else {
       ImGui::TextDisabled("  drop .moetrace files here or use File > Open");
     }
@@ -284,18 +245,22 @@ void ViewerApp::draw_loading_overlay() {
 }
 
 void ViewerApp::draw_panels() {
-  if (!trace_) return;
+  if (!trace_ && !overview_.active()) return;
   if (state_.switch_to) current_panel_ = *state_.switch_to;
   if (ImGui::BeginTabBar("panels")) {
     for (int i = 0; i < static_cast<int>(Panel::kCount); ++i) {
       Panel panel = static_cast<Panel>(i);
       if (panel == Panel::kCompare && !comparison_) continue;
+      if (panel == Panel::kOverview ? !overview_.active() : !trace_) continue;
       ImGuiTabItemFlags flags = 0;
       // Programmatic switches (finding clicks, screenshot mode) select the tab once.
       if (state_.switch_to && *state_.switch_to == panel) flags |= ImGuiTabItemFlags_SetSelected;
       if (ImGui::BeginTabItem(panel_title(panel), nullptr, flags)) {
         current_panel_ = panel;
         switch (panel) {
+          case Panel::kOverview:
+            overview_.draw();
+            break;
           case Panel::kTimeline:
             timeline_.draw(*trace_, state_);
             break;
@@ -341,9 +306,29 @@ void ViewerApp::update_comparison() {
   }
 }
 
+void ViewerApp::show_rank_detail(std::unique_ptr<LoadedTrace> detail,
+                                 const DetailRequest& request) {
+  loading_.reset();  // a detail replaces whatever was loading
+  tables_.reset();
+  trace_ = std::move(detail);
+  tables_ = std::make_unique<TraceTablesJob>(*trace_);
+  state_ = ViewerState{};
+  timeline_.reset(*trace_);
+  state_.filter.step_first = request.first_step;
+  state_.filter.step_last = request.last_step;
+  double begin = 0, end = 0;
+  if (detail_window_range(*trace_, request, begin, end)) {
+    state_.pending_focus = TimeFocus{begin, end, request.rank};
+  }
+  state_.switch_to = Panel::kTimeline;
+}
+
 void ViewerApp::frame() {
   glfwPollEvents();
   update_comparison();
+  overview_.poll();
+  DetailRequest request;
+  if (auto detail = overview_.take_detail(request)) show_rank_detail(std::move(detail), request);
   if (tables_ && tables_->done()) {
     tables_->move_into(*trace_);
     tables_.reset();
@@ -447,6 +432,7 @@ bool ViewerApp::write_screenshot() {
 int ViewerApp::run() {
   if (!create_window()) return 1;
   if (!options_.files.empty()) start_loading(options_.files);
+  if (!options_.overview.empty()) overview_.open(options_.overview);
   if (!options_.against.empty()) {
     // Read whole (no preview): the comparison needs every step.
     against_loading_ = std::make_unique<TraceLoadingJob>(options_.against, 0);
@@ -459,20 +445,31 @@ int ViewerApp::run() {
   // and read back the last one.
   state_.switch_to = options_.panel;
   auto started = std::chrono::steady_clock::now();
-  while (loading_ || against_loading_) {
+  while (loading_ || against_loading_ || overview_.busy()) {
     frame();
     if (std::chrono::steady_clock::now() - started > std::chrono::minutes(5)) {
       std::fprintf(stderr, "moescope-view: loading took longer than 5 minutes\n");
       return 1;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The job overview's summaries load on one thread each of the cores; frames (software GL
+    // under xvfb) would take their CPU, so the wait between frames is longer then.
+    std::this_thread::sleep_for(std::chrono::milliseconds(overview_.busy() ? 50 : 5));
   }
-  if (!trace_) {
+  if (overview_.active() && !overview_.overview().error.empty()) {
+    std::fprintf(stderr, "moescope-view: %s\n", overview_.overview().error.c_str());
+    return 1;
+  }
+  if (!trace_ && !overview_.active()) {
     std::fprintf(stderr, "moescope-view: %s\n",
                  load_error_.empty() ? "nothing to show" : load_error_.c_str());
     return 1;
   }
-  for (const auto& problem : trace_->model.errors) {
+  if (!trace_ && (options_.finding > 0 || !options_.search.empty())) {
+    std::fprintf(stderr,
+                 "moescope-view: --finding and --search act on a trace, not a job overview\n");
+    return 1;
+  }
+  for (const auto& problem : trace_ ? trace_->model.errors : std::vector<analysis::LoadError>()) {
     std::fprintf(stderr, "moescope-view: warning: %s\n", problem.to_string().c_str());
   }
   while (tables_) frame();  // statistics and findings, so every panel is complete
@@ -496,7 +493,8 @@ int ViewerApp::run() {
   }
   playing_script_ = !scripted_input_.empty();
   while (playing_script_) frame();
-  while (loading_ || tables_) frame();  // a dropped trace loads like the first one
+  // A dropped trace loads like the first one; a clicked overview cell loads a rank's detail.
+  while (loading_ || tables_ || overview_.busy()) frame();
   for (int i = 0; i < 3; ++i) frame();
   return write_screenshot() ? 0 : 1;
 }

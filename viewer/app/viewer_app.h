@@ -11,6 +11,7 @@
 #include "file_browser.h"
 #include "moe_panels.h"
 #include "moescope/viewer/loaded_trace.h"
+#include "overview_panel.h"
 #include "scripted_input.h"
 #include "timeline_panel.h"
 #include "viewer_state.h"
@@ -21,8 +22,9 @@ namespace moescope::viewer {
 
 struct ViewerOptions {
   std::vector<std::string> files;
-  std::vector<std::string> against;  // a second run to compare with (the Compare tab)
-  std::string screenshot_path;       // non-empty: render, write the PNG and exit
+  std::vector<std::string> against;   // a second run to compare with (the Compare tab)
+  std::vector<std::string> overview;  // rank summaries: the job overview (job_overview.h)
+  std::string screenshot_path;        // non-empty: render, write the PNG and exit
   Panel panel = Panel::kTimeline;
   int width = 1600, height = 900;
   int finding = 0;     // screenshot mode: act as if report row N (1-based) was clicked
@@ -49,6 +51,8 @@ class ViewerApp {
   void draw_panels();
   // Takes the second run once loaded and compares it with the first once both are whole.
   void update_comparison();
+  // A rank's detail loaded from the overview replaces the trace on screen, fitted to its window.
+  void show_rank_detail(std::unique_ptr<LoadedTrace> detail, const DetailRequest& request);
   bool write_screenshot();
 
   ViewerOptions options_;
@@ -65,6 +69,7 @@ class ViewerApp {
   MemoryPanel memory_;
   ReportPanel report_;
   StatsPanel stats_;
+  OverviewPanel overview_;
   // The run given with --against and its comparison with trace_ (null until both are loaded).
   std::unique_ptr<TraceLoadingJob> against_loading_;
   std::unique_ptr<LoadedTrace> against_;

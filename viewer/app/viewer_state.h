@@ -11,9 +11,11 @@
 
 namespace moescope::viewer {
 
-// kCompare is shown only with a second run (--against).
+// kOverview is shown only for rank summaries (the job overview), first; kCompare only with a
+// second run (--against).
 enum class Panel : int {
-  kTimeline = 0,
+  kOverview = 0,
+  kTimeline,
   kExperts,
   kComm,
   kMemory,
@@ -25,6 +27,8 @@ enum class Panel : int {
 const char* panel_name(Panel panel);
 // "timeline" -> Panel::kTimeline ...; false when unknown.
 bool parse_panel(const char* text, Panel& panel);
+// The tab's title ("Timeline", "Job overview", ...).
+const char* panel_title(Panel panel);
 
 struct ViewerState {
   StepRankFilter filter;  // panels' step range and rank
