@@ -3,6 +3,7 @@ started by hand (PYTHONPATH=profiler/python): one of each torch.distributed coll
 default group, all_to_all_single with uneven splits, and a DDP model on its own group ("ddp"),
 whose gradient all-reduces come from C++. Each rank writes what it sent to REPORT_DIR/rank<N>.json
 (the only argument)."""
+import gc
 import json
 import os
 import sys
@@ -81,6 +82,11 @@ def main():
     with open(os.path.join(sys.argv[1], "rank%d.json" % rank), "w") as report_file:
         json.dump(report, report_file)
     dist.destroy_process_group()
+    # torch's Gloo workers can drop their last work (and its tensors' Python references)
+    # after this returns, and abort the process if the interpreter is finalizing by then
+    # ("terminate called without an active exception", ~1 run in 13 here): collecting the
+    # process group now joins them while Python is alive.
+    gc.collect()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Run with torchrun --nproc_per_node 2: rank 1 sleeps a known time before each all-to-all, so
 rank 0 waits that long inside it for rank 1 to arrive. Prints the sleep (JSON) for the test to
 compare with the wait the report measures."""
+import gc
 import json
 import sys
 import time
@@ -23,3 +24,8 @@ for _ in range(ROUNDS):
 if rank == 0:
     print(json.dumps({"sleep_ms": SLEEP_S * 1e3, "rounds": ROUNDS}), flush=True)
 dist.destroy_process_group()
+# torch's Gloo workers can drop their last work (and its tensors' Python references)
+# after this returns, and abort the process if the interpreter is finalizing by then
+# ("terminate called without an active exception", ~1 run in 13 here): collecting the
+# process group now joins them while Python is alive.
+gc.collect()

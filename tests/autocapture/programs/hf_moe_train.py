@@ -5,6 +5,7 @@ expert HOT_EXPERT, so that layer is imbalanced; the other layer is not.
 usage: hf_moe_train.py FAMILY STEPS   (FAMILY: mixtral | qwen2_moe | qwen3_moe | deepseek_v3)
 With torchrun and WORLD_SIZE > 1, gradients are averaged with Gloo all_reduce by hand.
 """
+import gc
 import os
 import sys
 
@@ -75,6 +76,11 @@ def main():
             print(f"step {step} loss {loss.item():.4f}", flush=True)
     if distributed:
         dist.destroy_process_group()
+        # torch's Gloo workers can drop their last work (and its tensors' Python references)
+        # after this returns, and abort the process if the interpreter is finalizing by then
+        # ("terminate called without an active exception", ~1 run in 13 here): collecting the
+        # process group now joins them while Python is alive.
+        gc.collect()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Prints whether this process has moescope's shim mapped and what its LD_PRELOAD says; run by
 torchrun under `moescope record --ranks` (tests/flight/flight_test.py)."""
 
+import gc
 import os
 
 import torch
@@ -22,3 +23,8 @@ for _ in range(5):
 print(f"rank {rank} shim_mapped={int(mapped)} "
       f"preload={'libmoescope_inject' in os.environ.get('LD_PRELOAD', '')}", flush=True)
 dist.destroy_process_group()
+# torch's Gloo workers can drop their last work (and its tensors' Python references)
+# after this returns, and abort the process if the interpreter is finalizing by then
+# ("terminate called without an active exception", ~1 run in 13 here): collecting the
+# process group now joins them while Python is alive.
+gc.collect()
