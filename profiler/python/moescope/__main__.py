@@ -12,14 +12,14 @@ def main(argv=None):
     build = commands.add_parser(
         "build-capture", help="compile the C++ collective and operator capture for this torch")
     build.add_argument("--force", action="store_true", help="rebuild even if it is built")
-    # Started by a recording that found no library: one quiet try, never waiting on a lock.
-    build.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
+    # Started by a recording that found no library, with build.lock open and locked for it.
+    build.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
 
     from .autocapture import torch_capture_build
     try:
-        path = torch_capture_build.build(force=arguments.force, wait=not arguments.background,
-                                         log=sys.stderr)
+        path = torch_capture_build.build(force=arguments.force, log=sys.stderr,
+                                         lock_fd=arguments.lock_fd)
     except torch_capture_build.BuildUnavailable as error:
         sys.stderr.write("moescope: the C++ capture is not available: %s\n" % error)
         return 1

@@ -123,11 +123,19 @@ def _read(path):
         return None
 
 
-@contextlib.contextmanager
-def _build_lock(folder, wait):
-    """Holds <folder>/build.lock; yields False when `wait` is off and another process has it."""
+def _open_lock(folder, lock_fd=None):
+    """<folder>/build.lock, or the descriptor of it a recording handed over already locked."""
+    if lock_fd is not None:
+        return os.fdopen(lock_fd, "w")
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "build.lock"), "w") as lock:
+    return open(os.path.join(folder, "build.lock"), "w")
+
+
+@contextlib.contextmanager
+def _build_lock(folder, wait, lock_fd=None):
+    """Holds <folder>/build.lock (flock: held by the open file, so also through a descriptor
+    inherited already locked); yields False when `wait` is off and another process has it."""
+    with _open_lock(folder, lock_fd) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except OSError as error:
@@ -141,10 +149,11 @@ def _build_lock(folder, wait):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def build(force=False, wait=True, log=None):
+def build(force=False, wait=True, log=None, lock_fd=None):
     """Builds the library for the torch in this Python; returns its path. Raises
     BuildUnavailable saying why it could not, or when `wait` is off and another process is
-    building it. `log`: a stream for progress lines (None: silent)."""
+    building it. `log`: a stream for progress lines (None: silent). `lock_fd`: build.lock,
+    opened and locked by the recording that started this build."""
     import torch
 
     def say(text):
@@ -156,7 +165,7 @@ def build(force=False, wait=True, log=None):
     wanted = sources_digest(source, include_dirs, version_script)
     folder = cache_folder(torch)
     library = os.path.join(folder, LIBRARY_NAME)
-    with _build_lock(folder, wait) as locked:
+    with _build_lock(folder, wait, lock_fd) as locked:
         if not locked:
             raise BuildUnavailable("another process is building it (lock %s)"
                                    % os.path.join(folder, "build.lock"))
@@ -241,26 +250,34 @@ def _output_to(log):
 
 
 def start_background_build(torch):
-    """Starts `python -m moescope build-capture --background` for this torch in a process of
-    its own (not recorded, not waited for); returns a sentence for the trace and stderr."""
+    """Starts `python -m moescope build-capture` for this torch in a process of its own (not
+    recorded, not waited for), handing it build.lock already locked, so that every other rank
+    that looks from now on finds the build under way; returns a sentence for the trace."""
     folder = cache_folder(torch)
-    with _build_lock(folder, wait=False) as free:
-        if not free:  # another rank (or the launcher) started it: one build is enough
+    log_path = os.path.join(folder, "build.log")
+    lock = _open_lock(folder)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
             return ("another process is building it for torch %s now (first use; log: %s): "
-                    "the next recording has it" % (torch.__version__,
-                                                   os.path.join(folder, "build.log")))
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith("MOESCOPE_") and key not in _RECORD_VARIABLES}
-    if os.environ.get("MOESCOPE_CACHE_DIR"):
-        environment["MOESCOPE_CACHE_DIR"] = os.environ["MOESCOPE_CACHE_DIR"]
-    # The package this module belongs to, wherever it was imported from.
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    environment["PYTHONPATH"] = package_parent
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "background.log"), "a") as log:
-        subprocess.Popen([sys.executable, "-m", "moescope", "build-capture", "--background"],
-                         env=environment, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True, close_fds=True)
+                    "the next recording has it" % (torch.__version__, log_path))
+        environment = {key: value for key, value in os.environ.items()
+                       if not key.startswith("MOESCOPE_") and key not in _RECORD_VARIABLES}
+        if os.environ.get("MOESCOPE_CACHE_DIR"):
+            environment["MOESCOPE_CACHE_DIR"] = os.environ["MOESCOPE_CACHE_DIR"]
+        # The package this module belongs to, wherever it was imported from.
+        environment["PYTHONPATH"] = os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+        with open(os.path.join(folder, "background.log"), "a") as output:
+            subprocess.Popen([sys.executable, "-m", "moescope", "build-capture",
+                              "--lock-fd", str(lock.fileno())],
+                             env=environment, stdin=subprocess.DEVNULL, stdout=output,
+                             stderr=output, start_new_session=True, pass_fds=(lock.fileno(),))
+    finally:
+        lock.close()  # the child holds the lock from here on, through its copy
     return ("it is being built for torch %s now, in the background (first use; `python -m "
             "moescope build-capture` waits for it; log: %s): the next recording has it"
-            % (torch.__version__, os.path.join(folder, "build.log")))
+            % (torch.__version__, log_path))
