@@ -39,7 +39,8 @@ def record_ddp(work, environment, name):
     folder = os.path.join(work, name)
     os.makedirs(folder)
     recorded = check(run(["moescope", "record", "-o", f"{folder}/run.%r.moetrace", "--",
-                          "torchrun", "--standalone", "--nproc-per-node", "2", DDP_PROGRAM,
+                          "python", "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", DDP_PROGRAM,
                           folder], env=environment, cwd=folder), f"moescope record ({name})")
     reports = {}
     for path in glob.glob(f"{folder}/rank*.json"):
