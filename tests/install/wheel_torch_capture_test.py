@@ -38,10 +38,12 @@ def record_ddp(work, environment, name):
     rank, traces by rank)."""
     folder = os.path.join(work, name)
     os.makedirs(folder)
+    begin = time.monotonic()
     recorded = check(run(["moescope", "record", "-o", f"{folder}/run.%r.moetrace", "--",
                           "python", "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node", "2", DDP_PROGRAM,
                           folder], env=environment, cwd=folder), f"moescope record ({name})")
+    print(f"{name}: the 2-rank recording took {time.monotonic() - begin:.0f} s")
     reports = {}
     for path in glob.glob(f"{folder}/rank*.json"):
         with open(path) as report:
