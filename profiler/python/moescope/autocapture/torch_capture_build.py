@@ -14,8 +14,8 @@ They are compiled once per torch version and C++ ABI, into::
 
 ``python -m moescope build-capture`` builds it now (and waits). Under ``moescope record`` the
 first recording that finds no library starts this build in a separate process and records on
-without it (the trace says what that run could not see); every rank tries, one builds, the
-others see the lock. A failed build is not retried by recordings (``build.failed`` stays until
+without it (the trace says what that run could not see): the first process to take build.lock
+hands it, locked, to the build, so the other ranks find the build under way. A failed build is not retried by recordings (``build.failed`` stays until
 the explicit command or another moescope or torch version).
 """
 
