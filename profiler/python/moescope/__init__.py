@@ -45,10 +45,12 @@ _said_not_recording = []
 
 
 def _recording_or_say_so(function):
-    """recording(); the first time it is False, one line on stderr naming `function`."""
+    """recording(); the first time it is False outside `moescope record`, one line on stderr
+    naming `function`. Under `record` a process can be left out on purpose (--ranks, --steps
+    windows, --delay): silent there."""
     if recording():
         return True
-    if not _said_not_recording:
+    if not _said_not_recording and "MOESCOPE_AUTOCAPTURE" not in os.environ:
         _said_not_recording.append(function)
         import sys
         sys.stderr.write("moescope: not being recorded, so moescope.%s() and the other "
