@@ -4,7 +4,11 @@ environment's torch, and record a small PyTorch training with the installed `moe
 trace must hold the training's 30 steps (the zero-code capture's step markers), which proves
 that the installed command found the installed shim and Python module.
 
-    python wheel_install_test.py SOURCE_DIR WORK_DIR
+    python wheel_install_test.py SOURCE_DIR WORK_DIR [--cmake-build-dir DIR]
+
+The CMake build folder of the wheel (default WORK_DIR/cmake-build) is shared with
+wheel_torch_capture_test.py by CTest, so the second test only reinstalls. The C++ torch capture
+is left unbuilt here (MOESCOPE_BUILD_CAPTURE=0): that is the other test's subject.
 
 Exit 77 (CTest: skipped) with the reason when this cannot run here: no torch in this Python, no
 venv module, or the build backend cannot be installed (no network and nothing in pip's cache).
