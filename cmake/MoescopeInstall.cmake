@@ -38,21 +38,48 @@ endforeach()
 install(TARGETS moescope_inject moescope_inject_no_nccl
         LIBRARY DESTINATION ${_wheel_root}${CMAKE_INSTALL_LIBDIR} COMPONENT wheel)
 
-# The Python annotation module (ctypes, no build step) under share/moescope/python, with a
-# generated _install_layout.py telling it where the shim is relative to itself. `moescope
-# record` appends that directory to PYTHONPATH; other runs add it themselves (docs/capture.md).
+# The Python annotation module (ctypes, no build step) with a generated _install_layout.py
+# telling it where the shim is relative to itself, and moescope_startup (the sitecustomize that
+# `moescope record` puts on PYTHONPATH). `cmake --install`: both under share/moescope/python,
+# which `record` also appends to PYTHONPATH (other runs add it themselves, docs/capture.md). The
+# wheel: the package in site-packages, so `import moescope` works in that Python outside a
+# recording too; moescope_startup stays in share/moescope/python, and finds the package in
+# site-packages when the recorded Python is another one. One copy of the package either way.
 set(MOESCOPE_INSTALL_PYTHONDIR ${CMAKE_INSTALL_DATADIR}/moescope/python)
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope
-                  ${PROJECT_SOURCE_DIR}/profiler/python/moescope_startup
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope_startup
         DESTINATION ${_wheel_root}${MOESCOPE_INSTALL_PYTHONDIR} COMPONENT wheel
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
-file(RELATIVE_PATH _moescope_python_to_libdir
-     ${CMAKE_INSTALL_FULL_DATADIR}/moescope/python/moescope ${CMAKE_INSTALL_FULL_LIBDIR})
+if(SKBUILD)
+  set(_moescope_package_dir ${SKBUILD_PLATLIB_DIR})
+  # <prefix>/lib/pythonX.Y/site-packages/moescope -> <prefix>/lib, for every X.Y and for
+  # Debian's dist-packages alike.
+  set(_moescope_python_to_libdir "../../..")
+else()
+  set(_moescope_package_dir ${MOESCOPE_INSTALL_PYTHONDIR})
+  file(RELATIVE_PATH _moescope_python_to_libdir
+       ${CMAKE_INSTALL_FULL_DATADIR}/moescope/python/moescope ${CMAKE_INSTALL_FULL_LIBDIR})
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/python/moescope
+        DESTINATION ${_moescope_package_dir} COMPONENT wheel
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 file(WRITE ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
      "# Written by cmake/MoescopeInstall.cmake: the library directory relative to this file.\n"
      "LIBRARY_DIR = \"${_moescope_python_to_libdir}\"\n")
 install(FILES ${CMAKE_BINARY_DIR}/python_install/_install_layout.py
-        DESTINATION ${_wheel_root}${MOESCOPE_INSTALL_PYTHONDIR}/moescope COMPONENT wheel)
+        DESTINATION ${_moescope_package_dir}/moescope COMPONENT wheel)
+if(SKBUILD)
+  # The C++ capture's sources, compiled for the user's torch on first use or by `python -m
+  # moescope build-capture` (moescope/autocapture/torch_capture_build.py): LibTorch's C++ ABI
+  # changes with every torch release, so no prebuilt library would fit every user's torch.
+  set(_capture_sources ${_moescope_package_dir}/moescope/autocapture/torch_capture_sources)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiler/torch_capture/
+          DESTINATION ${_capture_sources} COMPONENT wheel
+          FILES_MATCHING PATTERN "*.cpp" PATTERN "*.h" PATTERN "*.map")
+  install(FILES ${PROJECT_SOURCE_DIR}/profiler/recorder/include/moescope/recorder.h
+          DESTINATION ${_capture_sources}/include/moescope COMPONENT wheel)
+  install(FILES ${PROJECT_SOURCE_DIR}/profiler/trace/include/moescope/trace/record_schema.h
+          DESTINATION ${_capture_sources}/include/moescope/trace COMPONENT wheel)
+endif()
 install(EXPORT moescopeTargets NAMESPACE moescope:: DESTINATION ${MOESCOPE_INSTALL_CMAKEDIR})
 # The CUDA toolkit torch's CMake config needs in a consumer: the one this build used, when it
 # was not a system install torch finds by itself (see moescopeConfig.cmake.in).

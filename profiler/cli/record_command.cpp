@@ -100,16 +100,18 @@ std::string find_inject_library(const std::string& file_name, std::vector<std::s
   return {};
 }
 
-// moescope's Python folder (the `moescope` module and `moescope_startup/sitecustomize.py`) next
-// to this executable: <prefix>/share/moescope/python, in an installation and (a link to
-// profiler/python) in the build tree.
+// moescope's Python folder (`moescope_startup/sitecustomize.py`, and the `moescope` module
+// except in a pip install, which puts it in site-packages) next to this executable:
+// <prefix>/share/moescope/python, in an installation and (a link to profiler/python) in the
+// build tree.
 std::string installed_python_module_dir() {
   char self[PATH_MAX];
   ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (length <= 0) return {};
   self[length] = '\0';
   std::string directory = directory_of(directory_of(self)) + "/share/moescope/python";
-  return readable_file(directory + "/moescope/__init__.py") ? directory : std::string();
+  return readable_file(directory + "/moescope_startup/sitecustomize.py") ? directory
+                                                                         : std::string();
 }
 
 // Python programs: the `moescope` module appended to PYTHONPATH (a copy the program already
@@ -130,9 +132,12 @@ void set_python_environment(const RecordOptions& options, const std::string& lib
   ::setenv("MOESCOPE_TORCH_OPS", options.torch_ops ? "1" : "0", 1);
   ::setenv("MOESCOPE_METRICS", options.metrics.c_str(), 1);
   ::setenv("MOESCOPE_METRICS_DETAIL", options.metrics_detail ? "1" : "0", 1);
-  // The library next to the shim, unless the user named another one.
+  // The library next to the shim, unless the user named another one. A pip install has none
+  // there: the Python side then looks in its per-user build cache (torch_capture_build.py).
   std::string torch_capture = directory_of(library) + "/libmoescope_torch_capture.so";
-  ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), /*overwrite=*/0);
+  if (readable_file(torch_capture)) {
+    ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), /*overwrite=*/0);
+  }
 }
 
 std::string absolute_pattern(const std::string& pattern) {

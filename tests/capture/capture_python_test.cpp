@@ -150,7 +150,7 @@ TEST_F(CapturePython, InterruptedTrainingLeavesACompleteTrace) {
   EXPECT_EQ(recorded.out, expected);
 }
 
-TEST_F(CapturePython, ModuleIsANoOpWithoutRecorder) {
+TEST_F(CapturePython, ModuleIsANoOpWithoutRecorderThatSaysSoOnce) {
   RunResult run = run_program({"python3", "-c",
                                "import moescope\n"
                                "assert not moescope.recording()\n"
@@ -162,6 +162,10 @@ TEST_F(CapturePython, ModuleIsANoOpWithoutRecorder) {
                               python_options());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "ok\n");
+  // One line for the whole process, naming the first call.
+  EXPECT_EQ(count_occurrences(run.err, "moescope: not being recorded"), 1u) << run.err;
+  EXPECT_NE(run.err.find("moescope.step() and the other annotations do nothing"), std::string::npos)
+      << run.err;
 }
 
 TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {

@@ -4,11 +4,16 @@ environment's torch, and record a small PyTorch training with the installed `moe
 trace must hold the training's 30 steps (the zero-code capture's step markers), which proves
 that the installed command found the installed shim and Python module.
 
-    python wheel_install_test.py SOURCE_DIR WORK_DIR
+    python wheel_install_test.py SOURCE_DIR WORK_DIR [--cmake-build-dir DIR]
+
+The CMake build folder of the wheel (default WORK_DIR/cmake-build) is shared with
+wheel_torch_capture_test.py by CTest, so the second test only reinstalls. The C++ torch capture
+is left unbuilt here (MOESCOPE_BUILD_CAPTURE=0): that is the other test's subject.
 
 Exit 77 (CTest: skipped) with the reason when this cannot run here: no torch in this Python, no
 venv module, or the build backend cannot be installed (no network and nothing in pip's cache).
 """
+import argparse
 import json
 import os
 import re
@@ -67,49 +72,81 @@ def make_venv(path):
     return bin_dir
 
 
-def main():
-    source_dir, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    if run([sys.executable, "-c", "import torch"]).returncode != 0:
-        skip(f"{sys.executable} cannot import torch (scripts/setup.sh installs it)")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-
-    # The build backend and the header wheels the build needs, in an environment of their own.
+def build_wheel(source_dir, work, cmake_build_dir):
+    """pip wheel of `source_dir` into WORK/dist (CMake build folder `cmake_build_dir`, kept
+    between runs so a second test rebuilds only what changed); returns the wheel's path."""
     build_bin = make_venv(os.path.join(work, "build-env"))
     requirements = build_requirements(source_dir)
     result = run([f"{build_bin}/python", "-m", "pip", "install", "-q", *requirements])
     if result.returncode != 0:
         skip(f"cannot install the build backend ({' '.join(requirements)}): "
              f"{result.stderr.strip()[-300:]}")
-
     dist = os.path.join(work, "dist")
     check(run([f"{build_bin}/python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-               "-w", dist, f"--config-settings=build-dir={work}/cmake-build", source_dir]),
+               "-w", dist, f"--config-settings=build-dir={cmake_build_dir}", source_dir]),
           "pip wheel")
     wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
     if len(wheels) != 1 or not wheels[0].startswith("moescope-"):
         sys.exit(f"FAILED: expected one moescope wheel in {dist}, found {wheels}")
-    print("built", wheels[0])
+    wheel = os.path.join(dist, wheels[0])
+    print(f"built {wheels[0]}: {os.path.getsize(wheel) / 1e6:.1f} MB")
+    return wheel
 
-    # A user's environment: torch from the environment it was made from, moescope from the wheel.
+
+def install_wheel(work, wheel):
+    """A user's environment: torch from the environment it was made from, moescope from the
+    wheel. Returns (its folder, its bin folder, a clean environment with that bin on PATH)."""
     user = os.path.join(work, "user-env")
     user_bin = make_venv(user)
-    check(run([f"{user_bin}/python", "-m", "pip", "install", "-q", "--no-deps",
-               os.path.join(dist, wheels[0])]), "pip install of the wheel")
-    for path in ("bin/moescope", "lib/libmoescope_inject.so", "lib/libmoescope_inject_no_nccl.so",
-                 "share/moescope/python/moescope/__init__.py",
-                 "share/moescope/python/moescope_startup/sitecustomize.py"):
-        if not os.path.exists(os.path.join(user, path)):
-            sys.exit(f"FAILED: the installed wheel lacks {path}")
-
+    check(run([f"{user_bin}/python", "-m", "pip", "install", "-q", "--no-deps", wheel]),
+          "pip install of the wheel")
     # Nothing from the build tree: a clean environment, the installed command found on PATH.
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("MOESCOPE_") and key != "PYTHONPATH"}
     environment["PATH"] = f"{user_bin}:{environment.get('PATH', '/usr/bin:/bin')}"
     environment["OMP_NUM_THREADS"] = "1"
+    # Builds of the C++ capture go to this test's folder, never to the user's ~/.cache.
+    environment["MOESCOPE_CACHE_DIR"] = os.path.join(work, "cache")
     moescope = shutil.which("moescope", path=environment["PATH"])
     if moescope != os.path.join(user_bin, "moescope"):
         sys.exit(f"FAILED: `moescope` on PATH is {moescope}, not the installed one")
+    return user, user_bin, environment
+
+
+def prepare(argv):
+    """Parses SOURCE_DIR WORK_DIR [--cmake-build-dir DIR]; skips without torch; a fresh WORK."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("source_dir")
+    parser.add_argument("work")
+    parser.add_argument("--cmake-build-dir", default="")
+    arguments = parser.parse_args(argv)
+    source_dir, work = os.path.abspath(arguments.source_dir), os.path.abspath(arguments.work)
+    if run([sys.executable, "-c", "import torch"]).returncode != 0:
+        skip(f"{sys.executable} cannot import torch (scripts/setup.sh installs it)")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    cmake_build_dir = os.path.abspath(arguments.cmake_build_dir or f"{work}/cmake-build")
+    return source_dir, work, cmake_build_dir
+
+
+def main():
+    source_dir, work, cmake_build_dir = prepare(sys.argv[1:])
+    wheel = build_wheel(source_dir, work, cmake_build_dir)
+    user, user_bin, environment = install_wheel(work, wheel)
+    purelib = check(run([f"{user_bin}/python", "-c",
+                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
+                    "reading the user environment's site-packages").stdout.strip()
+    for path in ("bin/moescope", "lib/libmoescope_inject.so", "lib/libmoescope_inject_no_nccl.so",
+                 f"{purelib}/moescope/__init__.py",
+                 f"{purelib}/moescope/autocapture/torch_capture_sources/collective_capture.cpp",
+                 "share/moescope/python/moescope_startup/sitecustomize.py"):
+        if not os.path.exists(os.path.join(user, path)):
+            sys.exit(f"FAILED: the installed wheel lacks {path}")
+    if os.path.exists(os.path.join(user, "share/moescope/python/moescope")):
+        sys.exit("FAILED: the wheel installs a second copy of the moescope package")
+    # This test leaves the C++ capture unbuilt (wheel_torch_capture_test.py builds it).
+    environment["MOESCOPE_BUILD_CAPTURE"] = "0"
+
     program = os.path.join(source_dir, "tests", "compat", "programs", "torch_cpu_training.py")
     recorded = check(run(["moescope", "record", "-o", f"{work}/run.%r.moetrace", "--",
                           "python", program], env=environment, cwd=work), "moescope record")

@@ -64,16 +64,19 @@ def main():
     user_bin = make_venv(user)
     check(run([f"{user_bin}/python", "-m", "pip", "install", "-q", "--no-deps", wheel]),
           "pip install of the wheel")
+    purelib = check(run([f"{user_bin}/python", "-c",
+                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
+                    "reading the user environment's site-packages").stdout.strip()
     for path in ("lib/libmoescope_runtime_torch_ops.so",
                  "lib/libmoescope_runtime_torch_ops.so.torch_version",
                  "lib/libmoescope_runtime.so", "lib/libmoescope_recorder.so",
-                 "share/moescope/python/moescope/runtime/__init__.py"):
+                 f"{purelib}/moescope/runtime/__init__.py"):
         if not os.path.exists(os.path.join(user, path)):
             sys.exit(f"FAILED: the installed wheel lacks {path}")
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("MOESCOPE_") and key != "PYTHONPATH"}
-    # The installed module (where `moescope record` puts it on PYTHONPATH) and the tests.
-    environment["PYTHONPATH"] = f"{user}/share/moescope/python:{HERE}"
+    # The installed package is in the environment's site-packages; the tests are here.
+    environment["PYTHONPATH"] = HERE
     environment["OMP_NUM_THREADS"] = "1"
     located = check(run([f"{user_bin}/python", "-c",
                          "import moescope.runtime as r; print(r.load_library())"],

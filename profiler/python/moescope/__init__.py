@@ -10,7 +10,8 @@ Run the program under ``moescope record`` and call, for example::
 
 The calls go through ctypes to the recorder C API (moescope/recorder.h) of the capture shim that
 ``moescope record`` preloads. Without an active recorder (the program runs on its own, or the
-library cannot be found) every function is a silent no-op, so annotated code runs anywhere.
+library cannot be found) every function is a no-op, so annotated code runs anywhere; the first
+such call says so in one line on stderr (``moescope: not being recorded ...``).
 
 The library is found as ``moescope._recorder`` says: the shim ``moescope record`` preloads
 first. Under ``moescope record`` a Python program is also captured without any of these calls
@@ -38,6 +39,24 @@ _user_numbers_steps = [False]
 
 def _name(text):
     return _recorder.name(text)
+
+
+_said_not_recording = []
+
+
+def _recording_or_say_so(function):
+    """recording(); the first time it is False outside `moescope record`, one line on stderr
+    naming `function`. Under `record` a process can be left out on purpose (--ranks, --steps
+    windows, --delay): silent there."""
+    if recording():
+        return True
+    if not _said_not_recording and "MOESCOPE_AUTOCAPTURE" not in os.environ:
+        _said_not_recording.append(function)
+        import sys
+        sys.stderr.write("moescope: not being recorded, so moescope.%s() and the other "
+                         "annotations do nothing (run the program under `moescope record`)\n"
+                         % function)
+    return False
 
 
 def _counts_list(counts):
@@ -84,7 +103,7 @@ def expert_load(layer, counts, step=None, rank=None, dropped=0, scope="local"):
     capacity limit. scope: "local" (this rank's router), "global" (summed over the
     expert-parallel group) or "received" (tokens this rank's experts received).
     """
-    if not recording():
+    if not _recording_or_say_so("expert_load"):
         return
     if scope not in _SCOPES:
         raise ValueError("moescope.expert_load: scope must be one of %s, got %r"
@@ -113,7 +132,7 @@ class range(contextlib.ContextDecorator):  # noqa: A001 - mirrors nvtx.range / t
         self._opened = []  # one entry per nested use of this object (recursive decorators)
 
     def __enter__(self):
-        opened = recording()
+        opened = _recording_or_say_so("range")
         if opened:
             domain = _name(self.domain) if self.domain else 0
             _library.moescope_span_begin_impl(domain, _name(self.name))
@@ -132,23 +151,23 @@ def step(number):
     global _current_step
     _current_step = int(number)
     _user_numbers_steps[0] = True
-    if recording():
+    if _recording_or_say_so("step"):
         _library.moescope_step(_current_step)
 
 
 def counter(name, value):
     """A sample of a named counter (loss, learning rate, tokens/s ...)."""
-    if recording():
+    if _recording_or_say_so("counter"):
         _library.moescope_counter(_name(name), float(value))
 
 
 def mark(name, domain=None):
     """An instant event."""
-    if recording():
+    if _recording_or_say_so("mark"):
         _library.moescope_instant(_name(domain) if domain else 0, _name(name))
 
 
 def thread_name(name):
     """Names the calling thread's track in the trace."""
-    if recording():
+    if _recording_or_say_so("thread_name"):
         _library.moescope_thread_name(str(name).encode("utf-8"))

@@ -3,7 +3,9 @@
 
 The library is looked up in this order: the shim or libmoescope_recorder already loaded in this
 process, ``MOESCOPE_LIBRARY``, then the shim of the installation this module belongs to
-(``cmake --install`` puts the module in ``share/moescope/python``) or
+(``cmake --install`` puts the module in ``share/moescope/python``, the pip wheel in
+site-packages; both write ``_install_layout.py``), the ``lib/`` of this Python's prefix (a pip
+install whose site-packages is not under ``<prefix>/lib``, e.g. ``lib64``), or
 ``build/lib/libmoescope_inject.so`` of the source tree it lives in. Loading a library does not
 start a recording; ``moescope record`` does. Without a library every caller sees ``library is
 None`` and does nothing.
@@ -11,6 +13,7 @@ None`` and does nothing.
 
 import ctypes
 import os
+import sys
 
 # Scopes of an expert-load sample (enum moescope_expert_scope).
 SCOPES = {"local": 0, "global": 1, "received": 2}
@@ -71,6 +74,7 @@ def _load():
         from . import _install_layout
         candidates.append(os.path.normpath(os.path.join(
             here, _install_layout.LIBRARY_DIR, "libmoescope_inject.so")))
+        candidates.append(os.path.join(sys.prefix, "lib", "libmoescope_inject.so"))
     except ImportError:  # the source tree: profiler/python/moescope
         source_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
         candidates.append(os.path.join(source_root, "build", "lib", "libmoescope_inject.so"))

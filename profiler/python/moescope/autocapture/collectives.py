@@ -40,8 +40,11 @@ def install(config):
         return torch_capture
     if config.torch_ops:
         warn(f"--torch-ops needs the C++ capture, which is not available: {reason}")
-    note(f"C++ collective capture unavailable ({reason}): collectives called from Python are "
-         "recorded, those PyTorch issues from C++ (DDP gradient buckets) are not")
+    # In the trace and so in the report's capture gaps ("not captured"), and once on stderr.
+    gap = (f"C++ collective capture unavailable ({reason}): collectives PyTorch issues from C++ "
+           "(DDP gradient buckets) are not captured, those called from Python are")
+    note(gap)
+    warn(gap)
     return PythonCollectives().install()
 
 

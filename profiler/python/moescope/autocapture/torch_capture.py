@@ -10,10 +10,13 @@ Call ``start()`` once, after ``import torch``, in a process running under ``moes
     started, reason = torch_capture.start()
 
 The library is found through ``MOESCOPE_TORCH_CAPTURE_LIBRARY``, else next to the capture shim
-loaded in this process (``libmoescope_inject.so``, found in /proc/self/maps). It is built for one
-torch version, written next to it in ``libmoescope_torch_capture.so.torch_version``; a library
-built for another version is refused without being loaded, and the program runs on uncaptured.
-Nothing here raises: every failure is the ``(False, reason)`` answer.
+loaded in this process (``libmoescope_inject.so``, found in /proc/self/maps: a CMake build or
+install), else in the per-user cache ``torch_capture_build.py`` compiles it into for this torch
+(the pip route: the wheel ships the sources). It is built for one torch version, written next to
+it in ``libmoescope_torch_capture.so.torch_version``; a library built for another version is
+refused without being loaded, and the program runs on uncaptured. When no library fits, the
+first recording starts building one in the background and records on without it. Nothing here
+raises: every failure is the ``(False, reason)`` answer.
 """
 
 import ctypes
@@ -47,8 +50,10 @@ def _loaded_shim_folder():
     return None
 
 
-def find_library():
-    """(path, reason): where the library is, or None and why it was not found."""
+def find_library(torch=None, build_when_missing=False):
+    """(path, reason): where the library is, or None and why it was not found. With `torch`,
+    the per-user cache of builds for that torch is searched after the shim's folder, and with
+    `build_when_missing` a build is started there when nothing was found."""
     override = os.environ.get("MOESCOPE_TORCH_CAPTURE_LIBRARY")
     if override:
         if os.path.isfile(override):
@@ -58,10 +63,51 @@ def find_library():
     if folder is None:
         return None, "the moescope capture shim is not loaded (run under `moescope record`)"
     path = os.path.join(folder, LIBRARY_NAME)
-    if not os.path.isfile(path):
-        return None, ("%s not found next to the shim in %s (moescope was built without "
-                      "LibTorch)" % (LIBRARY_NAME, folder))
-    return path, ""
+    if os.path.isfile(path):
+        running = getattr(torch, "__version__", None)
+        if torch is None or built_for(path) == str(running):
+            return path, ""
+        # Built with moescope for another torch: a build for this one may be in the cache.
+        cached, _ = _cached(torch)
+        return (cached, "") if cached else (path, "")
+    if torch is None:
+        return None, "%s not found next to the shim in %s" % (LIBRARY_NAME, folder)
+    cached, why = _cached(torch)
+    if cached:
+        return cached, ""
+    if why or not build_when_missing or not _builds_on_first_use():
+        why = why or "not built for torch %s (`python -m moescope build-capture` builds it)" % (
+            torch.__version__)
+        return None, "%s is not next to the shim in %s and %s" % (LIBRARY_NAME, folder, why)
+    try:
+        from . import torch_capture_build
+        started = torch_capture_build.start_background_build(torch)
+    except Exception as error:  # noqa: BLE001 - the program runs on without it
+        started = "its build could not be started: %s: %s" % (type(error).__name__, error)
+    return None, "%s was not built for torch %s yet: %s" % (LIBRARY_NAME, torch.__version__,
+                                                            started)
+
+
+def _builds_on_first_use():
+    """A pip install builds the library on first use (its wheel ships the sources, not the
+    library); a source build only when asked: MOESCOPE_BUILD_CAPTURE=1 (0: never)."""
+    wanted = os.environ.get("MOESCOPE_BUILD_CAPTURE", "")
+    if wanted in ("0", "1"):
+        return wanted == "1"
+    try:
+        from . import torch_capture_build
+        return torch_capture_build.shipped_sources()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _cached(torch):
+    """(path, reason) of the per-user cache's build for `torch` (torch_capture_build.py)."""
+    try:
+        from . import torch_capture_build
+        return torch_capture_build.cached_library(torch)
+    except Exception as error:  # noqa: BLE001
+        return None, "the build cache is unreadable: %s: %s" % (type(error).__name__, error)
 
 
 def built_for(path):
@@ -87,7 +133,7 @@ def start(collectives=True, ops=False):
         if not moescope.recording():
             return False, "no moescope recording in this process (run it under `moescope record`)"
         if _library is None:
-            path, reason = find_library()
+            path, reason = find_library(torch, build_when_missing=True)
             if path is None:
                 return False, reason
             wanted = built_for(path)
@@ -96,7 +142,8 @@ def start(collectives=True, ops=False):
                 return False, "%s has no readable %s file" % (path, VERSION_SUFFIX)
             if wanted != str(running):
                 return False, ("%s was built for torch %s, this process runs torch %s: not "
-                               "loaded" % (path, wanted, running))
+                               "loaded (`python -m moescope build-capture` builds it for this "
+                               "torch)" % (path, wanted, running))
             library = ctypes.CDLL(path)
             library.moescope_torch_capture_start.argtypes = [
                 ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]
