@@ -105,6 +105,15 @@ bool any_rank_summary(const std::vector<std::string>& paths) {
   return false;
 }
 
+std::vector<std::string> trace_inputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> traces;
+  traces.reserve(paths.size());
+  for (const std::string& path : paths) {
+    traces.push_back(is_summary_path(path) ? trace_path_for(path) : path);
+  }
+  return traces;
+}
+
 SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const LoadOptions& options) {
   SummaryLoad result;
   std::vector<RankInput> inputs(paths.size());
