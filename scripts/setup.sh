@@ -14,8 +14,8 @@
 #          --system-site-packages when the python3 on PATH already has the pinned torch, so it
 #          is not downloaded twice.
 #     PyPI packages go into that environment: torch (pinned, CUDA 13.0 build), numpy, psutil,
-#     HolisticTraceAnalysis, nvtx, pytest, tensorboard, wandb (the live metrics' tests), and the
-#     real models the capture tests train.
+#     HolisticTraceAnalysis, nvtx, pytest, tensorboard, wandb (the live metrics' tests),
+#     dask[distributed] (moescope.fanout's test), and the real models the capture tests train.
 #   - CUDA: the torch wheel brings the CUDA runtime, CUPTI, NVTX and NCCL (headers included) as
 #     NVIDIA wheels. When no CUDA toolkit is installed (no nvcc on PATH or in /usr/local/cuda),
 #     the compiler comes from the NVIDIA wheels of the CUDA version torch pins
@@ -96,10 +96,11 @@ if [ "${MOESCOPE_SKIP_TORCH:-0}" != 1 ]; then
   fi
   if wants tools; then
     # tensorboard and wandb: the live metrics' tests write into and read back real runs
-    # (docs/metrics.md); optional for users.
-    echo "setup: installing numpy, psutil, HolisticTraceAnalysis, nvtx, pytest, tensorboard and" \
-         "wandb from PyPI"
-    pip_install numpy psutil HolisticTraceAnalysis nvtx pytest tensorboard wandb
+    # (docs/metrics.md); dask[distributed]: moescope.fanout's test runs a LocalCluster. All three
+    # optional for users.
+    echo "setup: installing numpy, psutil, HolisticTraceAnalysis, nvtx, pytest, tensorboard," \
+         "wandb and dask[distributed] from PyPI"
+    pip_install numpy psutil HolisticTraceAnalysis nvtx pytest tensorboard wandb 'dask[distributed]'
   fi
   # Real models for the zero-code capture's tests (docs/autocapture-adapters.md): transformers
   # 5.x in the environment, 4.57 in .cache/py-transformers4 (put first on PYTHONPATH by the

@@ -48,7 +48,7 @@ def main():
         "torch": installed_version("torch") == torch_version,
         "tools": all(installed_version(name) for name in
                      ("numpy", "psutil", "HolisticTraceAnalysis", "nvtx", "pytest",
-                      "tensorboard", "wandb")),
+                      "tensorboard", "wandb", "dask", "distributed")),
         "models": (installed_version("transformers") == "5.25.0"
                    and installed_version("torchtitan") == "0.3.0"
                    and installed_version("megatron-core") == "0.16.1"),

@@ -128,15 +128,16 @@ double expert_row_excess_share(const TraceModel& model, int32_t rank) {
 
 // The plan an imbalance implies: layer `layer`'s rows split evenly over the ranks (replicas of
 // the hot experts on the other ranks), predicted with the cost model. "" when there is none.
-std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vector<uint32_t>& hot,
-                         int32_t hot_rank, std::vector<std::pair<std::string, double>>& metrics) {
+std::string implied_plan(const TraceModel& model, const TimeBreakdown& breakdown, uint32_t layer,
+                         const std::vector<uint32_t>& hot, int32_t hot_rank,
+                         std::vector<std::pair<std::string, double>>& metrics) {
   const ExpertLoadAnalysis load = analyze_expert_load(model);
   std::vector<uint32_t> layers;
   for (const LayerLoad& entry : load.layers) layers.push_back(entry.layer);
   const auto position = std::find(layers.begin(), layers.end(), layer);
   if (position == layers.end()) return "";
   const uint32_t layer_experts = load.layers[size_t(position - layers.begin())].num_experts;
-  const std::vector<RankMeasurement> measured = measure_rank_load(model, layers, 1);
+  const std::vector<RankMeasurement> measured = measure_rank_load(model, layers, 1, &breakdown);
   if (measured.size() < 2) return "";
   std::vector<std::vector<double>> loads(layers.size(), std::vector<double>(measured.size(), 0.0));
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -151,7 +152,7 @@ std::string implied_plan(const TraceModel& model, uint32_t layer, const std::vec
   }
   PlacementPrediction prediction;
   try {
-    prediction = predict_placement(model, loads, 1);
+    prediction = predict_placement(model, loads, 1, &breakdown);
   } catch (const std::invalid_argument&) {
     return "";
   }
@@ -258,7 +259,8 @@ std::string root_cause_line(const std::vector<Finding>& findings) {
 void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
                    const CollectiveWaits& waits, std::vector<Finding>& findings) {
   const double step_ms = reference_step_ms(findings);
-  const ExpertCostModel cost = fit_expert_cost(model);
+  // The breakdown given (from rank summaries it cannot be computed from the model's events).
+  const ExpertCostModel cost = fit_expert_cost(model, 1, &breakdown);
 
   // expert_imbalance -> straggler_rank, through the placement the trace shows.
   std::map<size_t, std::vector<std::pair<size_t, double>>>
@@ -318,7 +320,7 @@ void link_findings(const TraceModel& model, const TimeBreakdown& breakdown,
     imbalance.metrics.push_back({"hot_expert_rank", double(rank)});
     imbalance.metrics.push_back({"excess_rows_per_step", seen.busiest_excess_rows});
     const std::string plan =
-        implied_plan(model, layer, imbalance.where.experts, rank, imbalance.metrics);
+        implied_plan(model, breakdown, layer, imbalance.where.experts, rank, imbalance.metrics);
     if (!plan.empty()) {
       imbalance.suggestion = plan +
                              " Or at the router: raise the aux-loss coefficient or enable "

@@ -17,11 +17,21 @@
 namespace moescope::analysis {
 namespace {
 
+// `given`, else the model's breakdown computed into `storage`.
+const TimeBreakdown& breakdown_of(const TraceModel& model, const TimeBreakdown* given,
+                                  TimeBreakdown& storage) {
+  if (given) return *given;
+  storage = compute_time_breakdown(model);
+  return storage;
+}
+
 // (rank, step) -> busy ms, over the kept steps.
 std::map<std::pair<int32_t, int64_t>, double> busy_by_rank_step(const TraceModel& model,
-                                                                const std::set<int64_t>& kept) {
+                                                                const std::set<int64_t>& kept,
+                                                                const TimeBreakdown* given) {
   std::map<std::pair<int32_t, int64_t>, double> busy;
-  for (const RankBreakdown& rank : compute_time_breakdown(model).ranks) {
+  TimeBreakdown storage;
+  for (const RankBreakdown& rank : breakdown_of(model, given, storage).ranks) {
     for (const StepBreakdown& step : rank.steps) {
       if (kept.count(step.step)) busy[{rank.rank, step.step}] = step.busy_ms();
     }
@@ -54,7 +64,8 @@ double RankPrediction::total_rows_after() const {
   return total;
 }
 
-ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps) {
+ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
+                                const TimeBreakdown* breakdown) {
   ExpertCostModel cost;
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
   std::map<std::pair<int32_t, int64_t>, double> rows;
@@ -65,7 +76,7 @@ ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps) {
     cost.problem = "no received-rows samples (RECEIVED expert load per rank) after the warm-up";
     return cost;
   }
-  const auto busy = busy_by_rank_step(model, kept);
+  const auto busy = busy_by_rank_step(model, kept, breakdown);
   double n = 0, sum_x = 0, sum_y = 0, sum_xx = 0, sum_xy = 0, sum_yy = 0;
   for (const auto& [key, x] : rows) {
     auto found = busy.find(key);
@@ -96,7 +107,7 @@ ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps) {
 
 std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
                                                const std::vector<uint32_t>& layers,
-                                               size_t skip_steps) {
+                                               size_t skip_steps, const TimeBreakdown* breakdown) {
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
   std::map<int32_t, RankMeasurement> ranks;
   std::map<int32_t, std::set<int64_t>> row_steps;
@@ -114,7 +125,7 @@ std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
     row_steps[entry.rank].insert(entry.step);
   }
   std::map<int32_t, std::pair<double, double>> busy;  // rank -> (sum, steps)
-  for (const auto& [key, ms] : busy_by_rank_step(model, kept)) {
+  for (const auto& [key, ms] : busy_by_rank_step(model, kept, breakdown)) {
     busy[key.first].first += ms;
     busy[key.first].second += 1;
   }
@@ -131,9 +142,11 @@ std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
 
 PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
-                                      size_t skip_steps) {
+                                      size_t skip_steps, const TimeBreakdown* breakdown) {
   PlacementPrediction prediction;
-  prediction.cost = fit_expert_cost(model, skip_steps);
+  TimeBreakdown storage;
+  breakdown = &breakdown_of(model, breakdown, storage);  // computed once for all three uses
+  prediction.cost = fit_expert_cost(model, skip_steps, breakdown);
   if (!prediction.cost.valid) {
     throw std::invalid_argument("no expert cost model from this trace: " + prediction.cost.problem);
   }
@@ -144,7 +157,7 @@ PlacementPrediction predict_placement(const TraceModel& model,
                                 " layers, the trace " + std::to_string(prediction.layers.size()));
   }
   const std::vector<RankMeasurement> measured =
-      measure_rank_load(model, prediction.layers, skip_steps);
+      measure_rank_load(model, prediction.layers, skip_steps, breakdown);
   for (const auto& loads : gpu_loads_after) {
     if (loads.size() != measured.size()) {
       throw std::invalid_argument("the plan places experts on " + std::to_string(loads.size()) +
@@ -175,7 +188,7 @@ PlacementPrediction predict_placement(const TraceModel& model,
   // Measured step time: the mean over kept steps of the mean over ranks.
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
   double step_sum = 0, step_count = 0;
-  for (const RankBreakdown& rank : compute_time_breakdown(model).ranks) {
+  for (const RankBreakdown& rank : breakdown->ranks) {
     for (const StepBreakdown& step : rank.steps) {
       if (kept.count(step.step)) step_sum += step.step_ms, step_count += 1;
     }

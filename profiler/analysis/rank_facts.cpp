@@ -45,6 +45,17 @@ void shift(TimeNs& time, TimeNs offset) {
 
 }  // namespace
 
+TimeBreakdown time_breakdown_of_facts(const std::vector<RankFacts>& facts) {
+  TimeBreakdown breakdown;
+  std::vector<bool> has_steps;
+  for (const RankFacts& rank : facts) {
+    breakdown.ranks.push_back(rank.breakdown);
+    has_steps.push_back(rank.has_steps);
+  }
+  breakdown.spread = compute_step_spread(breakdown.ranks, has_steps);
+  return breakdown;
+}
+
 std::vector<RankFacts> compute_rank_facts(const TraceModel& model) {
   std::vector<RankFacts> all;
   all.reserve(model.processes.size());

@@ -118,6 +118,7 @@ RankSummary summarize_process(const TraceModel& model, size_t index, uint64_t tr
     }
   });
   summary.facts = std::move(compute_rank_facts(model)[index]);
+  summary.facts.span_time = rank_span_time(model, model.processes[index]);
   return summary;
 }
 

@@ -555,17 +555,14 @@ Report build_report(const TraceModel& model, const FindingThresholds& thresholds
 Report build_report(const TraceModel& model, const std::vector<RankFacts>& facts,
                     const FindingThresholds& thresholds) {
   Report report;
-  std::vector<bool> has_steps;
   std::vector<RankPhases> phases;
   std::vector<double> expert_ms;
   for (const RankFacts& rank : facts) {
-    report.breakdown.ranks.push_back(rank.breakdown);
-    has_steps.push_back(rank.has_steps);
     phases.push_back(rank.phases);
     report.memory.push_back(rank.memory);
     expert_ms.push_back(rank.expert_ms_per_step);
   }
-  report.breakdown.spread = compute_step_spread(report.breakdown.ranks, has_steps);
+  report.breakdown = time_breakdown_of_facts(facts);
   report.expert_load = analyze_expert_load(model);
   report.expert_tokens = expert_load_matrix(model);
   report.expert_load_by_rank = expert_load_by_rank(model);

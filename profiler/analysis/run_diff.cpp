@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -56,21 +57,33 @@ StepSeries kept_series(const std::vector<int64_t>& steps, const std::vector<doub
 
 class MetricCollector {
  public:
-  MetricCollector(const TraceModel& model, const DiffOptions& options, RunSide& side)
-      : model_(model), options_(options), side_(side) {
+  MetricCollector(const TraceModel& model, const std::vector<RankFacts>* facts,
+                  const DiffOptions& options, RunSide& side)
+      : model_(model), facts_(facts), options_(options), side_(side) {
     run_.model = &model;
     run_.kept_steps = steps_after_warmup(model, options.skip_steps);
   }
 
   RunMetrics collect() {
-    const TimeBreakdown breakdown = compute_time_breakdown(model_);
+    const TimeBreakdown breakdown =
+        facts_ ? time_breakdown_of_facts(*facts_) : compute_time_breakdown(model_);
     const ExpertLoadAnalysis experts = analyze_expert_load(model_);
     step_parts(breakdown);
     rank_excess(breakdown);
     spans();
     collectives();
     layers(experts);
-    run_.findings = find_bottlenecks(model_, breakdown, experts, analyze_memory(model_));
+    if (facts_) {  // what the summaries hold of the events (report.cpp does the same)
+      std::vector<RankMemory> memory;
+      std::vector<double> expert_ms;
+      for (const RankFacts& rank : *facts_) {
+        memory.push_back(rank.memory);
+        expert_ms.push_back(rank.expert_ms_per_step);
+      }
+      run_.findings = find_bottlenecks(model_, breakdown, experts, memory, {}, &expert_ms);
+    } else {
+      run_.findings = find_bottlenecks(model_, breakdown, experts, analyze_memory(model_));
+    }
     link_findings(model_, breakdown, analyze_collective_waits(model_), run_.findings);
     side_.ranks = model_.processes.size();
     side_.steps = run_.kept_steps.size();
@@ -160,8 +173,15 @@ class MetricCollector {
     }
   }
 
+  std::vector<SpanStepTime> span_times() const {
+    if (!facts_) return span_time_per_step(model_);
+    std::vector<const std::vector<RankSpanTime>*> ranks;
+    for (const RankFacts& rank : *facts_) ranks.push_back(&rank.span_time);
+    return span_time_of_ranks(model_, ranks);
+  }
+
   void spans() {
-    for (const SpanStepTime& span : span_time_per_step(model_)) {
+    for (const SpanStepTime& span : span_times()) {
       std::string section = "span", name = span.name;
       if (span.domain == kPhaseDomain) {
         section = "phase";
@@ -216,6 +236,7 @@ class MetricCollector {
   }
 
   const TraceModel& model_;
+  const std::vector<RankFacts>* facts_;  // from summaries, else null
   const DiffOptions& options_;
   RunSide& side_;
   RunMetrics run_;
@@ -336,11 +357,12 @@ size_t RunDiff::significant() const {
 }
 
 RunDiff diff_runs(const TraceModel& base_model, const TraceModel& next_model,
-                  const DiffOptions& options) {
+                  const DiffOptions& options, const std::vector<RankFacts>* base_facts,
+                  const std::vector<RankFacts>* next_facts) {
   RunDiff diff;
   diff.options = options;
-  const RunMetrics base = MetricCollector(base_model, options, diff.base).collect();
-  const RunMetrics next = MetricCollector(next_model, options, diff.next).collect();
+  const RunMetrics base = MetricCollector(base_model, base_facts, options, diff.base).collect();
+  const RunMetrics next = MetricCollector(next_model, next_facts, options, diff.next).collect();
   const std::set<MetricKey> spans = kept_span_keys(base, next, options.max_spans);
   std::set<MetricKey> keys;
   for (const RunMetrics* run : {&base, &next}) {
@@ -397,10 +419,13 @@ RunDiff diff_runs(const TraceModel& base_model, const TraceModel& next_model,
   return diff;
 }
 
-void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction prediction) {
+void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction prediction,
+                      const std::vector<RankFacts>* next_facts) {
   PredictionCheck check;
-  const std::vector<RankMeasurement> measured =
-      measure_rank_load(next, prediction.layers, diff.options.skip_steps);
+  std::optional<TimeBreakdown> breakdown;
+  if (next_facts) breakdown = time_breakdown_of_facts(*next_facts);
+  const std::vector<RankMeasurement> measured = measure_rank_load(
+      next, prediction.layers, diff.options.skip_steps, breakdown ? &*breakdown : nullptr);
   for (const RankPrediction& rank : prediction.ranks) {
     auto found = std::find_if(measured.begin(), measured.end(),
                               [&](const RankMeasurement& m) { return m.rank == rank.rank; });

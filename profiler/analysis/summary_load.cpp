@@ -106,6 +106,15 @@ bool any_rank_summary(const std::vector<std::string>& paths) {
   return false;
 }
 
+std::vector<std::string> trace_inputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> traces;
+  traces.reserve(paths.size());
+  for (const std::string& path : paths) {
+    traces.push_back(is_summary_path(path) ? trace_path_for(path) : path);
+  }
+  return traces;
+}
+
 SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const LoadOptions& options) {
   SummaryLoad result;
   std::vector<RankInput> inputs(paths.size());
@@ -139,11 +148,25 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
     if (input.ok) usable.push_back(&input);
   }
   if (usable.empty()) return result;
+  // Summary files of different runs are refused. A rank read from its trace (no usable summary)
+  // whose run differs, e.g. a program's Kineto trace given with its .moetrace, is reported
+  // with the others from the traces, as without summaries.
+  const RankInput* first_summary = nullptr;
+  for (RankInput* input : usable) {
+    if (!input->note.empty()) continue;
+    if (!first_summary) first_summary = input;
+    if (input->loaded.run_id != first_summary->loaded.run_id) {
+      result.refused = "summaries of different runs: " + first_summary->summary + " is run " +
+                       first_summary->loaded.run_id + ", " + input->summary + " is run " +
+                       input->loaded.run_id;
+      return result;
+    }
+  }
   for (RankInput* input : usable) {
     if (input->loaded.run_id != usable.front()->loaded.run_id) {
-      result.refused = "summaries of different runs: " + usable.front()->summary + " is run " +
-                       usable.front()->loaded.run_id + ", " + input->summary + " is run " +
-                       input->loaded.run_id;
+      result.needs_traces = true;
+      result.notes.push_back("ranks of different runs (" + usable.front()->loaded.run_id + " and " +
+                             input->loaded.run_id + "): reported from the traces");
       return result;
     }
     if (input->loaded.step_source != usable.front()->loaded.step_source) {

@@ -1,7 +1,8 @@
 // `moescope diff BASE... --against NEW... [--format text|markdown|json] [-o FILE]
-//  [--skip-steps N] [--confidence C] [--predicted PLAN.json]`: compares two runs step by step
-// (analysis/run_diff.h) and, given the JSON of `moescope plan` on the base run, checks the
-// plan's predicted rank load and step-time change against the new run.
+//  [--skip-steps N] [--confidence C] [--predicted PLAN.json] [--detail]`: compares two runs step
+// by step (analysis/run_diff.h) and, given the JSON of `moescope plan` on the base run, checks
+// the plan's predicted rank load and step-time change against the new run. Reads the ranks'
+// summaries where they exist, with the same numbers (run_inputs.h); --detail forces the traces.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "moescope/analysis/run_diff.h"
 #include "moescope/analysis/trace_loader.h"
 #include "plan_inputs.h"
+#include "run_inputs.h"
 
 namespace moescope::cli {
 namespace {
@@ -31,18 +33,20 @@ struct DiffCommandOptions {
   size_t skip_steps = 1;
   double confidence = 0.95;
   size_t max_batches = 10;
+  bool detail = false;  // the full traces even where rank summaries exist
 };
 
-analysis::TraceModel load_run(const std::vector<std::string>& traces, const char* which) {
-  analysis::TraceModel model = analysis::load_traces(traces);
-  for (const auto& error : model.errors) {
+// One run: its ranks' summaries where they exist (same numbers), else its traces.
+RunInputs load_run(const std::vector<std::string>& traces, bool detail, const char* which) {
+  RunInputs run = load_run_inputs(traces, detail, std::string("diff: ") + which + " run");
+  for (const auto& error : run.model.errors) {
     std::fprintf(stderr, "moescope diff: %s run: %s\n", which, error.to_string().c_str());
   }
-  if (model.processes.empty()) {
+  if (run.model.processes.empty()) {
     std::fprintf(stderr, "moescope diff: nothing readable in the %s run's trace(s)\n", which);
     throw CLI::RuntimeError(1);
   }
-  return model;
+  return run;
 }
 
 void run_diff(const DiffCommandOptions& options) {
@@ -53,14 +57,17 @@ void run_diff(const DiffCommandOptions& options) {
   }
   std::optional<analysis::PlacementPrediction> prediction;
   if (!options.predicted.empty()) prediction = read_prediction(options.predicted);
-  const analysis::TraceModel base = load_run(options.base_traces, "base");
-  const analysis::TraceModel next = load_run(options.next_traces, "new");
+  const RunInputs base = load_run(options.base_traces, options.detail, "base");
+  const RunInputs next = load_run(options.next_traces, options.detail, "new");
   analysis::DiffOptions diff_options;
   diff_options.skip_steps = options.skip_steps;
   diff_options.confidence = options.confidence;
   diff_options.max_batches = options.max_batches;
-  analysis::RunDiff diff = analysis::diff_runs(base, next, diff_options);
-  if (prediction) analysis::check_prediction(diff, next, std::move(*prediction));
+  analysis::RunDiff diff = analysis::diff_runs(base.model, next.model, diff_options,
+                                               base.facts_or_null(), next.facts_or_null());
+  if (prediction) {
+    analysis::check_prediction(diff, next.model, std::move(*prediction), next.facts_or_null());
+  }
   if (!write_command_output(analysis::render_diff(diff, format), options.output)) {
     throw std::runtime_error("cannot write " + options.output);
   }
@@ -74,7 +81,9 @@ void add_diff_command(CLI::App& app) {
       "diff",
       "Compare two runs: step time and its breakdown, phases, spans, collectives, expert load, "
       "stragglers and findings, with confidence intervals from each run's step-to-step noise");
-  command->add_option("base", options->base_traces, "The base run's trace files (one per rank)")
+  command
+      ->add_option("base", options->base_traces,
+                   "The base run's trace files (one per rank), or their summaries")
       ->required();
   command->add_option("--against", options->next_traces, "The new run's trace files")->required();
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
@@ -93,6 +102,8 @@ void add_diff_command(CLI::App& app) {
                    "At most this many batches of consecutive steps per run (batch means)")
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();
+  command->add_flag("--detail", options->detail,
+                    "Read the full traces even where rank summaries (moescope summarize) exist");
   command->add_option("--predicted", options->predicted,
                       "A `moescope plan --json` file planned from the base run: compare its "
                       "predicted rank load and step time change with the new run");

@@ -1,5 +1,7 @@
 // `moescope plan`: plans expert placement (replicas + slots per GPU) from per-layer expert loads
 // with the balancer's EPLB-contract planner, and shows the per-GPU balance before and after.
+// From traces it reads the ranks' summaries where they exist, with the same numbers
+// (run_inputs.h); --detail forces the traces.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
 #include "plan_inputs.h"
+#include "run_inputs.h"
 
 namespace moescope::cli {
 
@@ -87,6 +90,7 @@ struct PlanOptions {
   std::string current_placement;  // JSON from --json: plan incrementally from it
   double incremental_bound = 1.02;
   size_t skip_steps = 1;  // warm-up steps the prediction leaves out
+  bool detail = false;    // the full traces even where rank summaries exist
 };
 
 struct LayerBalance {
@@ -323,13 +327,15 @@ void run_plan(const PlanOptions& options) {
   if (options.loads_file.empty() == options.traces.empty()) {
     throw std::invalid_argument("give the loads either with --loads FILE or as TRACE files");
   }
-  std::optional<analysis::TraceModel> model;
+  // From the ranks' summaries where they exist (same numbers), else the traces.
+  std::optional<RunInputs> run;
   if (!options.traces.empty()) {
-    model = analysis::load_traces(options.traces);
-    for (const analysis::LoadError& error : model->errors) {
+    run = load_run_inputs(options.traces, options.detail, "plan");
+    for (const analysis::LoadError& error : run->model.errors) {
       std::cerr << "moescope plan: " << error.to_string() << "\n";
     }
   }
+  const analysis::TraceModel* model = run ? &run->model : nullptr;
   const balancer::ExpertLoads loads = model ? expert_loads_of_model(*model, options.traces)
                                             : balancer::read_expert_loads_file(options.loads_file);
 
@@ -395,7 +401,8 @@ void run_plan(const PlanOptions& options) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
     try {
-      prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps);
+      prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
+                                               run->breakdown_or_null());
     } catch (const std::invalid_argument& error) {
       no_prediction = error.what();
     }
@@ -469,8 +476,12 @@ void add_plan_command(CLI::App& app) {
   CLI::Option* loads_option = plan->add_option(
       "--loads", options->loads_file,
       "JSON ([[...], ...] layers x experts, or {\"loads\": ...}) or CSV (one layer per row)");
-  CLI::Option* traces_option =
-      plan->add_option("traces", options->traces, ".moetrace files to read the expert loads from");
+  CLI::Option* traces_option = plan->add_option(
+      "traces", options->traces,
+      ".moetrace files (or their .moesummary) to read the expert loads from; their rank "
+      "summaries are read where they exist");
+  plan->add_flag("--detail", options->detail,
+                 "Read the full traces even where rank summaries (moescope summarize) exist");
   loads_option->excludes(traces_option);
   plan->callback([options] {
     try {

@@ -1,8 +1,10 @@
 // `moescope record [-o PATTERN] [--fork=trace|skip] [--no-cuda] [--no-nccl] [--no-nvtx]
-//                  [--flush-ms N] -- COMMAND ARGS...`
+//                  [--flush-ms N] [--no-summary] -- COMMAND ARGS...`
 // Runs COMMAND with the capture shim preloaded (docs/capture.md): every process it starts
 // writes its own trace. The command's stdin/stdout/stderr and exit code pass through unchanged
-// (128 + signal when it is killed); what moescope says goes to stderr.
+// (128 + signal when it is killed); what moescope says goes to stderr. When the command has
+// ended, each trace's rank summary is written beside it (record_summaries.h), here, on the node
+// where those ranks ran.
 #include <glob.h>
 #include <limits.h>
 #include <signal.h>
@@ -18,11 +20,13 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "preload_list.h"
 #include "record_output.h"
+#include "record_summaries.h"
 #include "record_window_options.h"
 #include "shim_trace_path.h"
 
@@ -39,6 +43,7 @@ struct RecordOptions {
   std::string step_marker;  // module:NAME | function:MODULE:QUALNAME
   int module_depth = 2;
   bool torch_ops = false;
+  bool no_summary = false;  // no rank summaries beside the traces at the end
   // Live MoE health scalars of Python programs (docs/metrics.md): "" = into the program's own
   // TensorBoard / W&B run only, "off", or tensorboard:DIR / jsonl:FILE (comma-separated).
   std::string metrics;
@@ -179,14 +184,23 @@ std::string session_id() {
 }
 
 volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_stop_summaries = 0;
 
 // Forwards a signal sent to `moescope record` itself (kill, timeout, a job scheduler) to the
 // command. A terminal's Ctrl-C already reaches the whole process group: not sent twice. A kill
 // of the whole group reaches the command directly too: its shim takes the pair as one
-// (shim_signals.cpp, MOESCOPE_RECORD_PID).
+// (shim_signals.cpp, MOESCOPE_RECORD_PID). Once the command has ended, any of these signals
+// stops the summaries instead (they are only a convenience; `moescope summarize` makes them).
 void forward_signal(int signal_number, siginfo_t* info, void*) {
   bool sent_by_process = info && (info->si_code == SI_USER || info->si_code == SI_QUEUE);
   if (g_child_pid > 0 && sent_by_process) ::kill(g_child_pid, signal_number);
+  if (g_child_pid == 0) g_stop_summaries = 1;
+}
+
+// Summaries a few at a time: one per core, at most 8 (a node's ranks), each loading one trace.
+unsigned summary_parallelism() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores == 0 ? 1u : (cores < 8 ? cores : 8u);
 }
 
 void install_forwarding() {
@@ -319,6 +333,7 @@ int run_record(RecordOptions& options) {
       return 2;
     }
   }
+  g_child_pid = 0;  // reaped: its pid may be reused, and a signal now stops the summaries
   int exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                         : 1;
@@ -341,6 +356,11 @@ int run_record(RecordOptions& options) {
     std::fprintf(stderr, "moescope record: %zu trace%s written:\n", traces.size(),
                  traces.size() == 1 ? "" : "s");
     for (const auto& path : traces) std::fprintf(stderr, "  %s\n", path.c_str());
+  }
+  // Flight-recorder dumps are traces of this run too: they get their summaries the same way.
+  if (!options.no_summary) {
+    std::fflush(stderr);
+    write_summaries_beside(traces, summary_parallelism(), &g_stop_summaries);
   }
   return exit_code;
 }
@@ -416,6 +436,9 @@ void add_record_command(CLI::App& app) {
       ->add_option("--flush-ms", options->flush_ms,
                    "Write buffered events at least this often (1..200 ms, default 100)")
       ->check(CLI::Range(1, 200));
+  command->add_flag("--no-summary", options->no_summary,
+                    "Write no rank summary (TRACE.moesummary, what `moescope summarize` writes) "
+                    "beside each trace when the command has ended");
   add_record_window_options(*command, options->window);
   // Everything after "--" is the command, passed on untouched ("--" may be left out when the
   // command has no options of its own).

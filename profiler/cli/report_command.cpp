@@ -61,8 +61,9 @@ void run_report(const ReportOptions& options) {
       return;
     }
   }
-  analysis::TraceModel model =
-      analysis::load_traces(options.traces, load_options_with_progress(options.quiet));
+  // A summary given by name stands for its trace here (--detail, or a fallback above).
+  analysis::TraceModel model = analysis::load_traces(analysis::trace_inputs(options.traces),
+                                                     load_options_with_progress(options.quiet));
   finish_report(model, nullptr, format, options);
 }
 

@@ -241,6 +241,27 @@ TEST(RankSummary, SummariesOfDifferentRunsAreRefused) {
   fs::remove_all(dir);
 }
 
+// A rank of another run read from its trace (no summary), e.g. a program's Kineto trace given
+// with its .moetrace: not refused; the inputs go to the full-trace path, with a note.
+TEST(RankSummary, ATraceOfAnotherRunWithoutSummaryGoesToTheTraces) {
+  const fs::path dir = fresh_dir("mixed_runs");
+  const std::vector<std::string> paths = write_job(dir);
+  summarize_all(paths);
+  moescope::testing::MoeJobConfig other_config;
+  other_config.run_id = "another-run";
+  const std::vector<std::string> other = write_job(dir / "other", other_config);
+  std::vector<std::string> mixed(paths.begin(), paths.begin() + 4);
+  mixed.push_back(other[5]);
+  const SummaryLoad loaded = load_rank_summaries(mixed);
+  EXPECT_EQ(loaded.refused, "");
+  EXPECT_TRUE(loaded.needs_traces);
+  ASSERT_FALSE(loaded.notes.empty());
+  EXPECT_NE(loaded.notes.back().find("ranks of different runs"), std::string::npos)
+      << loaded.notes.back();
+  EXPECT_NE(loaded.notes.back().find("another-run"), std::string::npos) << loaded.notes.back();
+  fs::remove_all(dir);
+}
+
 // The header's checksum and sizes, recomputed around a plain `payload` (flags 0): the section
 // decoder sees it.
 std::string with_header(const std::string& valid, const std::string& payload) {

@@ -119,6 +119,48 @@ TEST(CaptureProcessLife, ExitFromAnotherThreadCompletesTheTrace) {
   EXPECT_TRUE(last_words);
 }
 
+// The summary `record` writes beside the trace once the program ended changes neither its exit
+// status nor its output; --no-summary writes none.
+TEST(CaptureProcessLife, SummaryBesideTheTraceUnlessNoSummary) {
+  TempDir dir;
+  RunResult run =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "exit-from-thread"}));
+  EXPECT_EQ(run.exit_code, 3);
+  EXPECT_EQ(run.out, "exiting from a thread\n");
+  EXPECT_EQ(dir.files(".moesummary"), std::vector<std::string>{dir / "run.moesummary"});
+  EXPECT_EQ(count_occurrences(run.err, "no summary"), 0) << run.err;
+  // A readable summary of that trace: `report` takes it given alone.
+  RunResult report = run_program({moescope_binary(), "report", "-q", dir / "run.moesummary"});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+
+  TempDir without;
+  RunResult plain = run_program(record_command(
+      without / "run.moetrace", {life_program(), "exit-from-thread"}, {"--no-summary"}));
+  EXPECT_EQ(plain.exit_code, 3);
+  EXPECT_EQ(plain.out, "exiting from a thread\n");
+  EXPECT_EQ(without.files(), std::vector<std::string>{without / "run.moetrace"});
+  EXPECT_EQ(without.files(".moesummary"), std::vector<std::string>{});
+}
+
+// A summary that cannot be written (a folder stands where it goes) is one line on stderr naming
+// the trace and why; the program's exit status and output stay its own.
+TEST(CaptureProcessLife, SummaryThatCannotBeWrittenIsOneLineOnStderr) {
+  TempDir dir;
+  std::filesystem::create_directory(dir / "run.moesummary");
+  std::filesystem::create_directory(dir / "run.moesummary/in_the_way");
+  RunResult run =
+      run_program(record_command(dir / "run.moetrace", {life_program(), "exit-from-thread"}));
+  EXPECT_EQ(run.exit_code, 3);
+  EXPECT_EQ(run.out, "exiting from a thread\n");
+  EXPECT_EQ(count_occurrences(run.err, "no summary"), 1) << run.err;
+  EXPECT_NE(run.err.find("moescope record: no summary for " + dir / "run.moetrace" + ": "),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("cannot rename"), std::string::npos) << run.err;
+  EXPECT_EQ(dir.files(".partial"), std::vector<std::string>{});
+  EXPECT_TRUE(load_trace(dir / "run.moetrace").complete);
+}
+
 void expect_signal_completes_trace(int signal_number) {
   TempDir dir;
   RunOptions options;

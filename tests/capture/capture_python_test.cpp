@@ -168,12 +168,16 @@ TEST_F(CapturePython, ModuleIsANoOpWithoutRecorderThatSaysSoOnce) {
       << run.err;
 }
 
-TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {
+// Each rank's trace, and (written by `record` where the ranks ran, once they ended) its rank
+// summary, from which `report` gives the same JSON as from the traces themselves.
+TEST_F(CapturePython, TorchrunRanksWriteOneTraceAndOneSummaryEach) {
   TempDir dir;
+  constexpr int kSteps = 4;
   RunResult run = run_torchrun_program(
-      record_command(dir / "run.%r.moetrace",
-                     {"python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                      "2", source_dir() + "/tests/capture/torchrun_ranks.py"}),
+      record_command(
+          dir / "run.%r.moetrace",
+          {"python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           source_dir() + "/tests/capture/torchrun_ranks.py", "--steps", std::to_string(kSteps)}),
       python_options());
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("rank 0 of 2 sum 3"), std::string::npos) << run.out;
@@ -181,6 +185,10 @@ TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {
   // The launcher and helper processes recorded nothing and leave no file.
   ASSERT_EQ(dir.files(), (std::vector<std::string>{dir / "run.0.moetrace", dir / "run.1.moetrace"}))
       << run.err;
+  ASSERT_EQ(dir.files(".moesummary"),
+            (std::vector<std::string>{dir / "run.0.moesummary", dir / "run.1.moesummary"}))
+      << run.err;
+  EXPECT_EQ(dir.files(".partial"), std::vector<std::string>{});
   for (int rank = 0; rank < 2; ++rank) {
     LoadedTrace trace = load_trace(dir / ("run." + std::to_string(rank) + ".moetrace"));
     EXPECT_TRUE(trace.complete);
@@ -189,12 +197,30 @@ TEST_F(CapturePython, TorchrunRanksWriteOneTraceEach) {
     EXPECT_EQ(metadata["world_size"], 2);
     int allreduce_spans = 0;
     for (const auto& span : rebuild_spans(trace)) allreduce_spans += span.name == "allreduce_step";
-    EXPECT_EQ(allreduce_spans, 1);
+    EXPECT_EQ(allreduce_spans, kSteps);
     auto loads = trace.of_kind(RecordKind::kExpertLoad);
-    ASSERT_EQ(loads.size(), 1u);
+    ASSERT_EQ(loads.size(), size_t(kSteps));
     EXPECT_EQ(loads[0].as<trace::ExpertLoadRecord>().rank, rank);
     EXPECT_EQ(loads[0].tail<uint32_t>(sizeof(trace::ExpertLoadRecord), 2), 20u + rank);
   }
+
+  const std::vector<std::string> traces = {dir / "run.0.moetrace", dir / "run.1.moetrace"};
+  auto report = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {moescope_binary(), "report", "-q", "--format", "json"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), traces.begin(), traces.end());
+    return run_program(argv);
+  };
+  RunResult from_summaries = report({});
+  RunResult from_traces = report({"--detail"});
+  ASSERT_EQ(from_summaries.exit_code, 0) << from_summaries.err;
+  ASSERT_EQ(from_traces.exit_code, 0) << from_traces.err;
+  EXPECT_EQ(from_summaries.err, "") << "a rank fell back to its trace";
+  EXPECT_EQ(from_summaries.out, from_traces.out) << "the JSON of both paths differs";
+  auto parsed = nlohmann::json::parse(from_summaries.out);
+  EXPECT_EQ(parsed["summary"]["ranks"], 2);
+  // The optimizer's steps, seen by the zero-code capture, are the report's steps.
+  EXPECT_GE(parsed["summary"]["steps"].get<int>(), kSteps - 1) << from_summaries.out;
 }
 
 }  // namespace

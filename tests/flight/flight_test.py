@@ -175,6 +175,10 @@ def case_raise(context):
            f"the report does not name the exception: {what['trigger']}")
     ranks = sorted({r["rank"] for r in what["ranks"]})
     expect(ranks == [0, 1], f"dumps from ranks {ranks}")
+    # `record` writes each dump's rank summary beside it once the job has ended.
+    missing = [path for path in files
+               if not os.path.isfile(path[:-len(".moetrace")] + ".moesummary")]
+    expect(not missing, f"no summary beside the dumps {missing}:\n{run.text()}")
     print(f"raise: exit {code}; dumps of ranks {ranks}; trigger {what['trigger']['detail']}")
 
 

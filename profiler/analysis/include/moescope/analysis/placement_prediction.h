@@ -27,6 +27,12 @@
 
 namespace moescope::analysis {
 
+struct TimeBreakdown;
+
+// Each function below takes busy and step time from `breakdown` when given (the run's
+// compute_time_breakdown, or the one rank summaries hold: time_breakdown_of_facts), else
+// computes it from the model's events.
+
 struct ExpertCostModel {
   bool valid = false;
   std::string problem;  // why not valid
@@ -37,7 +43,8 @@ struct ExpertCostModel {
 };
 
 // `skip_steps`: the first steps of the run (warm-up) left out.
-ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps = 1);
+ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps = 1,
+                                const TimeBreakdown* breakdown = nullptr);
 
 struct RankPrediction {
   int32_t rank = 0;
@@ -65,7 +72,8 @@ struct PlacementPrediction {
 // not the trace's, or the cost model is not valid.
 PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
-                                      size_t skip_steps = 1);
+                                      size_t skip_steps = 1,
+                                      const TimeBreakdown* breakdown = nullptr);
 
 // JSON object text (the "prediction" of `moescope plan --json`) and back. The parser throws
 // std::invalid_argument naming what is missing.
@@ -81,7 +89,8 @@ struct RankMeasurement {
 };
 std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
                                                const std::vector<uint32_t>& layers,
-                                               size_t skip_steps = 1);
+                                               size_t skip_steps = 1,
+                                               const TimeBreakdown* breakdown = nullptr);
 
 // The steps of a run left after its first `skip_steps` (known_steps order).
 std::vector<int64_t> steps_after_warmup(const TraceModel& model, size_t skip_steps);

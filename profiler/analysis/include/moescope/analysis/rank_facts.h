@@ -12,6 +12,7 @@
 
 #include "moescope/analysis/memory_analysis.h"
 #include "moescope/analysis/run_phases.h"
+#include "moescope/analysis/span_time.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
 
@@ -28,10 +29,17 @@ struct RankFacts {
   uint64_t forward_phase_spans = 0;       // phase spans "forward"
   uint64_t training_phase_spans = 0;      // phase spans "backward" or "optimizer"
   double routed_tokens = 0;               // sum of the counter "moescope.routed_tokens"
+  // Time per step in named spans (`moescope diff`'s span rows). Only summaries fill it
+  // (summarize_process): on the full-trace path the diff reads the spans themselves.
+  std::vector<RankSpanTime> span_time;
 };
 
 // One entry per process of `model`, in model order.
 std::vector<RankFacts> compute_rank_facts(const TraceModel& model);
+
+// The run's time breakdown from its ranks' facts (facts order): what compute_time_breakdown
+// gives on the loaded events, also where only summaries were read.
+TimeBreakdown time_breakdown_of_facts(const std::vector<RankFacts>& facts);
 
 // Moves every absolute time of `facts` by `offset` ns (clock alignment of a summary).
 void shift_rank_facts(RankFacts& facts, TimeNs offset);

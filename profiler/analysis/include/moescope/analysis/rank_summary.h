@@ -25,7 +25,8 @@
 
 namespace moescope::analysis {
 
-inline constexpr uint32_t kRankSummaryVersion = 1;
+// 2: the facts end with the rank's time per step in named spans (`moescope diff` reads them).
+inline constexpr uint32_t kRankSummaryVersion = 2;
 inline constexpr const char* kRankSummaryExtension = ".moesummary";
 
 struct RankSummary {

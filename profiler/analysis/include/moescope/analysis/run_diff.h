@@ -28,6 +28,7 @@
 
 #include "moescope/analysis/difference_interval.h"
 #include "moescope/analysis/placement_prediction.h"
+#include "moescope/analysis/rank_facts.h"
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
@@ -101,10 +102,17 @@ struct RunDiff {
   size_t significant() const;
 };
 
-RunDiff diff_runs(const TraceModel& base, const TraceModel& next, const DiffOptions& options = {});
+// `base_facts` / `next_facts` (model process order): a run read from rank summaries, whose model
+// has no spans, kernels or memory events; its ranks' facts give those numbers (the same as the
+// full traces give). Null: computed from the model's events.
+RunDiff diff_runs(const TraceModel& base, const TraceModel& next, const DiffOptions& options = {},
+                  const std::vector<RankFacts>* base_facts = nullptr,
+                  const std::vector<RankFacts>* next_facts = nullptr);
 
-// Adds the check of `prediction` (from `moescope plan` on the base run) against `next`.
-void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction prediction);
+// Adds the check of `prediction` (from `moescope plan` on the base run) against `next`
+// (`next_facts` as for diff_runs).
+void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction prediction,
+                      const std::vector<RankFacts>* next_facts = nullptr);
 
 enum class DiffFormat { kText, kMarkdown, kJson };
 bool parse_diff_format(const std::string& name, DiffFormat& format);

@@ -31,4 +31,19 @@ struct SpanStepTime {
 // (largest first). Empty when the run has no steps.
 std::vector<SpanStepTime> span_time_per_step(const TraceModel& model);
 
+// One rank's part of it: per (domain, name), the summed duration per step of the spans that
+// start in that step (rank summaries keep it; their model has no spans).
+struct RankSpanTime {
+  std::string domain;
+  std::string name;            // without a "#<digits>" step number
+  std::vector<int64_t> steps;  // ascending, steps with such a span
+  std::vector<double> ms;      // [steps]
+};
+std::vector<RankSpanTime> rank_span_time(const TraceModel& model, const ProcessTrack& process);
+
+// span_time_per_step from the ranks' parts: `ranks[i]` is model.processes[i]'s (span_time_per_step
+// is this over rank_span_time of every process, so both give the same numbers).
+std::vector<SpanStepTime> span_time_of_ranks(
+    const TraceModel& model, const std::vector<const std::vector<RankSpanTime>*>& ranks);
+
 }  // namespace moescope::analysis

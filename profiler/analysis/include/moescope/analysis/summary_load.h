@@ -31,6 +31,10 @@ struct SummaryLoad {
 // True when some input is a summary or has one beside it (the report then reads summaries).
 bool any_rank_summary(const std::vector<std::string>& paths);
 
+// The inputs for the full-trace path: a summary given by name stands for the trace it was
+// written beside ("x.moesummary" -> "x.moetrace"); traces stay as they are.
+std::vector<std::string> trace_inputs(const std::vector<std::string>& paths);
+
 SummaryLoad load_rank_summaries(const std::vector<std::string>& paths,
                                 const LoadOptions& options = {});
 

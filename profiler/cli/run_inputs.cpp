@@ -1,0 +1,34 @@
+// Summaries where present, else traces (run_inputs.h).
+#include "run_inputs.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "moescope/analysis/rank_facts.h"
+#include "moescope/analysis/summary_load.h"
+#include "moescope/analysis/trace_loader.h"
+
+namespace moescope::cli {
+
+RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
+                          const std::string& command) {
+  RunInputs run;
+  if (!detail && analysis::any_rank_summary(paths)) {
+    analysis::SummaryLoad loaded = analysis::load_rank_summaries(paths);
+    for (const std::string& note : loaded.notes) {
+      std::fprintf(stderr, "moescope %s: note: %s\n", command.c_str(), note.c_str());
+    }
+    if (!loaded.refused.empty()) throw std::runtime_error(loaded.refused);
+    if (!loaded.needs_traces) {
+      run.breakdown = analysis::time_breakdown_of_facts(loaded.facts);
+      run.facts = std::move(loaded.facts);
+      run.model = std::move(loaded.model);
+      run.from_summaries = true;
+      return run;
+    }
+  }
+  run.model = analysis::load_traces(analysis::trace_inputs(paths));
+  return run;
+}
+
+}  // namespace moescope::cli
