@@ -221,6 +221,35 @@ TEST_F(ViewerScreenshots, TimelineOpensFittedToTheSteps) {
   EXPECT_EQ(root_cause.rfind("#1 " + findings.front().kind + " (", 0), 0u) << root_cause;
 }
 
+// The first screen opens with the summary above the timeline: the step-time bar in its colours,
+// the root-cause chain from finding #1, and the hot expert of the sample trace as hottest cell.
+TEST_F(ViewerScreenshots, FirstScreenShowsTheSummaryAboveTheTimeline) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_summary");
+  const nlohmann::json& summary = layout["shown"]["summary"];
+  ASSERT_TRUE(summary["drawn"].get<bool>());
+  EXPECT_GT(summary["top"].get<float>(), 0.0f);
+  EXPECT_LT(summary["bottom"].get<float>(), layout["timeline_area_y"].get<float>())
+      << "the summary is above the tracks";
+  EXPECT_LT(summary["bottom"].get<float>(), kHeight * 0.5f) << "and leaves the timeline room";
+  ASSERT_EQ(summary["chain_ids"][0], 1);
+  ASSERT_EQ(summary["hottest"].size(), 3u);
+  EXPECT_EQ(summary["hottest"][0].get<int>(), shape_.hot_layer);
+  EXPECT_EQ(summary["hottest"][1].get<int>(), shape_.hot_expert);
+  // The bar's parts are drawn in their colours where the layout says they are.
+  const std::vector<float> bar = summary["bar"];
+  const std::vector<float> ends = summary["bar_ends"];
+  ASSERT_EQ(bar.size(), 4u);
+  ASSERT_EQ(ends.size(), 4u);
+  const float y = bar[1] + 0.5f * bar[3];
+  ASSERT_GT(ends[0] - bar[0], 4.0f) << "compute is a visible part of the step";
+  EXPECT_TRUE(near(image.at(0.5f * (bar[0] + ends[0]), y), {70, 130, 220}, 3));
+  if (ends[1] - ends[0] > 4.0f) {
+    EXPECT_TRUE(near(image.at(0.5f * (ends[0] + ends[1]), y), {230, 120, 40}, 3));
+  }
+}
+
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
   Image image;
   nlohmann::json layout;

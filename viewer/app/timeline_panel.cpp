@@ -9,6 +9,7 @@
 #include "moescope/analysis/finding_links.h"
 #include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
+#include "summary_panel.h"
 
 namespace moescope::viewer {
 
@@ -42,6 +43,21 @@ void show_event(const TraceModel& model, const TimelineIndex& index, const Event
   for (const std::string& line : describe_event(model, index, ref, long_form)) {
     ImGui::TextUnformatted(line.c_str());
   }
+}
+
+// A collective op's wait for the last rank and its transfer (collective_wait.h), when matched.
+void show_collective_wait(const LoadedTrace& trace, const EventRef& ref) {
+  const TimelineTrack& track = trace.timeline.tracks[static_cast<size_t>(ref.track)];
+  if (track.kind != TimelineTrackKind::kCommunicator) return;
+  const uint32_t event =
+      track.lanes[static_cast<size_t>(ref.lane)].event[static_cast<size_t>(ref.slot)];
+  const analysis::TimeNs wait = trace.op_waits.wait(track.process, track.track, event);
+  if (wait < 0) return;
+  const auto& op = trace.model.processes[track.process].communicators[track.track].ops[event];
+  char waited[32], transfer[32];
+  format_duration(static_cast<double>(wait), waited, sizeof(waited));
+  format_duration(static_cast<double>(op.duration() - wait), transfer, sizeof(transfer));
+  ImGui::Text("waited %s for the last rank (dark part), transfer %s", waited, transfer);
 }
 
 }  // namespace
@@ -106,14 +122,10 @@ void TimelinePanel::search(LoadedTrace& trace, ViewerState& state, const std::st
 }
 
 void TimelinePanel::draw_toolbar(LoadedTrace& trace, ViewerState& state) {
-  // The story first: the top finding's chain (root cause -> effects); the report tab has the
-  // evidence and the fix of each.
+  // The story first: where the step time goes, the root cause and what it explains, the
+  // hottest expert (summary_panel.h); the report tab has the evidence and the fix of each.
   layout_probe().root_cause = analysis::root_cause_line(trace.findings);
-  if (!layout_probe().root_cause.empty()) {
-    ImGui::TextColored(ImVec4(1.0f, 0.75f, 0.3f, 1.0f), "Root cause:");
-    ImGui::SameLine();
-    ImGui::TextWrapped("%s", layout_probe().root_cause.c_str());
-  }
+  draw_run_summary(trace, state);
   ImGui::SetNextItemWidth(220.0f);
   bool enter = ImGui::InputTextWithHint("##search", "search by name", search_text_,
                                         sizeof(search_text_), ImGuiInputTextFlags_EnterReturnsTrue);
@@ -260,6 +272,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   probe.selected_lane = state.selected.lane;
   probe.timeline_width = width;
   probe.collapsed_tracks = 0;
+  probe.wait_shades.clear();
   for (const TimelineTrack& track : index.tracks) probe.collapsed_tracks += track.collapsed;
 
   // Mouse interaction over the span area.
@@ -339,6 +352,20 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
         analysis::StringId name = summarize_event(model, index, ref).name;
         ImU32 colour = colour_of_event(model, track, event, name);
         draw->AddRectFilled(ImVec2(x0, y0), ImVec2(std::max(x1, x0 + 1.0f), y1), colour);
+        if (track.kind == TimelineTrackKind::kCommunicator && item.count <= 1) {
+          // The part of the collective spent waiting for the last rank, in its own shade.
+          const analysis::TimeNs wait = trace.op_waits.wait(track.process, track.track, event);
+          if (wait > 0) {
+            const auto& op = model.processes[track.process].communicators[track.track].ops[event];
+            const float wait_end = std::clamp(
+                area_x + static_cast<float>(axis_.time_to_x(static_cast<double>(op.start + wait))),
+                x0, std::max(x1, x0 + 1.0f));
+            draw->AddRectFilled(ImVec2(x0, y0), ImVec2(wait_end, y1), kCollectiveWaitColour);
+            layout_probe().wait_shades.push_back(
+                {static_cast<float>(model.processes[track.process].rank), x0, wait_end,
+                 std::max(x1, x0 + 1.0f), 0.5f * (y0 + y1)});
+          }
+        }
         if (x1 - x0 > 24.0f) {
           draw->PushClipRect(ImVec2(std::max(x0, area_x), y0), ImVec2(x1, y1), true);
           draw->AddText(ImVec2(std::max(x0, area_x) + 3, y0 + 2), IM_COL32(15, 15, 15, 255),
@@ -469,6 +496,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   } else if (hovered_event.valid()) {
     ImGui::BeginTooltip();
     show_event(model, index, hovered_event, false);
+    show_collective_wait(trace, hovered_event);
     ImGui::EndTooltip();
   }
   if (over_spans && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
@@ -487,6 +515,7 @@ void TimelinePanel::draw_details(const LoadedTrace& trace, const ViewerState& st
   if (state.selected.valid() &&
       static_cast<size_t>(state.selected.track) < trace.timeline.tracks.size()) {
     show_event(trace.model, trace.timeline, state.selected, true);
+    show_collective_wait(trace, state.selected);
   } else {
     ImGui::TextDisabled("Click a span, kernel or communication op to see its details.");
   }
