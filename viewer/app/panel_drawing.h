@@ -30,6 +30,12 @@ inline constexpr ImU32 kSummaryIdleColour = IM_COL32(110, 110, 118, 255);
 // op's own colour (224, 140, 50).
 inline constexpr ImU32 kCollectiveWaitColour = IM_COL32(150, 78, 24, 255);
 
+// Memory categories (moescope_memory_category order): the memory panel's bars and the
+// timeline's stacked memory track.
+inline constexpr ImU32 kMemoryCategoryColours[] = {
+    IM_COL32(150, 150, 150, 255), IM_COL32(90, 150, 230, 255), IM_COL32(170, 110, 220, 255),
+    IM_COL32(240, 160, 60, 255),  IM_COL32(90, 200, 120, 255), IM_COL32(200, 90, 90, 255)};
+
 // Geometry actually used by the last drawn frame (screen pixels of the window framebuffer).
 struct LayoutProbe {
   GridLayout expert_heatmap;

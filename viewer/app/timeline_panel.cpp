@@ -392,13 +392,32 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
     float top = content_top + rows_[run.track].content_top + 2.0f;
     float bottom = content_top + rows_[run.track].bottom - 2.0f;
     double scale = run.max_value > 0 ? (bottom - top) / run.max_value : 0.0;
+    const TimelineTrack& plot_track = index.tracks[run.track];
+    const bool stacked = plot_track.kind == TimelineTrackKind::kMemory;
     for (uint32_t i = run.first_point; i + 1 < run.first_point + run.num_points; ++i) {
       const PlotPoint& a = frame_.points[i];
       const PlotPoint& b = frame_.points[i + 1];
+      if (stacked) {
+        // Memory in use as one stacked plot: each category's band in its colour.
+        const auto tops =
+            memory_stack_tops(model.processes[plot_track.process].memory_usage, a.sample);
+        double below = 0.0;
+        for (size_t c = 0; c < tops.size(); ++c) {
+          if (tops[c] > below) {
+            draw->AddRectFilled(
+                ImVec2(area_x + a.x, std::max(top, bottom - static_cast<float>(tops[c] * scale))),
+                ImVec2(area_x + b.x, std::max(top, bottom - static_cast<float>(below * scale))),
+                kMemoryCategoryColours[c]);
+          }
+          below = tops[c];
+        }
+      }
       float ya = bottom - static_cast<float>(a.value * scale);
       float yb = bottom - static_cast<float>(b.value * scale);
-      draw->AddRectFilled(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, bottom),
-                          IM_COL32(80, 140, 200, 90));
+      if (!stacked) {
+        draw->AddRectFilled(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, bottom),
+                            IM_COL32(80, 140, 200, 90));
+      }
       draw->AddLine(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, ya),
                     IM_COL32(120, 180, 240, 255));
       draw->AddLine(ImVec2(area_x + b.x, ya), ImVec2(area_x + b.x, yb),
@@ -408,6 +427,13 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
     const TimelineTrack& track = index.tracks[run.track];
     if (track.kind == TimelineTrackKind::kMemory) {
       std::snprintf(label, sizeof(label), "max %.1f MiB", run.max_value / (1024.0 * 1024.0));
+      // The categories' colours, after the maximum.
+      float legend_x = area_x + 110.0f;
+      for (int c = 0; c < analysis::kNumMemoryCategories; ++c) {
+        const char* name = analysis::memory_category_name(c);
+        draw->AddText(ImVec2(legend_x, top), kMemoryCategoryColours[c], name);
+        legend_x += ImGui::CalcTextSize(name).x + 10.0f;
+      }
     } else {
       std::snprintf(label, sizeof(label), "max %.4g", run.max_value);
     }
