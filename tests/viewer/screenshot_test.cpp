@@ -250,6 +250,35 @@ TEST_F(ViewerScreenshots, FirstScreenShowsTheSummaryAboveTheTimeline) {
   }
 }
 
+// One click from the finding: the chain's first button selects finding #1 (its steps) and jumps
+// the timeline to its place; the hottest cell's button opens the heatmap with that cell outlined.
+TEST_F(ViewerScreenshots, SummaryClicksSelectTheFindingAndTheHottestCell) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_summary_before");
+  const nlohmann::json summary = layout["shown"]["summary"];
+  ASSERT_FALSE(summary["chain_buttons"].empty());
+  auto click_at = [](const nlohmann::json& centre) {
+    return "--input 'click " + std::to_string(centre[0].get<float>()) + " " +
+           std::to_string(centre[1].get<float>()) + "'";
+  };
+  render("timeline", image, layout, false, click_at(summary["chain_buttons"][0]), "_summary_chain");
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  const std::vector<analysis::Finding> findings = analysis::build_report(model).findings;
+  ASSERT_FALSE(findings.empty());
+  const analysis::Finding& first = findings.front();
+  EXPECT_EQ(layout["step_first"].get<int64_t>(), first.where.first_step);
+  const TimeFocus focus = finding_time_focus(model, first);
+  TimeAxis expected(static_cast<double>(model.begin), static_cast<double>(model.end), 1000.0);
+  expected.show_range(focus.begin_ns, focus.end_ns, 0.05);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+
+  render("timeline", image, layout, false, click_at(summary["hottest_button"]), "_summary_hot");
+  EXPECT_EQ(layout["focus_layer"].get<int>(), shape_.hot_layer) << "the Expert load tab is shown";
+  EXPECT_EQ(layout["focus_expert"].get<int>(), shape_.hot_expert);
+}
+
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
   Image image;
   nlohmann::json layout;

@@ -68,6 +68,9 @@ struct LayoutProbe {
     std::vector<std::string> chain_kinds;
     std::vector<double> chain_ms;
     std::vector<double> hottest;
+    // Centres of the chain's buttons (chain order) and of the hottest cell's.
+    std::vector<std::pair<float, float>> chain_buttons;
+    std::pair<float, float> hottest_button{0, 0};
   };
   ShownSummary summary;
   int files = 0, ranks = 0;  // of the trace on screen

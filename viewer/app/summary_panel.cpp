@@ -23,6 +23,12 @@ struct BarPart {
   int finding;  // selected by a click on the part; -1 = none
 };
 
+// The centre of the last item (the tests click there).
+std::pair<float, float> item_centre() {
+  const ImVec2 low = ImGui::GetItemRectMin(), high = ImGui::GetItemRectMax();
+  return {0.5f * (low.x + high.x), 0.5f * (low.y + high.y)};
+}
+
 ImVec4 severity_colour(const std::string& severity) {
   if (severity == "critical") return ImVec4(1.0f, 0.4f, 0.35f, 1.0f);
   if (severity == "warning") return ImVec4(1.0f, 0.75f, 0.3f, 1.0f);
@@ -109,6 +115,7 @@ void draw_run_summary(const LoadedTrace& trace, ViewerState& state) {
     ImGui::PushStyleColor(ImGuiCol_Text, severity_colour(entry.severity));
     if (ImGui::SmallButton(label)) focus_finding(trace, state, entry.finding);
     ImGui::PopStyleColor();
+    shown.chain_buttons.push_back(item_centre());
     ImGui::SameLine();
     std::string explains;
     for (int32_t id : entry.explains)
@@ -134,6 +141,7 @@ void draw_run_summary(const LoadedTrace& trace, ViewerState& state) {
       state.focus_expert = hot.expert;
       state.switch_to = Panel::kExperts;
     }
+    shown.hottest_button = item_centre();
     ImGui::SameLine();
     ImGui::Text("%.1f%% of the layer's tokens (%.0f tokens)", 100.0 * hot.share, hot.tokens);
     shown.hottest = {static_cast<double>(hot.layer), static_cast<double>(hot.expert), hot.share};
