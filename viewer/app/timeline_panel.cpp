@@ -10,6 +10,7 @@
 #include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
 #include "summary_panel.h"
+#include "timeline_plots.h"
 
 namespace moescope::viewer {
 
@@ -43,21 +44,6 @@ void show_event(const TraceModel& model, const TimelineIndex& index, const Event
   for (const std::string& line : describe_event(model, index, ref, long_form)) {
     ImGui::TextUnformatted(line.c_str());
   }
-}
-
-// A collective op's wait for the last rank and its transfer (collective_wait.h), when matched.
-void show_collective_wait(const LoadedTrace& trace, const EventRef& ref) {
-  const TimelineTrack& track = trace.timeline.tracks[static_cast<size_t>(ref.track)];
-  if (track.kind != TimelineTrackKind::kCommunicator) return;
-  const uint32_t event =
-      track.lanes[static_cast<size_t>(ref.lane)].event[static_cast<size_t>(ref.slot)];
-  const analysis::TimeNs wait = trace.op_waits.wait(track.process, track.track, event);
-  if (wait < 0) return;
-  const auto& op = trace.model.processes[track.process].communicators[track.track].ops[event];
-  char waited[32], transfer[32];
-  format_duration(static_cast<double>(wait), waited, sizeof(waited));
-  format_duration(static_cast<double>(op.duration() - wait), transfer, sizeof(transfer));
-  ImGui::Text("waited %s for the last rank (dark part), transfer %s", waited, transfer);
 }
 
 }  // namespace
@@ -352,19 +338,9 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
         analysis::StringId name = summarize_event(model, index, ref).name;
         ImU32 colour = colour_of_event(model, track, event, name);
         draw->AddRectFilled(ImVec2(x0, y0), ImVec2(std::max(x1, x0 + 1.0f), y1), colour);
-        if (track.kind == TimelineTrackKind::kCommunicator && item.count <= 1) {
-          // The part of the collective spent waiting for the last rank, in its own shade.
-          const analysis::TimeNs wait = trace.op_waits.wait(track.process, track.track, event);
-          if (wait > 0) {
-            const auto& op = model.processes[track.process].communicators[track.track].ops[event];
-            const float wait_end = std::clamp(
-                area_x + static_cast<float>(axis_.time_to_x(static_cast<double>(op.start + wait))),
-                x0, std::max(x1, x0 + 1.0f));
-            draw->AddRectFilled(ImVec2(x0, y0), ImVec2(wait_end, y1), kCollectiveWaitColour);
-            layout_probe().wait_shades.push_back(
-                {static_cast<float>(model.processes[track.process].rank), x0, wait_end,
-                 std::max(x1, x0 + 1.0f), 0.5f * (y0 + y1)});
-          }
+        if (track.kind == TimelineTrackKind::kCommunicator) {
+          draw_collective_wait(draw, trace, track, event, axis_, area_x, x0,
+                               std::max(x1, x0 + 1.0f), y0, y1);
         }
         if (x1 - x0 > 24.0f) {
           draw->PushClipRect(ImVec2(std::max(x0, area_x), y0), ImVec2(x1, y1), true);
@@ -387,57 +363,11 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
       }
     }
   }
-  // Counter and memory plots: a step line scaled to the track's maximum.
+  // Counter plots and the stacked memory tracks.
   for (const PlotRun& run : frame_.plot_runs) {
-    float top = content_top + rows_[run.track].content_top + 2.0f;
-    float bottom = content_top + rows_[run.track].bottom - 2.0f;
-    double scale = run.max_value > 0 ? (bottom - top) / run.max_value : 0.0;
-    const TimelineTrack& plot_track = index.tracks[run.track];
-    const bool stacked = plot_track.kind == TimelineTrackKind::kMemory;
-    for (uint32_t i = run.first_point; i + 1 < run.first_point + run.num_points; ++i) {
-      const PlotPoint& a = frame_.points[i];
-      const PlotPoint& b = frame_.points[i + 1];
-      if (stacked) {
-        // Memory in use as one stacked plot: each category's band in its colour.
-        const auto tops =
-            memory_stack_tops(model.processes[plot_track.process].memory_usage, a.sample);
-        double below = 0.0;
-        for (size_t c = 0; c < tops.size(); ++c) {
-          if (tops[c] > below) {
-            draw->AddRectFilled(
-                ImVec2(area_x + a.x, std::max(top, bottom - static_cast<float>(tops[c] * scale))),
-                ImVec2(area_x + b.x, std::max(top, bottom - static_cast<float>(below * scale))),
-                kMemoryCategoryColours[c]);
-          }
-          below = tops[c];
-        }
-      }
-      float ya = bottom - static_cast<float>(a.value * scale);
-      float yb = bottom - static_cast<float>(b.value * scale);
-      if (!stacked) {
-        draw->AddRectFilled(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, bottom),
-                            IM_COL32(80, 140, 200, 90));
-      }
-      draw->AddLine(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, ya),
-                    IM_COL32(120, 180, 240, 255));
-      draw->AddLine(ImVec2(area_x + b.x, ya), ImVec2(area_x + b.x, yb),
-                    IM_COL32(120, 180, 240, 255));
-    }
-    char label[48];
-    const TimelineTrack& track = index.tracks[run.track];
-    if (track.kind == TimelineTrackKind::kMemory) {
-      std::snprintf(label, sizeof(label), "max %.1f MiB", run.max_value / (1024.0 * 1024.0));
-      // The categories' colours, after the maximum.
-      float legend_x = area_x + 110.0f;
-      for (int c = 0; c < analysis::kNumMemoryCategories; ++c) {
-        const char* name = analysis::memory_category_name(c);
-        draw->AddText(ImVec2(legend_x, top), kMemoryCategoryColours[c], name);
-        legend_x += ImGui::CalcTextSize(name).x + 10.0f;
-      }
-    } else {
-      std::snprintf(label, sizeof(label), "max %.4g", run.max_value);
-    }
-    draw->AddText(ImVec2(area_x + 4, top), IM_COL32(200, 200, 200, 255), label);
+    draw_plot_run(draw, model, index, frame_, run, area_x,
+                  content_top + rows_[run.track].content_top + 2.0f,
+                  content_top + rows_[run.track].bottom - 2.0f);
   }
   // Flow arrows of the selection: launch -> GPU work.
   update_selected_flows(trace, state);
