@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "moescope/analysis/collective_op_wait.h"
 #include "moescope/analysis/step_detection.h"
 
 namespace moescope::analysis {
@@ -17,6 +18,7 @@ struct RankOp {
   const CommOp* op = nullptr;
   int64_t step = -1;  // the rank's step the op starts in; -1 outside every step
   bool in_step = false;
+  size_t communicator = 0, index = 0;  // where the op is in the process
 };
 
 // Whether a communicator's sequence numbers name its ops (distinct); else ops are matched by
@@ -45,51 +47,110 @@ RankCollectiveWait CollectiveWaits::of_rank(int32_t rank) const {
   return none;
 }
 
-CollectiveWaits analyze_collective_waits(const TraceModel& model) {
-  // (comm_id, key) -> the op on each rank; and which processes have each communicator.
+namespace {
+
+// Each collective op with the copies of it the ranks ran: (comm_id, key) -> the op on each rank;
+// and which processes have each communicator.
+struct OpGroups {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<RankOp>> groups;
   std::map<uint64_t, std::set<size_t>> members;
+};
+
+OpGroups group_ops(const TraceModel& model) {
+  OpGroups out;
   for (size_t p = 0; p < model.processes.size(); ++p) {
     const ProcessTrack& process = model.processes[p];
-    for (const CommunicatorTrack& comm : process.communicators) {
-      members[comm.comm_id].insert(p);
+    for (size_t c = 0; c < process.communicators.size(); ++c) {
+      const CommunicatorTrack& comm = process.communicators[c];
+      out.members[comm.comm_id].insert(p);
       const bool by_sequence = sequences_are_distinct(comm);
       for (size_t i = 0; i < comm.ops.size(); ++i) {
         const CommOp& op = comm.ops[i];
         const int at = step_at(process, op.start);
-        RankOp entry{p, &op, at >= 0 ? process.steps[size_t(at)].step : -1,
-                     at >= 0 || process.steps.empty()};
-        groups[{comm.comm_id, by_sequence ? uint64_t(op.sequence) : uint64_t(i)}].push_back(entry);
+        RankOp entry{
+            p, &op, at >= 0 ? process.steps[size_t(at)].step : -1, at >= 0 || process.steps.empty(),
+            c, i};
+        out.groups[{comm.comm_id, by_sequence ? uint64_t(op.sequence) : uint64_t(i)}].push_back(
+            entry);
       }
     }
   }
+  return out;
+}
+
+// Whether every rank of the communicator ran the op, alike and completed (see the header).
+bool is_matched(const std::vector<RankOp>& ops, size_t expected) {
+  bool matched = expected >= 2 && ops.size() == expected;
+  for (const RankOp& entry : ops) {
+    matched = matched && entry.op->kind == ops.front().op->kind && entry.step == ops.front().step &&
+              !(entry.op->flags & kCommEndUnknown) && entry.op->end >= entry.op->start;
+  }
+  return matched;
+}
+
+// The copy that entered last.
+size_t last_to_enter(const std::vector<RankOp>& ops) {
+  size_t last = 0;
+  for (size_t i = 1; i < ops.size(); ++i) {
+    if (ops[i].op->start > ops[last].op->start) last = i;
+  }
+  return last;
+}
+
+TimeNs wait_of(const RankOp& entry, TimeNs last_entry) {
+  return std::clamp<TimeNs>(last_entry - entry.op->start, 0, entry.op->duration());
+}
+
+}  // namespace
+
+CollectiveOpWaits collective_op_waits(const TraceModel& model) {
+  CollectiveOpWaits waits;
+  waits.wait_ns.resize(model.processes.size());
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    for (const CommunicatorTrack& comm : model.processes[p].communicators) {
+      waits.wait_ns[p].emplace_back(comm.ops.size(), TimeNs(-1));
+    }
+  }
+  const OpGroups grouped = group_ops(model);
+  for (const auto& [key, ops] : grouped.groups) {
+    if (!is_matched(ops, grouped.members.at(key.first).size())) continue;
+    const TimeNs last_entry = ops[last_to_enter(ops)].op->start;
+    for (const RankOp& entry : ops) {
+      waits.wait_ns[entry.process][entry.communicator][entry.index] = wait_of(entry, last_entry);
+    }
+  }
+  return waits;
+}
+
+TimeNs CollectiveOpWaits::wait(size_t process, size_t communicator, size_t op) const {
+  if (process >= wait_ns.size() || communicator >= wait_ns[process].size() ||
+      op >= wait_ns[process][communicator].size()) {
+    return -1;
+  }
+  return wait_ns[process][communicator][op];
+}
+
+CollectiveWaits analyze_collective_waits(const TraceModel& model) {
+  const OpGroups grouped = group_ops(model);
+  const auto& groups = grouped.groups;
 
   // (kind, process) -> totals; kind -> matched / unmatched op counts.
   std::map<std::pair<uint32_t, size_t>, RankTotals> per_rank;
   std::map<uint32_t, std::pair<uint32_t, uint32_t>> op_counts;
   for (const auto& [key, ops] : groups) {
-    const size_t expected = members[key.first].size();
-    bool matched = expected >= 2 && ops.size() == expected;
-    for (const RankOp& entry : ops) {
-      matched = matched && entry.op->kind == ops.front().op->kind &&
-                entry.step == ops.front().step && !(entry.op->flags & kCommEndUnknown) &&
-                entry.op->end >= entry.op->start;
-    }
+    const bool matched = is_matched(ops, grouped.members.at(key.first).size());
     const uint32_t kind = ops.front().op->kind;
     if (!matched) {
       op_counts[kind].second += uint32_t(ops.size());
       continue;
     }
     ++op_counts[kind].first;
-    TimeNs last_entry = ops.front().op->start;
-    size_t last = 0;
-    for (size_t i = 1; i < ops.size(); ++i) {
-      if (ops[i].op->start > last_entry) last_entry = ops[i].op->start, last = i;
-    }
+    const size_t last = last_to_enter(ops);
+    const TimeNs last_entry = ops[last].op->start;
     double others_wait_ms = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const CommOp& op = *ops[i].op;
-      const TimeNs wait = std::clamp<TimeNs>(last_entry - op.start, 0, op.duration());
+      const TimeNs wait = wait_of(ops[i], last_entry);
       const double wait_ms = double(wait) * 1e-6;
       const double transfer_ms = double(op.duration() - wait) * 1e-6;
       if (i != last) others_wait_ms += wait_ms;

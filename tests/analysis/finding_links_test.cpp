@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "moescope/analysis/collective_op_wait.h"
 #include "moescope/analysis/collective_wait.h"
 #include "moescope/analysis/expert_placement_seen.h"
 #include "moescope/analysis/finding_links.h"
@@ -67,6 +68,43 @@ TEST(CollectiveWait, OthersWaitForTheSlowRankInTheCombine) {
     EXPECT_NEAR(all_to_all.wait_ms[i], 3 * 2.4 / 4, 1e-3);
     EXPECT_NEAR(all_to_all.transfer_ms[i], 1.6, 1e-3);
   }
+}
+
+// Per op (what the timeline shades): the combine of every rank but the slow one waits 1.2 ms for
+// it, the dispatch waits for nobody, and the ops' waits add up to the per-step totals.
+TEST(CollectiveWait, EachOpsWaitIsTheWaitingTheTimelineShades) {
+  SyntheticOptions options;
+  options.num_ranks = 4;
+  options.slow_rank = 2;
+  const TraceModel model = load_run("op_wait_slow_rank", options);
+  const CollectiveWaits waits = analyze_collective_waits(model);
+  const CollectiveOpWaits op_waits = collective_op_waits(model);
+  ASSERT_EQ(op_waits.wait_ns.size(), model.processes.size());
+  for (size_t p = 0; p < model.processes.size(); ++p) {
+    const ProcessTrack& process = model.processes[p];
+    ASSERT_EQ(op_waits.wait_ns[p].size(), process.communicators.size());
+    double waited_ns = 0;
+    size_t waiting_ops = 0, ops = 0;
+    for (size_t c = 0; c < process.communicators.size(); ++c) {
+      for (size_t i = 0; i < process.communicators[c].ops.size(); ++i) {
+        const TimeNs wait = op_waits.wait(p, c, i);
+        ASSERT_GE(wait, 0) << "every op is matched";
+        EXPECT_LE(wait, process.communicators[c].ops[i].duration());
+        if (wait > 0) {
+          EXPECT_NEAR(double(wait), 1.2e6, 1e3) << "rank " << process.rank << " op " << i;
+          ++waiting_ops;
+        }
+        waited_ns += double(wait);
+        ++ops;
+      }
+    }
+    // 6 steps x 2 layers: the combines wait on every rank but the slow one.
+    EXPECT_EQ(ops, 24u);
+    EXPECT_EQ(waiting_ops, process.rank == 2 ? 0u : 12u) << "rank " << process.rank;
+    EXPECT_NEAR(waited_ns * 1e-6 / double(process.steps.size()),
+                waits.of_rank(process.rank).wait_ms, 1e-6);
+  }
+  EXPECT_EQ(op_waits.wait(99, 0, 0), -1) << "out of range: no wait";
 }
 
 TEST(CollectiveWait, ABalancedRunWaitsForNobody) {

@@ -301,6 +301,72 @@ def viewer_screenshots(context):
         _, layout = render("timeline", "--search", query)
         expect(layout["selected_track"] >= 0, f"the timeline's search finds no '{query}'")
 
+    # The first screen: the summary above the timeline, with the report's numbers.
+    image, layout = render("timeline")
+    summary, report = layout["shown"]["summary"], context.report(traces)
+    expect(summary["drawn"] and summary["bottom"] < layout["timeline_area_y"],
+           f"no summary above the timeline: {summary}")
+    ranks = [rank["mean_per_step"] for rank in report["breakdown"]]
+    for i, part in enumerate(("step_ms", "compute_ms", "exposed_communication_ms", "memcpy_ms",
+                              "idle_ms")):
+        mean = sum(rank[part] for rank in ranks) / len(ranks)
+        expect(abs(summary["breakdown"][i] - mean) <= 1e-9 * max(1.0, mean),
+               f"summary {part} {summary['breakdown'][i]} vs the report's {mean}")
+    expect(summary["hottest"][:2] == [1, 3], f"hottest cell {summary['hottest']}, not layer 1 "
+           "expert 3 (the biased one)")
+    if report["findings"]:
+        expect(summary["chain_ids"][:1] == [1], f"the chain starts at {summary['chain_ids']}")
+    x0, y0, width, height = summary["bar"]
+    compute_end = summary["bar_ends"][0]
+    expect(compute_end - x0 > 4, f"no compute in the step-time bar: {summary}")
+    expect(image.getpixel((int(0.5 * (x0 + compute_end)), int(y0 + 0.5 * height))) == (70, 130, 220),
+           "the step-time bar's compute part is not drawn where the layout says")
+    docs_copy = os.environ.get("MOESCOPE_FIRST_SCREEN_PNG")
+    if docs_copy:  # how docs/images/viewer-first-screen.png is made
+        image.save(docs_copy)
+
+
+def viewer_wait_shading(context):
+    """The timeline shades the part of each all-to-all that waits for the late rank: on the
+    Gloo run where rank 1 sleeps 80 ms before each of 5 all-to-alls, rank 0's 5 ops each have a
+    shade of the sleep (within 10%) in the wait colour, rank 1's (it arrives last) none longer
+    than a tenth of it."""
+    need("torch", "PIL")
+    from PIL import Image
+    viewer = os.path.join(os.path.dirname(context.moescope), "moescope-view")
+    if not os.path.exists(viewer):
+        raise Skip("moescope-view is not built (MOESCOPE_WITH_VIEWER=OFF)")
+    if shutil.which("xvfb-run") is None:
+        raise Skip("xvfb-run is missing; scripts/setup.sh installs xvfb")
+    sleep_ms, rounds = 80.0, 5
+    context.record([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", context.program("gloo_late_rank.py"), str(sleep_ms / 1e3), str(rounds)])
+    png = os.path.join(context.work, "timeline.png")
+    done = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24", viewer,
+                           *context.traces(), "--screenshot", png, "--panel", "timeline",
+                           "--size", "1280x1000"],
+                          capture_output=True, text=True, timeout=300)
+    expect(done.returncode == 0, f"moescope-view: {done.stdout}{done.stderr}")
+    with open(png + ".layout.json") as handle:
+        layout = json.load(handle)
+    image = Image.open(png).convert("RGB")
+    ns_per_px = (layout["timeline_end_ns"] - layout["timeline_start_ns"]) / layout["timeline_width"]
+    # The barrier before the loop may wait a little on either rank; the sleeps wait 80 ms.
+    shades = [shade for shade in layout["wait_shades"]
+              if (shade[2] - shade[1]) * ns_per_px * 1e-6 >= 0.1 * sleep_ms]
+    expect(sorted(shade[0] for shade in shades) == [0] * rounds,
+           f"expected {rounds} all-to-alls shaded over 8 ms, all on rank 0: {layout['wait_shades']}")
+    for rank, start, wait_end, end, y in shades:
+        waited_ms = (wait_end - start) * ns_per_px * 1e-6
+        expect(abs(waited_ms - sleep_ms) <= 0.1 * sleep_ms + ns_per_px * 2e-6,
+               f"a shade of {waited_ms:.1f} ms for a sleep of {sleep_ms} ms: {shades}")
+        # The op's name is written over it: most of the part, not every pixel, is the shade.
+        pixels = [image.getpixel((x, int(y) + dy)) for x in range(int(start) + 1, int(wait_end))
+                  for dy in (-4, 0, 4)]
+        shaded = sum(pixel == (150, 78, 24) for pixel in pixels) / max(1, len(pixels))
+        expect(shaded >= 0.5, f"{shaded:.0%} of the wait part at x {start:.0f}..{wait_end:.0f} "
+               "is in the wait colour")
+
 
 # ---- issue 26: what real training scripts hit ------------------------------------------------
 
@@ -600,6 +666,7 @@ CASES = {
     "kineto_optimizer_steps": kineto_optimizer_steps,
     "chained_sitecustomize": chained_sitecustomize,
     "viewer_screenshots": viewer_screenshots,
+    "viewer_wait_shading": viewer_wait_shading,
     "torch_compile_aot_eager": torch_compile_case("aot_eager"),
     "torch_compile_inductor": torch_compile_case("inductor"),
     "checkpoint_reentrant": checkpoint_case("reentrant"),

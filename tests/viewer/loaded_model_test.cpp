@@ -168,6 +168,39 @@ TEST_F(LoadedSample, ClickingACommOpSelectsIt) {
   EXPECT_EQ(hit_test_tracks(rows, shapes, metrics, click_y).lane, -1);
 }
 
+// Memory in use is one stacked track per rank: each frame point names its sample, whose
+// categories stack (expert weights, optimizer state, activations ... in category order) up to
+// the total in use.
+TEST_F(LoadedSample, MemoryTrackStacksTheCategoriesUpToTheTotal) {
+  TimeAxis axis(static_cast<double>(model_->begin), static_cast<double>(model_->end), 1200.0);
+  TrackMetrics metrics;
+  const auto rows = layout_tracks(index_->shapes(), metrics);
+  TimelineFrame frame;
+  build_timeline_frame(*model_, *index_, rows, 0.0f, 1e9f, axis, 3.0, frame);
+  int memory_runs = 0;
+  size_t most_bands = 0;
+  for (const PlotRun& run : frame.plot_runs) {
+    const TimelineTrack& track = index_->tracks[run.track];
+    if (track.kind != TimelineTrackKind::kMemory) continue;
+    ++memory_runs;
+    const analysis::MemoryUsage& usage = model_->processes[track.process].memory_usage;
+    ASSERT_GT(run.num_points, 100u);
+    for (uint32_t i = run.first_point; i < run.first_point + run.num_points; ++i) {
+      const PlotPoint& point = frame.points[i];
+      ASSERT_LT(point.sample, usage.total.size());
+      EXPECT_EQ(point.value, static_cast<double>(usage.total[point.sample]));
+      const auto tops = memory_stack_tops(usage, point.sample);
+      EXPECT_TRUE(std::is_sorted(tops.begin(), tops.end()));
+      EXPECT_EQ(tops.back(), point.value) << "the stack's top is the total in use";
+      size_t bands = 0;
+      for (size_t c = 0; c < tops.size(); ++c) bands += tops[c] > (c ? tops[c - 1] : 0.0);
+      most_bands = std::max(most_bands, bands);
+    }
+  }
+  EXPECT_EQ(memory_runs, 2) << "one memory track per rank";
+  EXPECT_GE(most_bands, 3u) << "weights, optimizer state and activations stacked";
+}
+
 TEST_F(LoadedSample, ImbalanceFindingJumpsToItsLayerStepsAndTime) {
   std::vector<analysis::Finding> findings = analysis::build_report(*model_).findings;
   const analysis::Finding* imbalance = nullptr;

@@ -221,6 +221,64 @@ TEST_F(ViewerScreenshots, TimelineOpensFittedToTheSteps) {
   EXPECT_EQ(root_cause.rfind("#1 " + findings.front().kind + " (", 0), 0u) << root_cause;
 }
 
+// The first screen opens with the summary above the timeline: the step-time bar in its colours,
+// the root-cause chain from finding #1, and the hot expert of the sample trace as hottest cell.
+TEST_F(ViewerScreenshots, FirstScreenShowsTheSummaryAboveTheTimeline) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_summary");
+  const nlohmann::json& summary = layout["shown"]["summary"];
+  ASSERT_TRUE(summary["drawn"].get<bool>());
+  EXPECT_GT(summary["top"].get<float>(), 0.0f);
+  EXPECT_LT(summary["bottom"].get<float>(), layout["timeline_area_y"].get<float>())
+      << "the summary is above the tracks";
+  EXPECT_LT(summary["bottom"].get<float>(), kHeight * 0.5f) << "and leaves the timeline room";
+  ASSERT_EQ(summary["chain_ids"][0], 1);
+  ASSERT_EQ(summary["hottest"].size(), 3u);
+  EXPECT_EQ(summary["hottest"][0].get<int>(), shape_.hot_layer);
+  EXPECT_EQ(summary["hottest"][1].get<int>(), shape_.hot_expert);
+  // The bar's parts are drawn in their colours where the layout says they are.
+  const std::vector<float> bar = summary["bar"];
+  const std::vector<float> ends = summary["bar_ends"];
+  ASSERT_EQ(bar.size(), 4u);
+  ASSERT_EQ(ends.size(), 4u);
+  const float y = bar[1] + 0.5f * bar[3];
+  ASSERT_GT(ends[0] - bar[0], 4.0f) << "compute is a visible part of the step";
+  EXPECT_TRUE(near(image.at(0.5f * (bar[0] + ends[0]), y), {70, 130, 220}, 3));
+  if (ends[1] - ends[0] > 4.0f) {
+    EXPECT_TRUE(near(image.at(0.5f * (ends[0] + ends[1]), y), {230, 120, 40}, 3));
+  }
+}
+
+// One click from the finding: the chain's first button selects finding #1 (its steps) and jumps
+// the timeline to its place; the hottest cell's button opens the heatmap with that cell outlined.
+TEST_F(ViewerScreenshots, SummaryClicksSelectTheFindingAndTheHottestCell) {
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_summary_before");
+  const nlohmann::json summary = layout["shown"]["summary"];
+  ASSERT_FALSE(summary["chain_buttons"].empty());
+  auto click_at = [](const nlohmann::json& centre) {
+    return "--input 'click " + std::to_string(centre[0].get<float>()) + " " +
+           std::to_string(centre[1].get<float>()) + "'";
+  };
+  render("timeline", image, layout, false, click_at(summary["chain_buttons"][0]), "_summary_chain");
+  analysis::TraceModel model = analysis::load_traces(trace_.files);
+  const std::vector<analysis::Finding> findings = analysis::build_report(model).findings;
+  ASSERT_FALSE(findings.empty());
+  const analysis::Finding& first = findings.front();
+  EXPECT_EQ(layout["step_first"].get<int64_t>(), first.where.first_step);
+  const TimeFocus focus = finding_time_focus(model, first);
+  TimeAxis expected(static_cast<double>(model.begin), static_cast<double>(model.end), 1000.0);
+  expected.show_range(focus.begin_ns, focus.end_ns, 0.05);
+  EXPECT_NEAR(layout["timeline_start_ns"].get<double>(), expected.start_ns(), 1.0);
+  EXPECT_NEAR(layout["timeline_end_ns"].get<double>(), expected.end_ns(), 1.0);
+
+  render("timeline", image, layout, false, click_at(summary["hottest_button"]), "_summary_hot");
+  EXPECT_EQ(layout["focus_layer"].get<int>(), shape_.hot_layer) << "the Expert load tab is shown";
+  EXPECT_EQ(layout["focus_expert"].get<int>(), shape_.hot_expert);
+}
+
 TEST_F(ViewerScreenshots, StatisticsAndReportPanelsRender) {
   Image image;
   nlohmann::json layout;

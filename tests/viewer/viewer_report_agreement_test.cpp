@@ -28,6 +28,7 @@
 #include "moescope/analysis/memory_analysis.h"
 #include "moescope/viewer/loaded_trace.h"
 #include "moescope/viewer/panel_data.h"
+#include "moescope/viewer/run_summary.h"
 
 namespace moescope::viewer {
 namespace {
@@ -252,6 +253,86 @@ TEST_F(ViewerReportAgreement, FindingsAndTheirSeverities) {
   }
 }
 
+// The first screen's summary, recomputed from the report's JSON: the mean of the ranks'
+// mean_per_step breakdowns, the chain from the first finding along "explains" (breadth first),
+// and the cell with the most tokens of expert_load[].tokens with its share of the layer.
+struct ExpectedSummary {
+  std::vector<double> breakdown;  // step, compute, exposed comm, memcpy, idle ms
+  std::vector<int32_t> chain_ids;
+  std::vector<double> chain_ms;
+  std::vector<double> hottest;  // layer, expert, share
+};
+ExpectedSummary expected_summary(const json& report) {
+  ExpectedSummary expected;
+  const char* parts[] = {"step_ms", "compute_ms", "exposed_communication_ms", "memcpy_ms",
+                         "idle_ms"};
+  expected.breakdown.assign(std::size(parts), 0.0);
+  const json& ranks = report["breakdown"];
+  for (const json& rank : ranks) {
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      expected.breakdown[i] += rank["mean_per_step"][parts[i]].get<double>() / double(ranks.size());
+    }
+  }
+  const json& findings = report["findings"];
+  std::vector<int32_t> queue = {findings.empty() ? 0 : findings[0]["id"].get<int32_t>()};
+  for (size_t next = 0; next < queue.size() && !findings.empty(); ++next) {
+    const json& finding = findings[size_t(queue[next] - 1)];
+    if (std::find(expected.chain_ids.begin(), expected.chain_ids.end(), queue[next]) !=
+        expected.chain_ids.end()) {
+      continue;
+    }
+    expected.chain_ids.push_back(queue[next]);
+    expected.chain_ms.push_back(finding["est_ms_per_step"].get<double>());
+    for (const json& id : finding["explains"]) queue.push_back(id.get<int32_t>());
+  }
+  double most = -1;
+  for (const json& layer : report["expert_load"]) {
+    double total = 0;
+    for (const json& tokens : layer["tokens"]) total += tokens.get<double>();
+    for (size_t e = 0; e < layer["tokens"].size(); ++e) {
+      const double tokens = layer["tokens"][e].get<double>();
+      if (tokens <= most) continue;
+      most = tokens;
+      expected.hottest = {layer["layer"].get<double>(), double(e), tokens / total};
+    }
+  }
+  return expected;
+}
+
+TEST_F(ViewerReportAgreement, SummaryIsTheReportsBreakdownChainAndHottestCell) {
+  const ExpectedSummary expected = expected_summary(report_);
+  const RunSummary& summary = trace_->summary;
+  ASSERT_EQ(summary.ranks.size(), report_["breakdown"].size());
+  for (size_t r = 0; r < summary.ranks.size(); ++r) {
+    const json& mean = report_["breakdown"][r]["mean_per_step"];
+    EXPECT_EQ(summary.ranks[r].rank, report_["breakdown"][r]["rank"].get<int32_t>());
+    EXPECT_DOUBLE_EQ(summary.ranks[r].compute_ms, mean["compute_ms"].get<double>());
+    EXPECT_DOUBLE_EQ(summary.ranks[r].exposed_communication_ms,
+                     mean["exposed_communication_ms"].get<double>());
+    EXPECT_DOUBLE_EQ(summary.ranks[r].idle_ms, mean["idle_ms"].get<double>());
+  }
+  const double shown[] = {summary.mean.step_ms, summary.mean.compute_ms,
+                          summary.mean.exposed_communication_ms, summary.mean.memcpy_ms,
+                          summary.mean.idle_ms};
+  ASSERT_GT(expected.breakdown[0], 0.0);
+  EXPECT_GT(expected.breakdown[1], 0.0) << "the trace computes";
+  for (size_t i = 0; i < expected.breakdown.size(); ++i) {
+    EXPECT_NEAR(shown[i], expected.breakdown[i], 1e-9 * expected.breakdown[0]) << "part " << i;
+  }
+  ASSERT_FALSE(expected.chain_ids.empty());
+  ASSERT_EQ(summary.chain.size(), expected.chain_ids.size());
+  for (size_t i = 0; i < summary.chain.size(); ++i) {
+    EXPECT_EQ(summary.chain[i].id, expected.chain_ids[i]);
+    EXPECT_DOUBLE_EQ(summary.chain[i].est_ms_per_step, expected.chain_ms[i]);
+    EXPECT_EQ(summary.chain[i].finding, expected.chain_ids[i] - 1);
+  }
+  EXPECT_EQ(summary.other_findings, report_["findings"].size() - expected.chain_ids.size());
+  ASSERT_TRUE(summary.hottest.present);
+  EXPECT_EQ(double(summary.hottest.layer), expected.hottest[0]);
+  EXPECT_EQ(double(summary.hottest.expert), expected.hottest[1]);
+  EXPECT_NEAR(summary.hottest.share, expected.hottest[2], 1e-12);
+}
+
 // What the real window drew, panel by panel, against the report.
 TEST_F(ViewerReportAgreement, WhatTheWindowDrawsIsTheReport) {
   const json experts = shown_on("experts");
@@ -291,6 +372,22 @@ TEST_F(ViewerReportAgreement, WhatTheWindowDrawsIsTheReport) {
     EXPECT_EQ(memory["memory_peak_by_category"][c],
               rank0["peak_by_category"][analysis::memory_category_name(c)]);
   }
+
+  // The first screen (the timeline tab) draws the summary with the report's numbers.
+  const json summary = shown_on("timeline")["summary"];
+  const ExpectedSummary expected = expected_summary(report_);
+  EXPECT_TRUE(summary["drawn"].get<bool>());
+  ASSERT_EQ(summary["breakdown"].size(), expected.breakdown.size());
+  for (size_t i = 0; i < expected.breakdown.size(); ++i) {
+    EXPECT_NEAR(summary["breakdown"][i].get<double>(), expected.breakdown[i],
+                1e-9 * expected.breakdown[0]);
+  }
+  EXPECT_EQ(summary["chain_ids"].get<std::vector<int32_t>>(), expected.chain_ids);
+  EXPECT_EQ(summary["chain_ms"].get<std::vector<double>>(), expected.chain_ms);
+  ASSERT_EQ(summary["hottest"].size(), 3u);
+  EXPECT_EQ(summary["hottest"][0].get<double>(), expected.hottest[0]);
+  EXPECT_EQ(summary["hottest"][1].get<double>(), expected.hottest[1]);
+  EXPECT_NEAR(summary["hottest"][2].get<double>(), expected.hottest[2], 1e-12);
 
   const json report_panel = shown_on("report");
   const json& findings = report_["findings"];

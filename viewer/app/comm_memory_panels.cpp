@@ -190,9 +190,6 @@ void MemoryPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   ImVec2 plot(available.x - 170.0f, std::max(available.y * 0.5f, 120.0f));
   draw->AddRectFilled(origin, ImVec2(origin.x + plot.x, origin.y + plot.y),
                       IM_COL32(26, 28, 32, 255));
-  static const ImU32 kCategoryColours[analysis::kNumMemoryCategories] = {
-      IM_COL32(150, 150, 150, 255), IM_COL32(90, 150, 230, 255), IM_COL32(170, 110, 220, 255),
-      IM_COL32(240, 160, 60, 255),  IM_COL32(90, 200, 120, 255), IM_COL32(200, 90, 90, 255)};
   TimeAxis axis(static_cast<double>(usage.times.front()),
                 static_cast<double>(std::max(usage.times.back(), usage.times.front() + 1)), plot.x);
   double scale =
@@ -212,7 +209,7 @@ void MemoryPanel::draw(const LoadedTrace& trace, ViewerState& state) {
           static_cast<double>(std::max<int64_t>(usage.by_category[c][sample], 0)) * scale);
       if (height <= 0) continue;
       draw->AddRectFilled(ImVec2(origin.x + x, bottom - height),
-                          ImVec2(origin.x + x + 2.0f, bottom), kCategoryColours[c]);
+                          ImVec2(origin.x + x + 2.0f, bottom), kMemoryCategoryColours[c]);
       bottom -= height;
     }
   }
@@ -229,7 +226,7 @@ void MemoryPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   // Legend.
   for (int c = 0; c < analysis::kNumMemoryCategories; ++c) {
     ImVec2 at(origin.x + plot.x + 12, origin.y + 18.0f * static_cast<float>(c));
-    draw->AddRectFilled(at, ImVec2(at.x + 12, at.y + 12), kCategoryColours[c]);
+    draw->AddRectFilled(at, ImVec2(at.x + 12, at.y + 12), kMemoryCategoryColours[c]);
     draw->AddText(ImVec2(at.x + 18, at.y - 1), IM_COL32(220, 220, 220, 255),
                   analysis::memory_category_name(c));
   }

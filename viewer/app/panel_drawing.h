@@ -20,6 +20,22 @@ std::string format_bytes(double bytes);
 void draw_colour_legend(ImDrawList* draw, ImVec2 top_left, ImVec2 size, double max_value,
                         const char* unit);
 
+// The summary's step-time bar (summary_panel.h): compute, exposed communication, memcpy, idle.
+inline constexpr ImU32 kSummaryComputeColour = IM_COL32(70, 130, 220, 255);
+inline constexpr ImU32 kSummaryCommunicationColour = IM_COL32(230, 120, 40, 255);
+inline constexpr ImU32 kSummaryMemcpyColour = IM_COL32(86, 170, 98, 255);
+inline constexpr ImU32 kSummaryIdleColour = IM_COL32(110, 110, 118, 255);
+
+// The timeline's collective ops: the part waiting for the last rank (collective_wait.h) over the
+// op's own colour (224, 140, 50).
+inline constexpr ImU32 kCollectiveWaitColour = IM_COL32(150, 78, 24, 255);
+
+// Memory categories (moescope_memory_category order): the memory panel's bars and the
+// timeline's stacked memory track.
+inline constexpr ImU32 kMemoryCategoryColours[] = {
+    IM_COL32(150, 150, 150, 255), IM_COL32(90, 150, 230, 255), IM_COL32(170, 110, 220, 255),
+    IM_COL32(240, 160, 60, 255),  IM_COL32(90, 200, 120, 255), IM_COL32(200, 90, 90, 255)};
+
 // Geometry actually used by the last drawn frame (screen pixels of the window framebuffer).
 struct LayoutProbe {
   GridLayout expert_heatmap;
@@ -30,12 +46,33 @@ struct LayoutProbe {
   double timeline_start_ns = 0, timeline_end_ns = 0;  // visible time range
   float timeline_width = 0;                           // px of the span area
   int collapsed_tracks = 0;
+  // The collective ops' wait shades drawn: (rank, x where the op starts, x where the wait ends,
+  // x where the op ends, y of the lane's middle).
+  std::vector<std::vector<float>> wait_shades;
   int selected_lane = -1;
   int selected_track = -1;  // timeline selection
   int64_t selected_slot = -1;
   int focus_layer = -1, focus_expert = -1;  // heatmap outline
   int report_rows = 0;
-  std::string root_cause;    // the timeline's first line (analysis::root_cause_line)
+  std::string root_cause;  // the timeline's first line (analysis::root_cause_line)
+  // The summary above the timeline (summary_panel.h): its vertical extent, the step-time bar
+  // (x, y, width, height) and where each part ends (compute, exposed comm, memcpy, idle), the
+  // numbers it drew (step, compute, exposed comm, memcpy, idle ms), the chain's findings and the
+  // hottest cell (layer, expert, share).
+  struct ShownSummary {
+    bool drawn = false;
+    float top = 0, bottom = 0;
+    std::vector<float> bar, bar_ends;
+    std::vector<double> breakdown;
+    std::vector<int32_t> chain_ids;
+    std::vector<std::string> chain_kinds;
+    std::vector<double> chain_ms;
+    std::vector<double> hottest;
+    // Centres of the chain's buttons (chain order) and of the hottest cell's.
+    std::vector<std::pair<float, float>> chain_buttons;
+    std::pair<float, float> hottest_button{0, 0};
+  };
+  ShownSummary summary;
   int files = 0, ranks = 0;  // of the trace on screen
   // The file browser: whether it is open, the trace files it lists with the centres of their
   // checkboxes, and the centre of its "Open ticked" button.

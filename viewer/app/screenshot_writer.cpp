@@ -66,6 +66,7 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"selected_lane", probe.selected_lane},
                          {"timeline_width", probe.timeline_width},
                          {"collapsed_tracks", probe.collapsed_tracks},
+                         {"wait_shades", probe.wait_shades},
                          {"selected_slot", probe.selected_slot},
                          {"focus_layer", probe.focus_layer},
                          {"focus_expert", probe.focus_expert},
@@ -109,6 +110,18 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                    {"compare_delta", probe.compare_delta},
                    {"compare_base_step_ms", probe.compare_base_step_ms},
                    {"compare_next_step_ms", probe.compare_next_step_ms}};
+  json["shown"]["summary"] = {{"drawn", probe.summary.drawn},
+                              {"top", probe.summary.top},
+                              {"bottom", probe.summary.bottom},
+                              {"bar", probe.summary.bar},
+                              {"bar_ends", probe.summary.bar_ends},
+                              {"breakdown", probe.summary.breakdown},
+                              {"chain_ids", probe.summary.chain_ids},
+                              {"chain_kinds", probe.summary.chain_kinds},
+                              {"chain_ms", probe.summary.chain_ms},
+                              {"hottest", probe.summary.hottest},
+                              {"chain_buttons", probe.summary.chain_buttons},
+                              {"hottest_button", probe.summary.hottest_button}};
   std::ofstream out(path);
   out << json.dump(2) << "\n";
   if (!out) {

@@ -9,6 +9,8 @@
 #include "moescope/analysis/finding_links.h"
 #include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
+#include "summary_panel.h"
+#include "timeline_plots.h"
 
 namespace moescope::viewer {
 
@@ -106,14 +108,10 @@ void TimelinePanel::search(LoadedTrace& trace, ViewerState& state, const std::st
 }
 
 void TimelinePanel::draw_toolbar(LoadedTrace& trace, ViewerState& state) {
-  // The story first: the top finding's chain (root cause -> effects); the report tab has the
-  // evidence and the fix of each.
+  // The story first: where the step time goes, the root cause and what it explains, the
+  // hottest expert (summary_panel.h); the report tab has the evidence and the fix of each.
   layout_probe().root_cause = analysis::root_cause_line(trace.findings);
-  if (!layout_probe().root_cause.empty()) {
-    ImGui::TextColored(ImVec4(1.0f, 0.75f, 0.3f, 1.0f), "Root cause:");
-    ImGui::SameLine();
-    ImGui::TextWrapped("%s", layout_probe().root_cause.c_str());
-  }
+  draw_run_summary(trace, state);
   ImGui::SetNextItemWidth(220.0f);
   bool enter = ImGui::InputTextWithHint("##search", "search by name", search_text_,
                                         sizeof(search_text_), ImGuiInputTextFlags_EnterReturnsTrue);
@@ -260,6 +258,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   probe.selected_lane = state.selected.lane;
   probe.timeline_width = width;
   probe.collapsed_tracks = 0;
+  probe.wait_shades.clear();
   for (const TimelineTrack& track : index.tracks) probe.collapsed_tracks += track.collapsed;
 
   // Mouse interaction over the span area.
@@ -339,6 +338,10 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
         analysis::StringId name = summarize_event(model, index, ref).name;
         ImU32 colour = colour_of_event(model, track, event, name);
         draw->AddRectFilled(ImVec2(x0, y0), ImVec2(std::max(x1, x0 + 1.0f), y1), colour);
+        if (track.kind == TimelineTrackKind::kCommunicator) {
+          draw_collective_wait(draw, trace, track, event, axis_, area_x, x0,
+                               std::max(x1, x0 + 1.0f), y0, y1);
+        }
         if (x1 - x0 > 24.0f) {
           draw->PushClipRect(ImVec2(std::max(x0, area_x), y0), ImVec2(x1, y1), true);
           draw->AddText(ImVec2(std::max(x0, area_x) + 3, y0 + 2), IM_COL32(15, 15, 15, 255),
@@ -360,31 +363,11 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
       }
     }
   }
-  // Counter and memory plots: a step line scaled to the track's maximum.
+  // Counter plots and the stacked memory tracks.
   for (const PlotRun& run : frame_.plot_runs) {
-    float top = content_top + rows_[run.track].content_top + 2.0f;
-    float bottom = content_top + rows_[run.track].bottom - 2.0f;
-    double scale = run.max_value > 0 ? (bottom - top) / run.max_value : 0.0;
-    for (uint32_t i = run.first_point; i + 1 < run.first_point + run.num_points; ++i) {
-      const PlotPoint& a = frame_.points[i];
-      const PlotPoint& b = frame_.points[i + 1];
-      float ya = bottom - static_cast<float>(a.value * scale);
-      float yb = bottom - static_cast<float>(b.value * scale);
-      draw->AddRectFilled(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, bottom),
-                          IM_COL32(80, 140, 200, 90));
-      draw->AddLine(ImVec2(area_x + a.x, ya), ImVec2(area_x + b.x, ya),
-                    IM_COL32(120, 180, 240, 255));
-      draw->AddLine(ImVec2(area_x + b.x, ya), ImVec2(area_x + b.x, yb),
-                    IM_COL32(120, 180, 240, 255));
-    }
-    char label[48];
-    const TimelineTrack& track = index.tracks[run.track];
-    if (track.kind == TimelineTrackKind::kMemory) {
-      std::snprintf(label, sizeof(label), "max %.1f MiB", run.max_value / (1024.0 * 1024.0));
-    } else {
-      std::snprintf(label, sizeof(label), "max %.4g", run.max_value);
-    }
-    draw->AddText(ImVec2(area_x + 4, top), IM_COL32(200, 200, 200, 255), label);
+    draw_plot_run(draw, model, index, frame_, run, area_x,
+                  content_top + rows_[run.track].content_top + 2.0f,
+                  content_top + rows_[run.track].bottom - 2.0f);
   }
   // Flow arrows of the selection: launch -> GPU work.
   update_selected_flows(trace, state);
@@ -469,6 +452,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   } else if (hovered_event.valid()) {
     ImGui::BeginTooltip();
     show_event(model, index, hovered_event, false);
+    show_collective_wait(trace, hovered_event);
     ImGui::EndTooltip();
   }
   if (over_spans && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
@@ -487,6 +471,7 @@ void TimelinePanel::draw_details(const LoadedTrace& trace, const ViewerState& st
   if (state.selected.valid() &&
       static_cast<size_t>(state.selected.track) < trace.timeline.tracks.size()) {
     show_event(trace.model, trace.timeline, state.selected, true);
+    show_collective_wait(trace, state.selected);
   } else {
     ImGui::TextDisabled("Click a span, kernel or communication op to see its details.");
   }

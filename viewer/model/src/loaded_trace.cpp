@@ -104,7 +104,10 @@ TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
     try {
       tables_.kernel_stats = kernel_statistics(trace.model);
       tables_.range_stats = range_statistics(trace.model);
-      tables_.findings = analysis::build_report(trace.model).findings;
+      analysis::Report report = analysis::build_report(trace.model);
+      tables_.summary = summarize_run(report);
+      tables_.op_waits = analysis::collective_op_waits(trace.model);
+      tables_.findings = std::move(report.findings);
     } catch (const std::exception&) {
       tables_ = TraceTables{};  // the panels show empty tables; the trace itself is shown
     }
@@ -120,6 +123,8 @@ void TraceTablesJob::move_into(LoadedTrace& trace) {
   trace.kernel_stats = std::move(tables_.kernel_stats);
   trace.range_stats = std::move(tables_.range_stats);
   trace.findings = std::move(tables_.findings);
+  trace.summary = std::move(tables_.summary);
+  trace.op_waits = std::move(tables_.op_waits);
   trace.tables_ready = true;
 }
 

@@ -206,6 +206,18 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
   return index;
 }
 
+std::array<double, analysis::kNumMemoryCategories> memory_stack_tops(
+    const analysis::MemoryUsage& usage, size_t sample) {
+  std::array<double, analysis::kNumMemoryCategories> tops{};
+  double top = 0.0;
+  for (int c = 0; c < analysis::kNumMemoryCategories; ++c) {
+    const auto& series = usage.by_category[c];
+    if (sample < series.size()) top += static_cast<double>(std::max<int64_t>(series[sample], 0));
+    tops[static_cast<size_t>(c)] = top;
+  }
+  return tops;
+}
+
 void build_timeline_frame(const TraceModel& model, const TimelineIndex& index,
                           const std::vector<TrackRows>& rows, float view_top, float view_bottom,
                           const TimeAxis& axis, double fold_px, TimelineFrame& frame) {
@@ -232,7 +244,7 @@ void build_timeline_frame(const TraceModel& model, const TimelineIndex& index,
         if (after == times->begin()) continue;
         size_t sample = static_cast<size_t>(after - times->begin()) - 1;
         double value = values ? (*values)[sample] : static_cast<double>((*int_values)[sample]);
-        frame.points.push_back({static_cast<float>(x), value});
+        frame.points.push_back({static_cast<float>(x), value, static_cast<uint32_t>(sample)});
       }
       for (size_t i = 0; i < times->size(); i += std::max<size_t>(times->size() / 4096, 1)) {
         double value = values ? (*values)[i] : static_cast<double>((*int_values)[i]);

@@ -9,9 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "moescope/analysis/collective_op_wait.h"
 #include "moescope/analysis/findings.h"
 #include "moescope/analysis/trace_model.h"
 #include "moescope/viewer/panel_data.h"
+#include "moescope/viewer/run_summary.h"
 #include "moescope/viewer/timeline_index.h"
 
 namespace moescope::viewer {
@@ -29,12 +31,16 @@ struct LoadedTrace {
   bool tables_ready = false;
   std::vector<NameStatistics> kernel_stats, range_stats;
   std::vector<analysis::Finding> findings;  // the report's, ranked
+  RunSummary summary;                       // the first screen's (run_summary.h)
+  analysis::CollectiveOpWaits op_waits;     // each collective's wait, shaded on the timeline
   double load_seconds = 0.0;
 };
 
 struct TraceTables {
   std::vector<NameStatistics> kernel_stats, range_stats;
   std::vector<analysis::Finding> findings;  // the report's, ranked
+  RunSummary summary;
+  analysis::CollectiveOpWaits op_waits;
 };
 
 // Computes the statistics tables and the findings of a shown trace on a background thread.

@@ -3,6 +3,7 @@
 // per-frame draw list built from it. Built once after loading; each frame only binary-searches.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,7 +55,14 @@ struct LaneRun {
 struct PlotPoint {
   float x = 0.0f;
   double value = 0.0;
+  uint32_t sample = 0;  // index of that value in the track's series
 };
+
+// The memory track's stack at `sample` of `usage`: where each category's band ends, stacking the
+// categories in their order (moescope_memory_category) from 0; bytes. The last is the sum of
+// the categories (the total in use).
+std::array<double, analysis::kNumMemoryCategories> memory_stack_tops(
+    const analysis::MemoryUsage& usage, size_t sample);
 struct PlotRun {
   uint32_t track = 0;
   uint32_t first_point = 0;
