@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "moescope/viewer/time_axis.h"
 
@@ -92,6 +94,26 @@ TEST(FormatDuration, PicksUnits) {
   EXPECT_STREQ(text, "1.25 ms");
   format_duration(2.5e9, text, sizeof(text));
   EXPECT_STREQ(text, "2.5 s");
+}
+
+TEST(FormatTick, NeighbouringTicksNeverReadAlike) {
+  char text[32];
+  format_tick(10.85e9, 5e7, text, sizeof(text));  // 50 ms step, 10.85 s into the trace
+  EXPECT_STREQ(text, "10.85 s");
+  format_tick(10.9e9, 1e8, text, sizeof(text));
+  EXPECT_STREQ(text, "10.9 s");
+  format_tick(500e6, 1e8, text, sizeof(text));  // whole milliseconds need no decimals
+  EXPECT_STREQ(text, "500 ms");
+  format_tick(12e9, 2e9, text, sizeof(text));
+  EXPECT_STREQ(text, "12 s");
+  // Every tick of a 50 ms ruler from 10.8 s on has its own label (format_duration's 3 digits
+  // gave "10.8 s" three times).
+  std::set<std::string> labels;
+  for (int i = 0; i < 8; ++i) {
+    format_tick(10.8e9 + i * 5e7, 5e7, text, sizeof(text));
+    labels.insert(text);
+  }
+  EXPECT_EQ(labels.size(), 8u);
 }
 
 }  // namespace

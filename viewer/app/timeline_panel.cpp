@@ -160,7 +160,7 @@ void TimelinePanel::draw_ruler(const LoadedTrace& trace, ViewerState& state, ImV
     draw->AddLine(ImVec2(x, origin.y + tick_height - 6), ImVec2(x, origin.y + tick_height),
                   IM_COL32(180, 180, 180, 255));
     char label[32];
-    format_duration(time - static_cast<double>(trace.model.begin), label, sizeof(label));
+    format_tick(time - static_cast<double>(trace.model.begin), ticks.step_ns, label, sizeof(label));
     draw->AddText(ImVec2(x + 3, origin.y + 2), IM_COL32(200, 200, 200, 255), label);
   }
   // Step ruler: the selected rank's steps (else the first rank's), clickable.

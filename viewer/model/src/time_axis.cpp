@@ -100,4 +100,16 @@ void format_duration(double ns, char* out, int out_size) {
   }
 }
 
+void format_tick(double ns, double step_ns, char* out, int out_size) {
+  // The unit of the time itself; as many decimals as the step needs to tell neighbours apart.
+  const double magnitude = std::fabs(ns);
+  const double unit = magnitude < 1e3 ? 1.0 : magnitude < 1e6 ? 1e3 : magnitude < 1e9 ? 1e6 : 1e9;
+  const char* name = unit == 1.0 ? "ns" : unit == 1e3 ? "us" : unit == 1e6 ? "ms" : "s";
+  int decimals = 0;
+  if (step_ns > 0 && step_ns < unit) {
+    decimals = std::min(9, static_cast<int>(std::ceil(-std::log10(step_ns / unit) - 1e-9)));
+  }
+  std::snprintf(out, static_cast<size_t>(out_size), "%.*f %s", decimals, ns / unit, name);
+}
+
 }  // namespace moescope::viewer

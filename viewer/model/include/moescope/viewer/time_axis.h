@@ -65,4 +65,9 @@ RulerTicks ruler_ticks(const TimeAxis& axis, double min_spacing_px, double origi
 // "1.25 ms", "340 ns", "2.5 s": a duration with a unit that keeps 3 significant digits.
 void format_duration(double ns, char* out, int out_size);
 
+// A ruler label: the time in its own unit with the decimals `step_ns` needs, so neighbouring
+// ticks never read alike ("10.85 s", "10.90 s" for a 50 ms step, where format_duration says
+// "10.8 s" and "10.9 s").
+void format_tick(double ns, double step_ns, char* out, int out_size);
+
 }  // namespace moescope::viewer
