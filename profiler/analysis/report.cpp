@@ -3,8 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -378,7 +380,24 @@ std::string render_text(const TraceModel& model, const Report& report, bool mark
   w.line((markdown ? "\n" : "") + std::to_string(s.ranks) + " rank(s), " +
          std::to_string(s.events) + " events over " + fixed(s.duration_ms) + " ms; " + run +
          "; clocks: " + s.clock_alignment);
-  for (const HostClock& clock : s.host_clocks) w.line(host_clock_line(clock));
+  // A line per host reads well for a few nodes; a 512-node job gets its worst host instead
+  // (every host's clock is in the JSON).
+  constexpr size_t kHostClockLines = 4;
+  if (s.host_clocks.size() <= kHostClockLines) {
+    for (const HostClock& clock : s.host_clocks) w.line(host_clock_line(clock));
+  } else {
+    const auto worst = std::max_element(
+        s.host_clocks.begin(), s.host_clocks.end(), [](const HostClock& a, const HostClock& b) {
+          // Unknown (-1) ranks worst: it bounds nothing.
+          auto badness = [](const HostClock& c) {
+            return c.error_bound < 0 ? std::numeric_limits<TimeNs>::max() : c.error_bound;
+          };
+          return badness(a) < badness(b);
+        });
+    w.line("clocks of " + std::to_string(s.host_clocks.size()) +
+           " hosts against the first; the least certain: " + host_clock_line(*worst).substr(9) +
+           " (each host in the JSON's summary.clock_hosts)");
+  }
   if (s.errors) w.line(std::to_string(s.errors) + " load error(s), listed at the end");
   for (const std::string& gap : report.capture_gaps) w.line("capture: " + gap);
 
