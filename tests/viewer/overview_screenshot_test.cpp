@@ -18,11 +18,13 @@
 #include "moescope/viewer/rank_detail.h"
 #include "overview_job.h"
 #include "png_image.h"
+#include "screenshot_layout.h"
 
 namespace moescope::viewer {
 namespace {
 
 namespace fs = std::filesystem;
+using moescope::viewer::testing::grid_from;
 using testing::brightness;
 using testing::PngImage;
 
@@ -63,17 +65,6 @@ class OverviewScreenshots : public ::testing::Test {
     EXPECT_EQ(image.height, kHeight);
     std::ifstream in(png + ".layout.json");
     layout = nlohmann::json::parse(in);
-  }
-
-  static GridLayout grid_from(const nlohmann::json& json) {
-    GridLayout grid;
-    grid.left = json["left"];
-    grid.top = json["top"];
-    grid.cell_width = json["cell_width"];
-    grid.cell_height = json["cell_height"];
-    grid.rows = json["rows"];
-    grid.columns = json["columns"];
-    return grid;
   }
 
   static int index_of(const nlohmann::json& values, int64_t value) {

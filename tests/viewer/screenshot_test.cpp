@@ -28,11 +28,13 @@
 #include "moescope/viewer/heatmap_layout.h"
 #include "moescope/viewer/time_axis.h"
 #include "sample_trace_writer.h"
+#include "screenshot_layout.h"
 
 namespace moescope::viewer {
 namespace {
 
 namespace fs = std::filesystem;
+using moescope::viewer::testing::grid_from;
 
 constexpr int kWidth = 1280, kHeight = 800;
 
@@ -112,17 +114,6 @@ class ViewerScreenshots : public ::testing::Test {
     EXPECT_EQ(image.height, kHeight);
     // Not blank: a rendered panel has text, fills and lines in many colours.
     EXPECT_GT(image.distinct_colours(), 40u) << panel;
-  }
-
-  static GridLayout grid_from(const nlohmann::json& json) {
-    GridLayout grid;
-    grid.left = json["left"];
-    grid.top = json["top"];
-    grid.cell_width = json["cell_width"];
-    grid.cell_height = json["cell_height"];
-    grid.rows = json["rows"];
-    grid.columns = json["columns"];
-    return grid;
   }
 
   static inline std::string build_dir_, directory_;
