@@ -29,7 +29,7 @@ constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
 // The limits the trace path's record validation applies (record_validation.cpp): a summary past
 // them is damaged, and its rank falls back to the trace.
 constexpr int32_t kMaxRanks = 1 << 20;
-constexpr int32_t kMaxAllToAllRanks = 1 << 12;  // the traffic matrix is ranks^2 cells
+constexpr int32_t kMaxAllToAllRanks = 1 << 10;  // the traffic matrix is ranks^2 cells (1 M at most)
 
 uint64_t fnv1a(std::string_view bytes) {
   uint64_t hash = 0xcbf29ce484222325ull;

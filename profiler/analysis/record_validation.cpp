@@ -25,7 +25,7 @@ using trace::plausible_time;
 // More than any model or job has: a larger value is a damaged record.
 constexpr uint32_t kMaxLayerId = 1u << 20;
 constexpr int32_t kMaxRanks = 1 << 20;
-constexpr int32_t kMaxAllToAllRanks = 1 << 12;  // its matrix is ranks^2 cells
+constexpr int32_t kMaxAllToAllRanks = 1 << 10;  // its matrix is ranks^2 cells (1 M at most)
 
 // Counted problems of one file: "what" -> count, reported once each.
 class Problems {
