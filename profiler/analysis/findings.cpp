@@ -11,6 +11,7 @@
 
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/finding_links.h"
+#include "moescope/trace/time_arithmetic.h"
 #include "printf_string.h"
 
 namespace moescope::analysis {
@@ -129,7 +130,10 @@ std::vector<std::string> communication_kinds(const TraceModel& model) {
   std::map<uint32_t, TimeNs> time_by_kind;
   for (const auto& process : model.processes) {
     for (const auto& comm : process.communicators) {
-      for (const CommOp& op : comm.ops) time_by_kind[op.kind] += std::max<TimeNs>(0, op.duration());
+      for (const CommOp& op : comm.ops) {
+        TimeNs& time = time_by_kind[op.kind];
+        time = trace::saturating_add(time, std::max<TimeNs>(0, op.duration()));
+      }
     }
   }
   std::vector<std::pair<TimeNs, uint32_t>> order;

@@ -1,5 +1,7 @@
 #include "moescope/analysis/intervals.h"
 
+#include "moescope/trace/time_arithmetic.h"
+
 namespace moescope::analysis {
 
 IntervalSet IntervalSet::union_of(std::vector<Interval> intervals) {
@@ -19,7 +21,9 @@ IntervalSet IntervalSet::union_of(std::vector<Interval> intervals) {
 
 TimeNs IntervalSet::covered() const {
   TimeNs total = 0;
-  for (const Interval& interval : intervals_) total += interval.end - interval.start;
+  for (const Interval& interval : intervals_) {
+    total = trace::saturating_add(total, trace::saturating_duration(interval.start, interval.end));
+  }
   return total;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "moescope/analysis/run_phases.h"
+#include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
@@ -172,7 +173,8 @@ bool steps_from_repeating_range(TraceModel& model) {
         const Span& span = thread.spans[index];
         std::string base = split_trailing_number(model.name(span.name)).first;
         if (base.empty()) continue;
-        coverage[base] += span.duration();
+        // Saturating: each duration fits an int64, but a hostile file's sum of them may not.
+        coverage[base] = trace::saturating_add(coverage[base], span.duration());
         ++counts[base];
       }
     }

@@ -213,5 +213,46 @@ TEST(HostileValues, NonsenseRecordsAreSkippedAndCounted) {
   EXPECT_TRUE(result.ok) << result.error;
 }
 
+// Two ranks, each with two top-level "iteration N" spans (no step records) that together cover
+// the whole plausible range, and one all-to-all per rank as long: every time is accepted, but
+// the sums over ranks (step coverage, time per collective kind) pass INT64_MAX. The fuzzer's
+// find (UBSan: signed overflow in step detection); the sums saturate instead.
+std::string write_rank_of_huge_iterations(const std::string& directory, int rank) {
+  using namespace moescope::trace;
+  const std::string path = directory + "/huge_iterations_" + std::to_string(rank) + ".moetrace";
+  TraceWriter writer;
+  EXPECT_TRUE(writer.open(path, "{\"rank\":" + std::to_string(rank) + ",\"world_size\":2}"));
+  const int64_t limit = trace::kMaxPlausibleTimeNs - 1;
+  RecordBuffer buffer;
+  buffer.define_string(1, "iteration 1");
+  buffer.define_string(2, "iteration 2");
+  buffer.append<SpanCompleteRecord>(RecordKind::kSpanComplete, uint64_t(-limit), 1).end_time = 0;
+  buffer.append<SpanCompleteRecord>(RecordKind::kSpanComplete, 0, 2).end_time = uint64_t(limit);
+  auto& op = buffer.append_sized<CommOpRecord>(RecordKind::kCommOp, uint64_t(-limit), 0, 16);
+  op.end_time = uint64_t(limit);
+  op.kind = 6;  // all-to-all
+  op.num_ranks = 2;
+  op.rank = rank;
+  op.num_splits = 2;
+  writer.write_chunk(1, buffer.bytes());
+  writer.close();
+  return path;
+}
+
+TEST(HostileValues, SumsOfTimesOverRanksSaturate) {
+  const std::string directory = testing::test_directory("huge_iterations");
+  TraceModel model = load_traces(
+      {write_rank_of_huge_iterations(directory, 0), write_rank_of_huge_iterations(directory, 1)});
+  ASSERT_EQ(model.processes.size(), 2u) << all_errors(model);
+  for (const auto& process : model.processes) {
+    ASSERT_EQ(process.steps.size(), 2u) << all_errors(model);
+    EXPECT_EQ(process.steps[0].step, 1);
+    EXPECT_EQ(process.steps[1].step, 2);
+  }
+  Report report = build_report(model);
+  EXPECT_FALSE(render_report(model, report, ReportFormat::kJson).empty());
+  EXPECT_FALSE(render_report(model, report, ReportFormat::kText).empty());
+}
+
 }  // namespace
 }  // namespace moescope::analysis

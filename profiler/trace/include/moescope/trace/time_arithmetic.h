@@ -17,12 +17,13 @@
 
 namespace moescope::trace {
 
-// The largest |time| a reader accepts: 2^62 ns (about 146 years). Any two accepted times have a
-// difference and a sum that fit an int64, so analyses may subtract them freely.
+// A reader accepts a time when |time| < 2^62 ns (about 146 years). Any two accepted times have a
+// difference and a sum that fit an int64, so analyses may subtract them freely. (Sums of many
+// durations do not: analyses add them with saturating_add.)
 inline constexpr int64_t kMaxPlausibleTimeNs = int64_t{1} << 62;
 
 inline bool plausible_time(int64_t ns) {
-  return ns >= -kMaxPlausibleTimeNs && ns <= kMaxPlausibleTimeNs;
+  return ns > -kMaxPlausibleTimeNs && ns < kMaxPlausibleTimeNs;
 }
 
 // a + b, stuck at the int64 limits on overflow.
@@ -76,7 +77,7 @@ inline uint64_t saturating_uint64(double value) {
 inline std::optional<int64_t> checked_micros_to_ns(double micros) {
   if (!std::isfinite(micros)) return std::nullopt;
   const double ns = std::round(micros * 1000.0);
-  if (!(std::fabs(ns) <= static_cast<double>(kMaxPlausibleTimeNs))) return std::nullopt;
+  if (!(std::fabs(ns) < static_cast<double>(kMaxPlausibleTimeNs))) return std::nullopt;
   return static_cast<int64_t>(ns);
 }
 
