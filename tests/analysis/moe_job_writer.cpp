@@ -152,6 +152,11 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
   }
   RecordBuffer cpu, gpu;
   uint64_t written = 0;
+  if (c.strings_first) {
+    RecordBuffer strings;
+    for (uint32_t id = 1; id < kNameCount; ++id) strings.define_string(id, kNames[id]);
+    writer.write_chunk(1, strings.bytes());
+  }
   uint32_t correlation = 1;
   const int group = rank / c.expert_parallel;
   const int group_size =
