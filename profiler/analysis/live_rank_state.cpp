@@ -170,7 +170,16 @@ bool LiveRankState::refresh() {
     start_over();
     ++counters_.restarts;
   }
-  if (!opened) return false;  // not a whole header yet (just created), or not a trace
+  if (!opened) {
+    // Shorter than a header: just created, its header not written yet. Else not a trace.
+    errors_.clear();
+    if (reader.file_size() >= sizeof(trace::FileHeader)) {
+      for (const trace::ReadError& error : reader.errors()) {
+        errors_.push_back({path_, error.offset, error.message, true});
+      }
+    }
+    return false;
+  }
   if (!readable_) {
     readable_ = true;
     metadata_json_ = reader.metadata_json();

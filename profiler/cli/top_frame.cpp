@@ -37,11 +37,12 @@ std::string rank_line(const RankRow& row) {
                 last->exposed_communication_ms);
 }
 
-std::string distribution(const char* what, std::vector<double> values) {
+// "what  min X  p50 X  p90 X  max X" with `digits` decimals.
+std::string distribution(const char* what, std::vector<double> values, int digits = 1) {
   std::sort(values.begin(), values.end());
-  return format("%-12s min %9.1f  p50 %9.1f  p90 %9.1f  max %9.1f\n", what, values.front(),
-                analysis::percentile_of_sorted(values, 0.5),
-                analysis::percentile_of_sorted(values, 0.9), values.back());
+  return format("%-12s min %9.*f  p50 %9.*f  p90 %9.*f  max %9.*f\n", what, digits, values.front(),
+                digits, analysis::percentile_of_sorted(values, 0.5), digits,
+                analysis::percentile_of_sorted(values, 0.9), digits, values.back());
 }
 
 // Every rank on its line, or at many ranks the slowest and fastest few (by busy time of their
@@ -81,7 +82,7 @@ std::string rank_rows(const std::vector<RankRow>& rows) {
   }
   text += format("over %zu ranks (last finished step):\n", finished.size());
   text += distribution("  step ms", step_ms) + distribution("  busy ms", busy_ms) +
-          distribution("  exposed ms", exposed_ms) + distribution("  steps", steps);
+          distribution("  exposed ms", exposed_ms) + distribution("  steps", steps, 0);
   return text;
 }
 
@@ -148,8 +149,8 @@ std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
   });
   const size_t shown = kTopLayerRows / 2;
   for (size_t i = 0; i < shown; ++i) text += layers[i].line;
-  text += format("+%zu more layers; ", layers.size() - shown);
-  return text + distribution("max/mean", values);
+  text += format("+%zu more layers; over all %zu:\n", layers.size() - shown, layers.size());
+  return text + distribution("  max/mean", values, 2);
 }
 
 }  // namespace

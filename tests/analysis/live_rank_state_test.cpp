@@ -157,6 +157,14 @@ TEST(LiveRankState, GrowingTracesMatchAFullLoadAndReadOnlyWhatIsNew) {
   EXPECT_FALSE(run.files()[0]->readable());
   EXPECT_TRUE(run.files()[0]->errors().empty());
   for (auto& copy : copies) copy.grow_to(copy.source->chunks_begin);
+  // A file that is not a trace is said to be one, once.
+  const std::string not_a_trace = directory + "/notes.moetrace";
+  std::ofstream(not_a_trace) << "not a moescope trace, only notes";
+  LiveRankState notes(not_a_trace);
+  EXPECT_FALSE(notes.refresh());
+  EXPECT_FALSE(notes.refresh());
+  ASSERT_EQ(notes.errors().size(), 1u);
+  EXPECT_NE(notes.errors()[0].message.find("not a moescope trace"), std::string::npos);
   // Chunks per piece: rank 0 one at a time, rank 1 three at a time and then half a chunk more.
   std::vector<size_t> whole(copies.size(), 0);
   uint64_t max_window = 0;
