@@ -160,8 +160,24 @@ void LiveRankState::start_over() {
 
 bool LiveRankState::refresh() {
   counters_.last_refresh_bytes = 0;
+  const bool read_any = read_appended();
+  // The oldest step still needed: what the run asked for, not more than kMaxKeptSteps back.
+  if (highest_finished_ >= 0) {
+    let_go_steps_before(
+        std::clamp(keep_from_step_, highest_finished_ - kMaxKeptSteps, highest_finished_));
+  }
+  return read_any;
+}
+
+// Reads the whole chunks after offset_ into the window (and loads it when there were any).
+bool LiveRankState::read_appended() {
   struct stat info {};
   if (::stat(path_.c_str(), &info) != 0) return false;  // gone for now: keep what was shown
+  // Unchanged since the previous refresh (same file, nothing after the last whole chunk).
+  if (readable_ && info.st_ino == inode_ && uint64_t(info.st_dev) == device_ &&
+      uint64_t(info.st_size) == offset_) {
+    return false;
+  }
   trace::TraceReader reader;
   const bool opened = reader.open(path_);
   // Another file now (replaced, truncated, rewritten): read it again from the start.
@@ -208,11 +224,6 @@ bool LiveRankState::refresh() {
   offset_ = reader.position();
   complete_ = complete_ || reader.saw_end();
   if (read_any) load_window();
-  // The oldest step still needed: what the run asked for, not more than kMaxKeptSteps back.
-  if (highest_finished_ >= 0) {
-    let_go_steps_before(
-        std::clamp(keep_from_step_, highest_finished_ - kMaxKeptSteps, highest_finished_));
-  }
   return read_any;
 }
 

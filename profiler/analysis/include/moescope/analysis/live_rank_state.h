@@ -88,6 +88,7 @@ class LiveRankState {
 
  private:
   struct Window;
+  bool read_appended();
   void start_over();
   void load_window();
   void let_go_steps_before(int64_t keep);
