@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "file_load.h"
@@ -172,7 +173,13 @@ bool LiveRankState::refresh() {
 // Reads the whole chunks after offset_ into the window (and loads it when there were any).
 bool LiveRankState::read_appended() {
   struct stat info {};
-  if (::stat(path_.c_str(), &info) != 0) return false;  // gone for now: keep what was shown
+  if (::stat(path_.c_str(), &info) != 0) {
+    // Never seen: say why (a path given that does not exist). Gone after it was read: keep
+    // what was shown.
+    if (!readable_)
+      errors_ = {{path_, 0, std::string("cannot open: ") + std::strerror(errno), true}};
+    return false;
+  }
   // Unchanged since the previous refresh (same file, nothing after the last whole chunk).
   if (readable_ && info.st_ino == inode_ && uint64_t(info.st_dev) == device_ &&
       uint64_t(info.st_size) == offset_) {
