@@ -247,6 +247,13 @@ void LiveRankState::load_window() {
   std::vector<FileLoad> files;
   files.push_back(load_moetrace_chunks(path_, metadata_json_, chunks, complete_));
   chunks.clear();
+  // Samples recorded with a step number keep it; the others are numbered by the window's steps
+  // (step detection), which take the shift below. The merge keeps one file's samples in order.
+  std::vector<int64_t> recorded_steps;
+  recorded_steps.reserve(files.front().expert_loads.size());
+  for (const ExpertLoadSample& sample : files.front().expert_loads) {
+    recorded_steps.push_back(sample.step);
+  }
   LoadOptions options;
   options.align_clocks = false;  // one file: its own clock
   TraceModel model = model_of_files(files, options);
@@ -281,8 +288,10 @@ void LiveRankState::load_window() {
       ++steps_finished_;
     }
   }
-  for (const ExpertLoadSample& sample : model.expert_loads) {
-    const int64_t number = sample.step + shift;
+  for (size_t i = 0; i < model.expert_loads.size(); ++i) {
+    const ExpertLoadSample& sample = model.expert_loads[i];
+    const bool recorded = i < recorded_steps.size() && recorded_steps[i] >= 0;
+    const int64_t number = recorded ? sample.step : sample.step + shift;
     if (number < window.first_step || steps_.find(number) == steps_.end()) continue;
     LiveExpertLoad load{sample, {}};
     load.sample.step = number;

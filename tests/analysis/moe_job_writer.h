@@ -45,6 +45,7 @@ struct MoeJobConfig {
   // Names defined in a first chunk, as a live recorder does (a trace read while it is written
   // has them), besides the end chunk.
   bool strings_first = false;
+  bool step_markers = true;  // else the steps are the "train_step" spans (a guessed range)
 };
 
 // "node-005": the host name of host index 5.
