@@ -104,8 +104,11 @@ bool TraceReader::partial_chunk_at(uint64_t offset) const {
   if (size_ - offset < sizeof(ChunkHeader)) return true;
   ChunkHeader header;
   std::memcpy(&header, data_ + offset, sizeof(header));
+  // A writer appends a chunk with one write: a chunk is partial only when nothing follows it.
+  // A chunk magic further on means its length is damaged (the reader then resynchronises).
   return header.magic == kChunkMagic && header.payload_bytes <= kMaxChunkBytes &&
-         header.payload_bytes > size_ - offset - sizeof(ChunkHeader);
+         header.payload_bytes > size_ - offset - sizeof(ChunkHeader) &&
+         find_next_magic(offset + 1) == size_;
 }
 
 uint64_t TraceReader::find_next_magic(uint64_t from) const {

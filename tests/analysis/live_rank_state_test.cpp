@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -281,6 +282,30 @@ TEST(LiveRankState, APartialLastChunkIsRetriedAndAReplacedFileIsReadAgain) {
   EXPECT_TRUE(file.refresh());
   EXPECT_EQ(file.counters().restarts, 2u);
   EXPECT_EQ(file.steps_finished(), run.files()[0]->steps_finished() - 2);
+}
+
+TEST(LiveRankState, ADamagedLengthBeforeOtherChunksIsDamageNotAPartialChunk) {
+  const std::string directory = testing::test_directory("live_rank_state_damaged");
+  const auto job = testing::write_moe_job(small_job(1, 8), directory);
+  ASSERT_EQ(job.size(), 1u);
+  const WrittenTrace written = written_trace(job[0]);
+  // Chunk 5's payload length now runs past the end of the file; chunks follow it.
+  std::vector<char> bytes = written.bytes;
+  const uint64_t chunk = written.chunk_ends[4];
+  const uint32_t length = uint32_t(bytes.size());
+  std::memcpy(bytes.data() + chunk + 12, &length, sizeof(length));
+  const std::string path = directory + "/damaged.moetrace";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  LiveRankState file(path);
+  EXPECT_TRUE(file.refresh());
+  ASSERT_FALSE(file.errors().empty());
+  EXPECT_EQ(file.errors().front().offset, chunk) << file.errors().front().to_string();
+  // Every other chunk was read, the end chunk included.
+  EXPECT_TRUE(file.complete());
+  EXPECT_EQ(file.counters().bytes_read, bytes.size() - written.chunks_begin);
+  LiveRunState run;
+  run.refresh({path}, 1);
+  expect_same_as_full_load(run, {path});
 }
 
 }  // namespace

@@ -138,9 +138,10 @@ class TraceReader {
   // a chunk boundary an earlier reader of the same file stopped at; false (position unchanged)
   // when it is before the first chunk or past the end.
   bool seek_chunk(uint64_t offset);
-  // With `stop` set, a chunk that runs past the end of the file (a writer is still writing it)
-  // ends next_chunk() without an error and leaves position() at its start, where the next
-  // refresh retries it. A damaged length surfaces once enough bytes follow (its checksum fails).
+  // With `stop` set, a chunk that runs past the end of the file with nothing after it (a writer
+  // is still writing it) ends next_chunk() without an error and leaves position() at its
+  // start, where the next refresh retries it. A damaged length is reported as usual when
+  // another chunk follows, else once enough bytes follow (its checksum fails).
   void stop_at_partial_chunk(bool stop) { stop_at_partial_ = stop; }
   // Where the chunks start (after the header and metadata).
   uint64_t chunks_begin() const { return chunks_begin_; }
