@@ -5,7 +5,8 @@
 set -uo pipefail
 build="${1:-build}"
 status=0
-for bench in trace_bench nvtx_bench planner_bench analysis_bench viewer_bench moe_layer_bench; do
+for bench in trace_bench nvtx_bench planner_bench analysis_bench viewer_bench moe_layer_bench \
+    top_refresh_bench; do
   binary="$build/bin/$bench"
   if [ -x "$binary" ]; then
     echo "== $bench"

@@ -6,12 +6,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/trace_model.h"
+#include "moescope/trace/trace_reader.h"
 
 namespace moescope::analysis {
 
@@ -71,6 +74,15 @@ FileLoad load_kineto_file(const std::string& path);
 // load_moetrace_file without finalize_process: tracks in read order with read_index filled.
 FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progress,
                             const MoetraceReadOptions& options);
+
+// load_moetrace_file of chunks decoded already (in file order), with the file's metadata: the
+// part of a growing file that `moescope top` keeps (live_rank_state.h).
+FileLoad load_moetrace_chunks(const std::string& path, const std::string& metadata_json,
+                              std::span<const trace::Chunk> chunks, bool complete);
+
+// What load_traces does once the files are read: refuses unusable inputs, merges the files
+// (consumed) into one model by rank, aligns clocks and detects steps as `options` say.
+TraceModel model_of_files(std::vector<FileLoad>& files, const LoadOptions& options);
 
 // Skips decoded records whose values make no sense (times outside +-2^62 ns, a layer id of
 // 2^31, an all-to-all split row that does not match its ranks, step numbers going backwards)

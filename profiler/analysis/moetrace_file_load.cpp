@@ -457,6 +457,31 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
   return out;
 }
 
+FileLoad load_moetrace_chunks(const std::string& path, const std::string& metadata_json,
+                              std::span<const trace::Chunk> chunks, bool complete) {
+  FileLoad out;
+  out.opened = true;
+  out.process.file = path;
+  out.process.source_format = "moetrace";
+  MoetraceFileLoader loader(out);
+  loader.read_metadata(metadata_json);
+  std::vector<bool> seen_streams;
+  for (const trace::Chunk& chunk : chunks) {
+    loader.read_chunk(chunk);
+    ++out.process.chunks;
+    if (chunk.stream < (1u << 20)) {
+      if (chunk.stream >= seen_streams.size()) seen_streams.resize(chunk.stream + 1);
+      if (!seen_streams[chunk.stream]) ++out.process.streams;
+      seen_streams[chunk.stream] = true;
+    }
+  }
+  loader.finish();
+  out.process.complete = complete;
+  validate_decoded_records(out);
+  finalize_process(out);
+  return out;
+}
+
 FileLoad load_moetrace_file(const std::string& path, const BytesProgress& progress,
                             const MoetraceReadOptions& options) {
   FileLoad out = read_moetrace_file(path, progress, options);

@@ -216,7 +216,6 @@ bool is_chrome_json_path(const std::string& path) {
 }
 
 TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions& options) {
-  TraceModel model;
   std::vector<FileLoad> files(paths.size());
   LoadProgress progress;
   progress.files_total = paths.size();
@@ -263,7 +262,11 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadOptions&
     }
   };
   run_worker_threads(threads, worker);
+  return model_of_files(files, options);
+}
 
+TraceModel model_of_files(std::vector<FileLoad>& files, const LoadOptions& options) {
+  TraceModel model;
   // A non-trace JSON; a Kineto trace beside .moetrace files (input_checks.h).
   refuse_unusable_inputs(files, options.align_clocks);
   merge_into(model, files);

@@ -4,8 +4,9 @@
 // --once prints one frame and exits, like `top -b -n 1`; otherwise the frame is redrawn every
 // interval until `q` (or Ctrl-C).
 //
-// Each refresh loads the traces again: what a running recorder has flushed so far (a trace
-// still being written is read up to its last whole chunk).
+// Each refresh reads only what the recorders appended since the previous one
+// (analysis/live_rank_state.h): a trace still being written is read up to its last whole chunk,
+// and the partial chunk after it is read at a later refresh, once whole.
 #include <CLI/CLI.hpp>
 
 #include <poll.h>
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "moescope/analysis/trace_loader.h"
+#include "moescope/analysis/live_rank_state.h"
 #include "top_frame.h"
 
 namespace moescope::cli {
@@ -50,20 +51,26 @@ std::vector<std::string> trace_files(const std::vector<std::string>& paths) {
   return files;
 }
 
-std::string frame_of(const TopOptions& options) {
+std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
   std::vector<std::string> files = trace_files(options.paths);
   if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
-  analysis::LoadOptions load;
-  analysis::TraceModel model = analysis::load_traces(files, load);
-  // A trace being written may end in a partial chunk: said only when nothing is readable, or
-  // when a file is refused.
-  std::string errors, refused;
-  for (const auto& error : model.errors) {
-    errors += "moescope top: " + error.to_string() + "\n";
-    if (error.refused) refused += "moescope top: " + error.to_string() + "\n";
+  run.refresh(files);
+  // Damage is said once per file (its first problem), a partial last chunk never: the writer
+  // is still writing it.
+  std::string errors;
+  size_t readable = 0;
+  for (const auto& file : run.files()) {
+    readable += file->readable() ? 1 : 0;
+    if (!file->errors().empty()) {
+      errors += "moescope top: " + file->errors().front().to_string();
+      if (file->errors().size() > 1) {
+        errors += " (+" + std::to_string(file->errors().size() - 1) + " more)";
+      }
+      errors += "\n";
+    }
   }
-  if (model.processes.empty()) return errors + "moescope top: nothing readable yet\n";
-  return render_top_frame(model) + refused;
+  if (readable == 0) return errors + "moescope top: nothing readable yet\n";
+  return render_top_frame(run) + errors;
 }
 
 // Terminal input without line buffering while the view runs (restored on exit).
@@ -94,15 +101,16 @@ class KeyReader {
 };
 
 void run_top(const TopOptions& options) {
+  analysis::LiveRunState run;  // kept between refreshes: each reads only what is new
   if (options.once) {
-    std::string frame = frame_of(options);
+    std::string frame = frame_of(options, run);
     std::fwrite(frame.data(), 1, frame.size(), stdout);
     return;
   }
   KeyReader keys;
   const int interval_ms = std::max(100, int(options.interval_s * 1000));
   do {
-    std::string frame = "\x1b[H\x1b[2J" + frame_of(options) + "\n(q quits)\n";
+    std::string frame = "\x1b[H\x1b[2J" + frame_of(options, run) + "\n(q quits)\n";
     std::fwrite(frame.data(), 1, frame.size(), stdout);
     std::fflush(stdout);
   } while (!keys.quit_within(interval_ms));

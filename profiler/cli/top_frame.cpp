@@ -3,16 +3,18 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/statistics.h"
-#include "moescope/analysis/time_breakdown.h"
 
 namespace moescope::cli {
 namespace {
+
+using analysis::LiveRankState;
+using analysis::LiveStep;
 
 std::string format(const char* pattern, auto... values) {
   char line[512];
@@ -20,24 +22,95 @@ std::string format(const char* pattern, auto... values) {
   return line;
 }
 
-// Steps of `rank` that finished: all of them in a closed trace, all but the last while the
-// trace is still being written (the last one may still be running).
-std::vector<const analysis::StepBreakdown*> finished_steps(const analysis::TraceModel& model,
-                                                           const analysis::RankBreakdown& rank) {
-  std::vector<const analysis::StepBreakdown*> steps;
-  for (const auto& step : rank.steps) {
-    if (step.step >= 0) steps.push_back(&step);
-  }
-  int index = model.process_of_rank(rank.rank);
-  if (!steps.empty() && index >= 0 && !model.processes[size_t(index)].complete) steps.pop_back();
-  return steps;
+// A rank of the job: a file with steps, its rank number.
+struct RankRow {
+  int32_t rank = 0;
+  const LiveRankState* file = nullptr;
+};
+
+std::string rank_line(const RankRow& row) {
+  const LiveStep* last = row.file->last_step();
+  if (!last) return format("%-5d %6d %9s %9s %9s %12s\n", row.rank, 0, "-", "-", "-", "-");
+  return format("%-5d %6llu %9lld %9.1f %9.1f %9.1f ms\n", row.rank,
+                static_cast<unsigned long long>(row.file->steps_finished()),
+                static_cast<long long>(last->step), last->step_ms, last->busy_ms,
+                last->exposed_communication_ms);
 }
 
-std::string layer_rows(const analysis::TraceModel& model, int64_t step) {
-  std::string text = format("%-6s %9s %6s %5s  %s\n", "layer", "max/mean", "cv", "dead",
-                            "hot experts (share of tokens)");
-  for (const analysis::LayerStepLoad& load : analysis::layer_step_loads(model)) {
-    if (load.step != step || load.tokens.empty()) continue;
+// "what  min X  p50 X  p90 X  max X" with `digits` decimals.
+std::string distribution(const char* what, std::vector<double> values, int digits = 1) {
+  std::sort(values.begin(), values.end());
+  return format("%-12s min %9.*f  p50 %9.*f  p90 %9.*f  max %9.*f\n", what, digits, values.front(),
+                digits, analysis::percentile_of_sorted(values, 0.5), digits,
+                analysis::percentile_of_sorted(values, 0.9), digits, values.back());
+}
+
+// Every rank on its line, or at many ranks the slowest and fastest few (by busy time of their
+// last finished step) and the distribution over all of them.
+std::string rank_rows(const std::vector<RankRow>& rows) {
+  std::string text = format("%-5s %6s %9s %9s %9s %12s\n", "rank", "steps", "last", "step ms",
+                            "busy ms", "exposed comm");
+  if (rows.size() <= kTopRankRows) {
+    for (const RankRow& row : rows) text += rank_line(row);
+    return text;
+  }
+  std::vector<RankRow> finished, waiting;
+  for (const RankRow& row : rows) (row.file->last_step() ? finished : waiting).push_back(row);
+  std::stable_sort(finished.begin(), finished.end(), [](const RankRow& a, const RankRow& b) {
+    return a.file->last_step()->busy_ms > b.file->last_step()->busy_ms;
+  });
+  const size_t slowest = std::min<size_t>(5, finished.size());
+  const size_t fastest = std::min<size_t>(3, finished.size() - slowest);
+  for (size_t i = 0; i < slowest; ++i) text += rank_line(finished[i]);
+  if (finished.size() > slowest + fastest) {
+    text += format("  ... %zu ranks between ...\n", finished.size() - slowest - fastest);
+  }
+  for (size_t i = finished.size() - fastest; i < finished.size(); ++i) {
+    text += rank_line(finished[i]);
+  }
+  if (!waiting.empty()) {
+    text += format("%zu rank(s) without a finished step, first rank %d\n", waiting.size(),
+                   waiting.front().rank);
+  }
+  if (finished.empty()) return text;
+  std::vector<double> step_ms, busy_ms, exposed_ms, steps;
+  for (const RankRow& row : finished) {
+    step_ms.push_back(row.file->last_step()->step_ms);
+    busy_ms.push_back(row.file->last_step()->busy_ms);
+    exposed_ms.push_back(row.file->last_step()->exposed_communication_ms);
+    steps.push_back(double(row.file->steps_finished()));
+  }
+  text += format("over %zu ranks (last finished step):\n", finished.size());
+  text += distribution("  step ms", step_ms) + distribution("  busy ms", busy_ms) +
+          distribution("  exposed ms", exposed_ms) + distribution("  steps", steps, 0);
+  return text;
+}
+
+struct LayerRow {
+  uint32_t layer = 0;
+  double max_over_mean = 0;
+  std::string line;
+};
+
+// One line per MoE layer of `step`, the loads combined across ranks as every report does.
+std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
+  analysis::TraceModel samples;  // only the expert-load samples of `step`
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (const analysis::LiveExpertLoad& load : rows[i].file->loads(step)) {
+      analysis::ExpertLoadSample sample = load.sample;
+      sample.process = static_cast<uint32_t>(i);
+      sample.offset = static_cast<uint32_t>(samples.expert_tokens.size());
+      sample.num_experts = static_cast<uint32_t>(load.tokens.size());
+      samples.expert_tokens.insert(samples.expert_tokens.end(), load.tokens.begin(),
+                                   load.tokens.end());
+      samples.expert_loads.push_back(sample);
+    }
+  }
+  analysis::StepRankFilter filter;
+  filter.step_first = filter.step_last = step;
+  std::vector<LayerRow> layers;
+  for (const analysis::LayerStepLoad& load : analysis::layer_step_loads(samples, filter)) {
+    if (load.tokens.empty()) continue;
     double total = 0;
     int dead = 0;
     for (double t : load.tokens) total += t, dead += t <= 0 ? 1 : 0;
@@ -56,66 +129,67 @@ std::string layer_rows(const analysis::TraceModel& model, int64_t step) {
                         100.0 * analysis::share(load.tokens[hot[i]], total));
     }
     if (hot.size() > 4) experts += format(", +%zu more", hot.size() - 4);
-    text += format("%-6u %9.2f %6.2f %5d  %s\n", load.layer, analysis::max_over_mean(load.tokens),
-                   analysis::coefficient_of_variation(load.tokens), dead,
-                   experts.empty() ? "-" : experts.c_str());
+    const double max_over_mean = analysis::max_over_mean(load.tokens);
+    layers.push_back({load.layer, max_over_mean,
+                      format("%-6u %9.2f %6.2f %5d  %s\n", load.layer, max_over_mean,
+                             analysis::coefficient_of_variation(load.tokens), dead,
+                             experts.empty() ? "-" : experts.c_str())});
   }
-  return text;
+  std::string text = format("%-6s %9s %6s %5s  %s\n", "layer", "max/mean", "cv", "dead",
+                            "hot experts (share of tokens)");
+  if (layers.size() <= kTopLayerRows) {
+    for (const LayerRow& layer : layers) text += layer.line;
+    return text;
+  }
+  // Many layers: the most imbalanced ones, then the distribution over all.
+  std::vector<double> values;
+  for (const LayerRow& layer : layers) values.push_back(layer.max_over_mean);
+  std::stable_sort(layers.begin(), layers.end(), [](const LayerRow& a, const LayerRow& b) {
+    return a.max_over_mean > b.max_over_mean;
+  });
+  const size_t shown = kTopLayerRows / 2;
+  for (size_t i = 0; i < shown; ++i) text += layers[i].line;
+  text += format("+%zu more layers; over all %zu:\n", layers.size() - shown, layers.size());
+  return text + distribution("  max/mean", values, 2);
 }
 
 }  // namespace
 
-std::string render_top_frame(const analysis::TraceModel& model) {
-  analysis::TimeBreakdown breakdown = analysis::compute_time_breakdown(model);
-  // A process of the run without steps (the launcher, a helper) is not a rank of the job.
-  auto has_steps = [&](int32_t rank) {
-    int index = model.process_of_rank(rank);
-    return index >= 0 && !model.processes[size_t(index)].steps.empty();
-  };
-  size_t ranks_shown = 0, running = 0;
-  for (const auto& process : model.processes) {
-    if (process.steps.empty()) continue;
-    ++ranks_shown;
-    running += process.complete ? 0 : 1;
+std::string render_top_frame(const analysis::LiveRunState& run) {
+  const auto& files = run.files();
+  const std::vector<int32_t> numbers = run.ranks();
+  std::vector<RankRow> rows;
+  size_t readable = 0, running = 0;
+  analysis::StepSource source = analysis::StepSource::kNone;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!files[i]->readable()) continue;
+    ++readable;
+    // A process of the run without steps (the launcher, a helper) is not a rank of the job.
+    if (!files[i]->has_steps()) continue;
+    if (rows.empty()) source = files[i]->step_source();
+    rows.push_back({numbers[i], files[i].get()});
+    running += files[i]->complete() ? 0 : 1;
   }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const RankRow& a, const RankRow& b) { return a.rank < b.rank; });
   std::string text = format("moescope top: %zu ranks (%zu still writing), steps from %s",
-                            ranks_shown, running, analysis::step_source_name(model.step_source));
-  if (ranks_shown < model.processes.size()) {
-    text += format("; %zu other process(es) without steps", model.processes.size() - ranks_shown);
+                            rows.size(), running, analysis::step_source_name(source));
+  if (rows.size() < readable) {
+    text += format("; %zu other process(es) without steps", readable - rows.size());
   }
-  text += "\n";
-  text += format("%-5s %6s %9s %9s %9s %12s\n", "rank", "steps", "last", "step ms", "busy ms",
-                 "exposed comm");
-  // The latest step every rank finished, and each rank's breakdown of it.
-  int64_t common = -1;
-  bool first = true, a_rank_has_none = false;
-  for (const auto& rank : breakdown.ranks) {
-    if (!has_steps(rank.rank)) continue;
-    auto steps = finished_steps(model, rank);
-    if (steps.empty()) {  // its first step is still running
-      text += format("%-5d %6d %9s %9s %9s %12s\n", rank.rank, 0, "-", "-", "-", "-");
-      a_rank_has_none = true;
-      continue;
-    }
-    const auto* last = steps.back();
-    text += format("%-5d %6zu %9lld %9.1f %9.1f %9.1f ms\n", rank.rank, steps.size(),
-                   static_cast<long long>(last->step), last->step_ms, last->busy_ms(),
-                   last->exposed_communication_ms);
-    common = first ? last->step : std::min(common, last->step);
-    first = false;
-  }
-  if (common < 0 || a_rank_has_none) return text + "no step finished on every rank yet\n";
+  text += "\n" + rank_rows(rows);
+  const int64_t common = run.common_step();
+  if (common < 0) return text + "no step finished on every rank yet\n";
   // Busy time of `common` on each rank: the straggler is the busiest.
   std::vector<double> busy;
   std::vector<int32_t> ranks;
   double exposed = 0;
-  for (const auto& rank : breakdown.ranks) {
-    for (const auto& step : rank.steps) {
-      if (step.step != common) continue;
-      busy.push_back(step.busy_ms());
-      ranks.push_back(rank.rank);
-      exposed += step.exposed_communication_ms;
-    }
+  for (const RankRow& row : rows) {
+    const LiveStep* step = row.file->step(common);
+    if (!step) continue;
+    busy.push_back(step->busy_ms);
+    ranks.push_back(row.rank);
+    exposed += step->exposed_communication_ms;
   }
   text += format("\nstep %lld (finished on every rank):", static_cast<long long>(common));
   if (busy.size() >= 2) {
@@ -125,8 +199,10 @@ std::string render_top_frame(const analysis::TraceModel& model) {
   }
   if (!busy.empty()) {
     text += format(" exposed communication %.1f ms per rank\n", exposed / double(busy.size()));
+  } else {
+    text += "\n";
   }
-  return text + layer_rows(model, common);
+  return text + layer_rows(rows, common);
 }
 
 }  // namespace moescope::cli

@@ -90,7 +90,25 @@ bool TraceReader::read_header() {
   metadata_json_.assign(reinterpret_cast<const char*>(data_ + sizeof(FileHeader)),
                         header.metadata_bytes);
   position_ = sizeof(FileHeader) + header.metadata_bytes;
+  chunks_begin_ = position_;
   return true;
+}
+
+bool TraceReader::seek_chunk(uint64_t offset) {
+  if (chunks_begin_ == 0 || offset < chunks_begin_ || offset > size_) return false;
+  position_ = offset;
+  return true;
+}
+
+bool TraceReader::partial_chunk_at(uint64_t offset) const {
+  if (size_ - offset < sizeof(ChunkHeader)) return true;
+  ChunkHeader header;
+  std::memcpy(&header, data_ + offset, sizeof(header));
+  // A writer appends a chunk with one write: a chunk is partial only when nothing follows it.
+  // A chunk magic further on means its length is damaged (the reader then resynchronises).
+  return header.magic == kChunkMagic && header.payload_bytes <= kMaxChunkBytes &&
+         header.payload_bytes > size_ - offset - sizeof(ChunkHeader) &&
+         find_next_magic(offset + 1) == size_;
 }
 
 uint64_t TraceReader::find_next_magic(uint64_t from) const {
@@ -109,6 +127,7 @@ uint64_t TraceReader::find_next_magic(uint64_t from) const {
 
 bool TraceReader::next_chunk(Chunk& chunk) {
   while (position_ < size_) {
+    if (stop_at_partial_ && partial_chunk_at(position_)) return false;
     uint64_t next = size_;
     if (decode_chunk_at(position_, chunk, next)) {
       position_ = next;

@@ -152,6 +152,11 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
   }
   RecordBuffer cpu, gpu;
   uint64_t written = 0;
+  if (c.strings_first) {
+    RecordBuffer strings;
+    for (uint32_t id = 1; id < kNameCount; ++id) strings.define_string(id, kNames[id]);
+    writer.write_chunk(1, strings.bytes());
+  }
   uint32_t correlation = 1;
   const int group = rank / c.expert_parallel;
   const int group_size =
@@ -159,7 +164,7 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
   const int experts_per_peer = std::max(1, c.experts / std::max(1, group_size));
   for (int s = 0; s < c.steps; ++s) {
     const int64_t start = sim.step_start[size_t(s)];
-    cpu.append<StepRecord>(RecordKind::kStep, uint64_t(start)).step = s;
+    if (c.step_markers) cpu.append<StepRecord>(RecordKind::kStep, uint64_t(start)).step = s;
     cpu.append<SpanBeginRecord>(RecordKind::kSpanBegin, uint64_t(start), kTrainStep).domain =
         kDomain;
     written += 2;

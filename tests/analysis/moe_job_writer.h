@@ -42,6 +42,10 @@ struct MoeJobConfig {
   // A stream's records go to a chunk of about this many bytes (the recorder's flush size);
   // smaller chunks stand in for a long run's many flushes (tests of partial reads).
   size_t chunk_bytes = size_t(1) << 20;
+  // Names defined in a first chunk, as a live recorder does (a trace read while it is written
+  // has them), besides the end chunk.
+  bool strings_first = false;
+  bool step_markers = true;  // else the steps are the "train_step" spans (a guessed range)
 };
 
 // "node-005": the host name of host index 5.

@@ -134,7 +134,20 @@ class TraceReader {
   uint64_t position() const { return position_; }
   const std::string& path() const { return path_; }
 
+  // Growing files (`moescope top`, analysis/live_rank_state.h). Reading goes on from `offset`,
+  // a chunk boundary an earlier reader of the same file stopped at; false (position unchanged)
+  // when it is before the first chunk or past the end.
+  bool seek_chunk(uint64_t offset);
+  // With `stop` set, a chunk that runs past the end of the file with nothing after it (a writer
+  // is still writing it) ends next_chunk() without an error and leaves position() at its
+  // start, where the next refresh retries it. A damaged length is reported as usual when
+  // another chunk follows, else once enough bytes follow (its checksum fails).
+  void stop_at_partial_chunk(bool stop) { stop_at_partial_ = stop; }
+  // Where the chunks start (after the header and metadata).
+  uint64_t chunks_begin() const { return chunks_begin_; }
+
  private:
+  bool partial_chunk_at(uint64_t offset) const;
   void add_error(uint64_t offset, std::string message);
   bool read_header();
   bool decode_chunk_at(uint64_t offset, Chunk& chunk, uint64_t& next_offset);
@@ -152,6 +165,8 @@ class TraceReader {
   ColumnDecoder column_decoder_;
   void* zstd_context_ = nullptr;
   bool saw_end_ = false;
+  bool stop_at_partial_ = false;
+  uint64_t chunks_begin_ = 0;
 };
 
 // Validates a decoded payload: every record has a known kind, a size that is a multiple of
