@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "moescope/recorder.h"
-#include "recorder/recorder.h"
-#include "recorder/trace_path.h"
+#include "recorder.h"
+#include "trace_path.h"
 #include "run_folder.h"
 #include "shim_options.h"
 

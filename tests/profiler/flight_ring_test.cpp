@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "moescope/recorder.h"
-#include "recorder/capture_window.h"
-#include "recorder/flight_ring.h"
+#include "capture_window.h"
+#include "flight_ring.h"
 #include "trace_test_reading.h"
 
 namespace moescope::recorder {
