@@ -12,6 +12,27 @@ namespace {
 // Bounds the kernel-name cache: a program generating kernels forever (JIT) must not grow it.
 constexpr size_t kMaxCachedKernelNames = 1u << 16;
 
+// A record's end, never before its start: CUPTI reports 0 timestamps when it lacked device
+// memory to time the activity.
+template <typename Record>
+uint64_t end_not_before_start(const Record& record) {
+  return record.end >= record.start ? record.end : record.start;
+}
+
+// What a memcpy and a memset record both say (CUPTI's two record types name these fields alike),
+// as a copy: the kind-specific fields are the caller's.
+template <typename Record>
+moescope_gpu_copy_info copy_info_of(const Record& record) {
+  moescope_gpu_copy_info info{};
+  info.start_ns = record.start;
+  info.end_ns = end_not_before_start(record);
+  info.bytes = record.bytes;
+  info.correlation_id = record.correlationId;
+  info.device = record.deviceId;
+  info.stream = record.streamId;
+  return info;
+}
+
 uint32_t copy_kind_of(uint8_t cupti_kind) {
   switch (cupti_kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
@@ -106,8 +127,7 @@ void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
   moescope_gpu_kernel_info info{};
   info.name = kernel_name(kernel.name);
   info.start_ns = kernel.start;
-  // CUPTI reports 0 timestamps when it lacked device memory to time the kernel.
-  info.end_ns = kernel.end >= kernel.start ? kernel.end : kernel.start;
+  info.end_ns = end_not_before_start(kernel);
   info.correlation_id = kernel.correlationId;
   info.device = kernel.deviceId;
   info.context = kernel.contextId;
@@ -127,13 +147,7 @@ void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
 
 void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
   learn_context(copy.contextId, copy.deviceId);
-  moescope_gpu_copy_info info{};
-  info.start_ns = copy.start;
-  info.end_ns = copy.end >= copy.start ? copy.end : copy.start;
-  info.bytes = copy.bytes;
-  info.correlation_id = copy.correlationId;
-  info.device = copy.deviceId;
-  info.stream = copy.streamId;
+  moescope_gpu_copy_info info = copy_info_of(copy);
   info.copy_kind = copy_kind_of(copy.copyKind);
   info.is_memset = 0;
   moescope_gpu_copy(&info);
@@ -142,13 +156,7 @@ void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
 
 void CuptiRecordTranslator::translate_memset(const CuptiMemsetRecord& memset) {
   learn_context(memset.contextId, memset.deviceId);
-  moescope_gpu_copy_info info{};
-  info.start_ns = memset.start;
-  info.end_ns = memset.end >= memset.start ? memset.end : memset.start;
-  info.bytes = memset.bytes;
-  info.correlation_id = memset.correlationId;
-  info.device = memset.deviceId;
-  info.stream = memset.streamId;
+  moescope_gpu_copy_info info = copy_info_of(memset);
   info.value = memset.value;
   info.is_memset = 1;
   moescope_gpu_copy(&info);
@@ -176,7 +184,7 @@ void CuptiRecordTranslator::translate_memory(const CuptiMemoryRecord& memory) {
 }
 
 void CuptiRecordTranslator::translate_sync(const CuptiSyncRecord& sync) {
-  uint64_t end = sync.end >= sync.start ? sync.end : sync.start;
+  uint64_t end = end_not_before_start(sync);
   moescope_gpu_sync(sync_kind_of(sync.type), sync.start, end, device_of_context(sync.contextId),
                     sync.streamId, sync.correlationId);
   ++counts_.syncs;
@@ -188,7 +196,7 @@ void CuptiRecordTranslator::translate_api(const CuptiApiRecord& call, CUpti_Call
     ++counts_.api_calls_skipped;
     return;
   }
-  uint64_t end = call.end >= call.start ? call.end : call.start;
+  uint64_t end = end_not_before_start(call);
   moescope_api_call(name.name, call.start, end, call.correlationId);
   ++counts_.api_calls;
 }
