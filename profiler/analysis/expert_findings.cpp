@@ -86,11 +86,7 @@ void FindingRules::expert_imbalance() {
         test_against_uniform(std::vector<double>(first, first + layer.num_experts));
     if (!uniform.valid || uniform.p_value >= limits_.imbalance_significance) continue;
     double est = per_layer_ms * (1.0 - 1.0 / layer.max_over_mean);
-    Finding& finding = add("expert_imbalance", est);
-    finding.where.layer = int32_t(layer.layer);
-    finding.where.experts = layer.hot_experts;
-    finding.where.first_step = layer.first_step;
-    finding.where.last_step = layer.last_step;
+    Finding& finding = add_for_layer("expert_imbalance", layer, layer.hot_experts, est);
     std::string hot;
     for (uint32_t e : layer.hot_experts) {
       hot += printf_string("%s%u (%.0f%%)", hot.empty() ? "" : ", ", e, 100.0 * layer.share[e]);
@@ -116,12 +112,8 @@ void FindingRules::expert_imbalance() {
 void FindingRules::token_dropping() {
   for (const LayerLoad& layer : experts_.layers) {
     if (layer.dropped_fraction < limits_.dropped_fraction) continue;
-    Finding& finding =
-        add("token_dropping", 0.0, layer.dropped_fraction >= limits_.dropped_critical_fraction);
-    finding.where.layer = int32_t(layer.layer);
-    finding.where.first_step = layer.first_step;
-    finding.where.last_step = layer.last_step;
-    finding.where.experts = layer.hot_experts;
+    Finding& finding = add_for_layer("token_dropping", layer, layer.hot_experts, 0.0,
+                                     layer.dropped_fraction >= limits_.dropped_critical_fraction);
     finding.evidence = printf_string(
         "layer %u drops %.1f%% of routed tokens (%llu of %llu)", layer.layer,
         100.0 * layer.dropped_fraction, static_cast<unsigned long long>(layer.dropped_tokens),
@@ -143,11 +135,7 @@ void FindingRules::dead_experts() {
     const double experts = double(layer.num_experts);
     const double chance = experts * std::pow(1.0 - 1.0 / experts, double(layer.total_tokens));
     if (chance >= limits_.imbalance_significance) continue;
-    Finding& finding = add("dead_experts", 0.0);
-    finding.where.layer = int32_t(layer.layer);
-    finding.where.experts = layer.dead_experts;
-    finding.where.first_step = layer.first_step;
-    finding.where.last_step = layer.last_step;
+    Finding& finding = add_for_layer("dead_experts", layer, layer.dead_experts, 0.0);
     finding.evidence =
         printf_string("layer %u: %zu of %u experts received no token in %u steps", layer.layer,
                       layer.dead_experts.size(), layer.num_experts, layer.num_steps);
@@ -170,11 +158,7 @@ void FindingRules::router_collapse() {
         layer.router_entropy_first > 0 &&
         layer.router_entropy_last < limits_.collapse_entropy_ratio * layer.router_entropy_first;
     if (!by_load && !by_entropy) continue;
-    Finding& finding = add("router_collapse", 0.0, true);
-    finding.where.layer = int32_t(layer.layer);
-    finding.where.experts = layer.hot_experts;
-    finding.where.first_step = layer.first_step;
-    finding.where.last_step = layer.last_step;
+    Finding& finding = add_for_layer("router_collapse", layer, layer.hot_experts, 0.0, true);
     finding.evidence = printf_string(
         "layer %u: effective experts (exp of the load entropy) fell from %.1f to %.1f of %u; "
         "router entropy %.3f -> %.3f nats",

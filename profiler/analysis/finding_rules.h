@@ -30,6 +30,15 @@ class FindingRules {
   // A finding of `kind` over the whole run; `threatens_run`: the finding endangers the run
   // itself (see severity_of).
   Finding& add(const char* kind, double est_ms, bool threatens_run = false);
+  // A finding about one rank, from its mean step `mean`: where it is and its timeline process.
+  Finding& add_for_rank(const char* kind, const StepBreakdown& mean, double est_ms);
+  // A finding about `experts` of one layer, over the steps the layer was seen in.
+  Finding& add_for_layer(const char* kind, const LayerLoad& layer,
+                         const std::vector<uint32_t>& experts, double est_ms,
+                         bool threatens_run = false);
+  // Whether `ms` per step is worth a finding: at least `min_ms` and the `share` of `of_ms` (a
+  // NaN is, so that it shows).
+  static bool worth_a_finding(double ms, double min_ms, double share, double of_ms);
   // The median over ranks of each rank's mean step time (ms).
   double mean_step_ms() const;
 

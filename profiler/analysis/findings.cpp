@@ -115,6 +115,28 @@ Finding& FindingRules::add(const char* kind, double est_ms, bool threatens_run) 
   return findings_.back();
 }
 
+Finding& FindingRules::add_for_rank(const char* kind, const StepBreakdown& mean, double est_ms) {
+  Finding& finding = add(kind, est_ms);
+  finding.where.ranks = {mean.rank};
+  finding.process = model_.process_of_rank(mean.rank);
+  return finding;
+}
+
+Finding& FindingRules::add_for_layer(const char* kind, const LayerLoad& layer,
+                                     const std::vector<uint32_t>& experts, double est_ms,
+                                     bool threatens_run) {
+  Finding& finding = add(kind, est_ms, threatens_run);
+  finding.where.layer = int32_t(layer.layer);
+  finding.where.experts = experts;
+  finding.where.first_step = layer.first_step;
+  finding.where.last_step = layer.last_step;
+  return finding;
+}
+
+bool FindingRules::worth_a_finding(double ms, double min_ms, double share, double of_ms) {
+  return !(ms < std::max(min_ms, share * of_ms));
+}
+
 double FindingRules::mean_step_ms() const {
   std::vector<double> steps;
   for (const auto& mean : means_) steps.push_back(mean.step_ms);

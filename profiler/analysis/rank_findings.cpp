@@ -84,7 +84,9 @@ void FindingRules::straggler_rank() {
   for (size_t r = 0; r < means_.size(); ++r) {
     const double typical = median_of_others(busy, r);
     const double excess = straggler_excess(busy, r);
-    if (excess < std::max(limits_.straggler_min_ms, limits_.straggler_excess * typical)) continue;
+    if (!worth_a_finding(excess, limits_.straggler_min_ms, limits_.straggler_excess, typical)) {
+      continue;
+    }
     Finding& finding = add("straggler_rank", excess);
     finding.where.ranks = {means_[r].rank};
     finding.process = int32_t(r);
@@ -134,7 +136,9 @@ void FindingRules::exposed_communication() {
   total_comm /= double(means_.size());
   overlapped /= double(means_.size());
   const double step_ms = mean_step_ms();
-  if (exposed < std::max(limits_.exposed_comm_min_ms, limits_.exposed_comm_share * step_ms)) return;
+  if (!worth_a_finding(exposed, limits_.exposed_comm_min_ms, limits_.exposed_comm_share, step_ms)) {
+    return;
+  }
   Finding& finding = add("exposed_communication", exposed);
   const std::vector<std::string> kinds = communication_kinds(model_);
   finding.evidence = printf_string(
@@ -151,12 +155,11 @@ void FindingRules::exposed_communication() {
 
 void FindingRules::host_sync_stall() {
   for (const auto& mean : means_) {
-    if (mean.host_sync_ms <
-        std::max(limits_.host_sync_min_ms, limits_.host_sync_share * mean.step_ms))
+    if (!worth_a_finding(mean.host_sync_ms, limits_.host_sync_min_ms, limits_.host_sync_share,
+                         mean.step_ms)) {
       continue;
-    Finding& finding = add("host_sync_stall", mean.host_sync_ms);
-    finding.where.ranks = {mean.rank};
-    finding.process = model_.process_of_rank(mean.rank);
+    }
+    Finding& finding = add_for_rank("host_sync_stall", mean, mean.host_sync_ms);
     finding.evidence = printf_string(
         "rank %d: the host waits %.2f ms per step in %u synchronizations per step (%u blocking "
         "device-to-host copies per step), %.0f%% of the step",
@@ -174,12 +177,11 @@ void FindingRules::host_sync_stall() {
 
 void FindingRules::launch_bound() {
   for (const auto& mean : means_) {
-    if (mean.launch_gap_ms <
-        std::max(limits_.launch_gap_min_ms, limits_.launch_gap_share * mean.step_ms))
+    if (!worth_a_finding(mean.launch_gap_ms, limits_.launch_gap_min_ms, limits_.launch_gap_share,
+                         mean.step_ms)) {
       continue;
-    Finding& finding = add("launch_bound", mean.launch_gap_ms);
-    finding.where.ranks = {mean.rank};
-    finding.process = model_.process_of_rank(mean.rank);
+    }
+    Finding& finding = add_for_rank("launch_bound", mean, mean.launch_gap_ms);
     finding.evidence = printf_string(
         "rank %d: the GPU waits %.2f ms per step for kernel launches that end after the "
         "previous kernel finished (%.0f%% of the step)",
@@ -223,9 +225,7 @@ void FindingRules::allocation_churn() {
   for (const auto& mean : means_) {
     if (mean.allocations < limits_.churn_allocations_per_step) continue;
     double est = mean.allocations * limits_.allocation_cost_ms;
-    Finding& finding = add("allocation_churn", est);
-    finding.where.ranks = {mean.rank};
-    finding.process = model_.process_of_rank(mean.rank);
+    Finding& finding = add_for_rank("allocation_churn", mean, est);
     finding.evidence = printf_string(
         "rank %d allocates %u times per step (%.1f MiB per step) and frees as much again",
         mean.rank, mean.allocations, double(mean.allocated_bytes) / (1 << 20));

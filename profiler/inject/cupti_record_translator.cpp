@@ -19,14 +19,14 @@ uint64_t end_not_before_start(const Record& record) {
   return record.end >= record.start ? record.end : record.start;
 }
 
-// What a memcpy and a memset record both say (CUPTI's two record types name these fields alike),
-// as a copy: the kind-specific fields are the caller's.
-template <typename Record>
-moescope_gpu_copy_info copy_info_of(const Record& record) {
-  moescope_gpu_copy_info info{};
+// What every GPU activity record says (CUPTI's kernel, memcpy and memset records name these
+// fields alike) as the recorder's `Info` (moescope_gpu_kernel_info / moescope_gpu_copy_info):
+// the kind-specific fields are the caller's.
+template <typename Info, typename Record>
+Info activity_info_of(const Record& record) {
+  Info info{};
   info.start_ns = record.start;
   info.end_ns = end_not_before_start(record);
-  info.bytes = record.bytes;
   info.correlation_id = record.correlationId;
   info.device = record.deviceId;
   info.stream = record.streamId;
@@ -124,14 +124,9 @@ void CuptiRecordTranslator::translate_record(const CuptiContextRecord& context,
 
 void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
   learn_context(kernel.contextId, kernel.deviceId);
-  moescope_gpu_kernel_info info{};
+  auto info = activity_info_of<moescope_gpu_kernel_info>(kernel);
   info.name = kernel_name(kernel.name);
-  info.start_ns = kernel.start;
-  info.end_ns = end_not_before_start(kernel);
-  info.correlation_id = kernel.correlationId;
-  info.device = kernel.deviceId;
   info.context = kernel.contextId;
-  info.stream = kernel.streamId;
   info.grid[0] = static_cast<uint32_t>(kernel.gridX);
   info.grid[1] = static_cast<uint32_t>(kernel.gridY);
   info.grid[2] = static_cast<uint32_t>(kernel.gridZ);
@@ -147,7 +142,8 @@ void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
 
 void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
   learn_context(copy.contextId, copy.deviceId);
-  moescope_gpu_copy_info info = copy_info_of(copy);
+  auto info = activity_info_of<moescope_gpu_copy_info>(copy);
+  info.bytes = copy.bytes;
   info.copy_kind = copy_kind_of(copy.copyKind);
   info.is_memset = 0;
   moescope_gpu_copy(&info);
@@ -156,7 +152,8 @@ void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
 
 void CuptiRecordTranslator::translate_memset(const CuptiMemsetRecord& memset) {
   learn_context(memset.contextId, memset.deviceId);
-  moescope_gpu_copy_info info = copy_info_of(memset);
+  auto info = activity_info_of<moescope_gpu_copy_info>(memset);
+  info.bytes = memset.bytes;
   info.value = memset.value;
   info.is_memset = 1;
   moescope_gpu_copy(&info);
