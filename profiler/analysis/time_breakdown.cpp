@@ -6,6 +6,7 @@
 #include <map>
 
 #include "moescope/analysis/intervals.h"
+#include "moescope/analysis/visible_range.h"
 #include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
