@@ -23,9 +23,9 @@
 
 #include "moescope/recorder.h"
 #include "recorder.h"
-#include "trace_path.h"
 #include "run_folder.h"
 #include "shim_options.h"
+#include "trace_path.h"
 
 namespace moescope::inject {
 namespace {

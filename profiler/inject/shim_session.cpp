@@ -20,10 +20,10 @@
 #include "nvtx_handles.h"
 #include "preload_list.h"
 #include "recorder.h"
-#include "trace_path.h"
 #include "shim_options.h"
 #include "shim_signals.h"
 #include "shim_trace_path.h"
+#include "trace_path.h"
 
 namespace moescope::inject {
 

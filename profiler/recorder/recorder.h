@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "moescope/recorder.h"
-#include "moescope/trace/trace_writer.h"
 #include "capture_window.h"
 #include "collective_progress.h"
 #include "flight_ring.h"
+#include "moescope/recorder.h"
+#include "moescope/trace/trace_writer.h"
 #include "string_table.h"
 #include "thread_buffer.h"
 #include "tick_clock.h"
