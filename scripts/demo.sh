@@ -88,6 +88,15 @@ train() {
 # The per-rank traces (the torchrun launcher writes a run.norank.PID.moetrace of its own).
 rank_traces() { ls "$out/$1"/run.[0-9]*.moetrace 2>/dev/null; }
 
+report_run() {  # RUN WHAT TRACE... -> $out/RUN/report.json and report.txt (when report is built)
+  local run=$1 what=$2
+  shift 2
+  [ $have_report = 1 ] || return 0
+  "$moescope" report --format json -o "$out/$run/report.json" "$@" ||
+    echo "demo: moescope report on $what failed" >&2
+  "$moescope" report "$@" > "$out/$run/report.txt" 2>&1 || true
+}
+
 report_value() {  # FILE LAYER FIELD -> that layer's field in the JSON report ("-" when null)
   "$python" - "$1" "$2" "$3" <<'EOF'
 import json, sys
@@ -163,11 +172,7 @@ fi
 say "5/6 The same run with aux-loss-free balancing (--balance aux-free)"
 train aux_free --balance aux-free --bias-update-rate 1e-2 || { echo "demo: the aux-free run failed" >&2; exit 1; }
 mapfile -t balanced_traces < <(rank_traces aux_free)
-if [ $have_report = 1 ]; then
-  "$moescope" report --format json -o "$out/aux_free/report.json" "${balanced_traces[@]}" ||
-    echo "demo: moescope report on the aux-free run failed" >&2
-  "$moescope" report "${balanced_traces[@]}" > "$out/aux_free/report.txt" 2>&1 || true
-fi
+report_run aux_free "the aux-free run" "${balanced_traces[@]}"
 
 # ---- 6. the same run with dynamic expert placement -------------------------------------------
 say "6/6 The same run with redundant experts and periodic rebalancing (--redundant-experts 2 --rebalance-every N)"
@@ -175,11 +180,7 @@ rebalance_every=10
 train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --rebalance-threshold 1.05 --dispatch-pool ||
   { echo "demo: the rebalancing run failed" >&2; exit 1; }
 mapfile -t rebalanced_traces < <(rank_traces rebalanced)
-if [ $have_report = 1 ]; then
-  "$moescope" report --format json -o "$out/rebalanced/report.json" "${rebalanced_traces[@]}" ||
-    echo "demo: moescope report on the rebalancing run failed" >&2
-  "$moescope" report "${rebalanced_traces[@]}" > "$out/rebalanced/report.txt" 2>&1 || true
-fi
+report_run rebalanced "the rebalancing run" "${rebalanced_traces[@]}"
 
 say "Result"
 printf '%-36s %10s %10s %10s\n' "" "skewed" "aux-free" "rebalanced"

@@ -8,6 +8,15 @@ void check_router_config(const char* op, const RouterConfig& config) {
   }
 }
 
+void check_router_arguments(const char* op, const RouterConfig& config, std::int64_t num_tokens,
+                            std::initializer_list<RequiredPointer> required) {
+  check_router_config(op, config);
+  require_non_negative(op, num_tokens, "num_tokens");
+  if (num_tokens == 0) return;
+  for (const RequiredPointer& argument : required)
+    require_pointer(op, argument.pointer, argument.name);
+}
+
 void check_routing_map_sizes(const char* op, std::int64_t num_assignments, int num_experts,
                              int row_alignment, std::int64_t row_capacity) {
   require_non_negative(op, num_assignments, "num_assignments");

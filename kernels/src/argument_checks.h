@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -32,6 +33,17 @@ inline void require_dtype(const char* op, DType dtype) {
 
 /// Checks a RouterConfig for consistency (not for CUDA size limits: see supports_router).
 void check_router_config(const char* op, const RouterConfig& config);
+
+/// An argument that must not be null (when there is work): the pointer and its name.
+struct RequiredPointer {
+  const void* pointer;
+  const char* name;
+};
+
+/// The checks the CPU router's entry points start with: `config` consistent, num_tokens >= 0
+/// and, when there is a token, every pointer of `required` set.
+void check_router_arguments(const char* op, const RouterConfig& config, std::int64_t num_tokens,
+                            std::initializer_list<RequiredPointer> required);
 
 /// Checks num_experts, row_alignment and row_capacity of a routing map.
 void check_routing_map_sizes(const char* op, std::int64_t num_assignments, int num_experts,

@@ -74,14 +74,11 @@ void router_forward(const float* logits, const float* expert_bias, std::int64_t 
                     const RouterConfig& config, float* scores, std::int32_t* topk_ids,
                     float* topk_weights, std::int32_t* selections_per_expert) {
   constexpr const char* kOp = "router_forward";
-  detail::check_router_config(kOp, config);
-  detail::require_non_negative(kOp, num_tokens, "num_tokens");
-  if (num_tokens > 0) {
-    detail::require_pointer(kOp, logits, "logits");
-    detail::require_pointer(kOp, scores, "scores");
-    detail::require_pointer(kOp, topk_ids, "topk_ids");
-    detail::require_pointer(kOp, topk_weights, "topk_weights");
-  }
+  detail::check_router_arguments(kOp, config, num_tokens,
+                                 {{logits, "logits"},
+                                  {scores, "scores"},
+                                  {topk_ids, "topk_ids"},
+                                  {topk_weights, "topk_weights"}});
   const int num_experts = config.num_experts;
   const int top_k = config.top_k;
   if (selections_per_expert != nullptr) {
@@ -120,14 +117,11 @@ void router_backward(const float* scores, const std::int32_t* topk_ids,
                      const float* grad_topk_weights, const float* grad_scores,
                      std::int64_t num_tokens, const RouterConfig& config, float* grad_logits) {
   constexpr const char* kOp = "router_backward";
-  detail::check_router_config(kOp, config);
-  detail::require_non_negative(kOp, num_tokens, "num_tokens");
-  if (num_tokens > 0) {
-    detail::require_pointer(kOp, scores, "scores");
-    detail::require_pointer(kOp, topk_ids, "topk_ids");
-    detail::require_pointer(kOp, grad_topk_weights, "grad_topk_weights");
-    detail::require_pointer(kOp, grad_logits, "grad_logits");
-  }
+  detail::check_router_arguments(kOp, config, num_tokens,
+                                 {{scores, "scores"},
+                                  {topk_ids, "topk_ids"},
+                                  {grad_topk_weights, "grad_topk_weights"},
+                                  {grad_logits, "grad_logits"}});
   const int num_experts = config.num_experts;
   const int top_k = config.top_k;
   std::vector<float> grad_score(num_experts);

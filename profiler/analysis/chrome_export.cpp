@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "json_stream.h"
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/trace/time_arithmetic.h"
 
@@ -15,80 +16,6 @@ namespace {
 
 constexpr int64_t kGpuTidBase = 1000000;
 constexpr int64_t kCommTidBase = 2000000;
-
-// Output through a fixed buffer; the first write error is kept.
-class JsonStream {
- public:
-  explicit JsonStream(std::FILE* file) : file_(file) { buffer_.reserve(kFlushBytes + 4096); }
-  void raw(std::string_view text) {
-    buffer_.append(text);
-    maybe_flush();
-  }
-  void raw(char c) { buffer_.push_back(c); }
-  void string(std::string_view text) { append_json_string(buffer_, text); }
-  void integer(int64_t value) {
-    char digits[24];
-    auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, static_cast<size_t>(end - digits));
-  }
-  void unsigned_integer(uint64_t value) {
-    char digits[24];
-    auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, static_cast<size_t>(end - digits));
-  }
-  void number(double value) {
-    if (!std::isfinite(value)) {
-      buffer_.append("null");
-      return;
-    }
-    char digits[32];
-    auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-    buffer_.append(digits, static_cast<size_t>(end - digits));
-  }
-  // Nanoseconds as microseconds with exactly 3 decimals. Defined for every int64, INT64_MIN
-  // included (its negation does not fit an int64: the magnitude is taken as unsigned).
-  void micros(int64_t ns) {
-    if (ns < 0) buffer_.push_back('-');
-    const uint64_t magnitude = trace::magnitude(ns);
-    unsigned_integer(magnitude / 1000);
-    const uint64_t fraction = magnitude % 1000;
-    char tail[4] = {'.', char('0' + fraction / 100), char('0' + fraction / 10 % 10),
-                    char('0' + fraction % 10)};
-    buffer_.append(tail, 4);
-  }
-  void end_event() {
-    buffer_.append("},\n");
-    ++events_;
-    maybe_flush();
-  }
-  bool finish() {
-    flush();
-    if (std::fflush(file_) != 0 && error_.empty()) error_ = std::strerror(errno);
-    return error_.empty();
-  }
-  const std::string& error() const { return error_; }
-  uint64_t bytes() const { return bytes_ + buffer_.size(); }
-  uint64_t events() const { return events_; }
-
- private:
-  static constexpr size_t kFlushBytes = 1 << 20;
-  void maybe_flush() {
-    if (buffer_.size() >= kFlushBytes) flush();
-  }
-  void flush() {
-    if (buffer_.empty()) return;
-    if (error_.empty() && std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
-      error_ = std::strerror(errno);
-    }
-    bytes_ += buffer_.size();
-    buffer_.clear();
-  }
-  std::FILE* file_;
-  std::string buffer_;
-  std::string error_;
-  uint64_t bytes_ = 0;
-  uint64_t events_ = 0;
-};
 
 class Exporter {
  public:
@@ -420,80 +347,7 @@ class Exporter {
   const ChromeExportOptions& options_;
 };
 
-// Length of the valid UTF-8 sequence at text[i], or 0 when invalid.
-size_t utf8_sequence(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  unsigned char lead = byte(i);
-  size_t length = lead < 0x80           ? 1
-                  : (lead >> 5) == 0x6  ? 2
-                  : (lead >> 4) == 0xe  ? 3
-                  : (lead >> 3) == 0x1e ? 4
-                                        : 0;
-  if (length == 0 || i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xc0) != 0x80) return 0;
-  }
-  if (length == 2 && lead < 0xc2) return 0;                          // overlong
-  if (length == 3 && lead == 0xe0 && byte(i + 1) < 0xa0) return 0;   // overlong
-  if (length == 3 && lead == 0xed && byte(i + 1) >= 0xa0) return 0;  // surrogates
-  if (length == 4 && lead == 0xf0 && byte(i + 1) < 0x90) return 0;   // overlong
-  if (length == 4 && (lead > 0xf4 || (lead == 0xf4 && byte(i + 1) >= 0x90))) return 0;
-  return length;
-}
-
 }  // namespace
-
-void append_json_string(std::string& out, std::string_view text) {
-  out.push_back('"');
-  for (size_t i = 0; i < text.size();) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      out.push_back(char(c));
-      ++i;
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        ++i;
-        continue;
-      case '\\':
-        out.append("\\\\");
-        ++i;
-        continue;
-      case '\n':
-        out.append("\\n");
-        ++i;
-        continue;
-      case '\t':
-        out.append("\\t");
-        ++i;
-        continue;
-      case '\r':
-        out.append("\\r");
-        ++i;
-        continue;
-      default:
-        break;
-    }
-    if (c < 0x20) {
-      static const char kHex[] = "0123456789abcdef";
-      const char escaped[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-      out.append(escaped, 6);
-      ++i;
-      continue;
-    }
-    size_t length = utf8_sequence(text, i);
-    if (length == 0) {
-      out.append("\\ufffd");
-      ++i;
-    } else {
-      out.append(text.substr(i, length));
-      i += length;
-    }
-  }
-  out.push_back('"');
-}
 
 ChromeExportResult export_chrome_trace(const TraceModel& model, std::FILE* out,
                                        const ChromeExportOptions& options) {

@@ -284,10 +284,7 @@ class MoetraceFileLoader {
     ExpertLoadSample sample;
     sample.time = count_event(load.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_EXPERT_LOAD, sample, load);
-    sample.num_experts = std::min<uint32_t>(
-        load.num_experts, record.tail_bytes<trace::ExpertLoadRecord>() / sizeof(uint32_t));
-    sample.offset =
-        append_tail(out_.expert_tokens, record.tail<trace::ExpertLoadRecord>(), sample.num_experts);
+    take_expert_tail<trace::ExpertLoadRecord>(record, out_.expert_tokens, sample);
     out_.expert_loads.push_back(sample);
     tracks_.cover(sample.time, sample.time);
   }
@@ -295,10 +292,7 @@ class MoetraceFileLoader {
     ExpertValuesSample sample;
     sample.time = count_event(values.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_EXPERT_VALUES, sample, values);
-    sample.num_experts = std::min<uint32_t>(
-        values.num_experts, record.tail_bytes<trace::ExpertValuesRecord>() / sizeof(float));
-    sample.offset = append_tail(out_.expert_value_data, record.tail<trace::ExpertValuesRecord>(),
-                                sample.num_experts);
+    take_expert_tail<trace::ExpertValuesRecord>(record, out_.expert_value_data, sample);
     out_.expert_values.push_back(sample);
   }
   void on(const trace::LayerStatsRecord& stats, const RecordView&) {
@@ -354,6 +348,17 @@ class MoetraceFileLoader {
     data.resize(data.size() + count);
     if (count) std::memcpy(data.data() + offset, tail, count * sizeof(Element));  // null data()
     return offset;
+  }
+
+  // A per-expert record's array [num_experts] into the model-wide `data`: `sample` gets its
+  // offset there and the count the record really holds (a short record's num_experts is cut to
+  // the elements present).
+  template <typename Record, typename Element, typename Sample>
+  static void take_expert_tail(const RecordView& record, std::vector<Element>& data,
+                               Sample& sample) {
+    sample.num_experts = std::min<uint32_t>(
+        sample.num_experts, static_cast<uint32_t>(record.tail_bytes<Record>() / sizeof(Element)));
+    sample.offset = append_tail(data, record.tail<Record>(), sample.num_experts);
   }
 
   static const char* copy_name(const GpuOp& op) {

@@ -9,6 +9,7 @@
 #include "moescope/analysis/statistics.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/time_breakdown.h"
+#include "moescope/analysis/visible_range.h"
 
 namespace moescope::analysis {
 namespace {

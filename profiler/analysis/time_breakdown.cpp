@@ -6,12 +6,29 @@
 #include <map>
 
 #include "moescope/analysis/intervals.h"
+#include "moescope/analysis/visible_range.h"
 #include "moescope/trace/time_arithmetic.h"
 
 namespace moescope::analysis {
 namespace {
 
 constexpr double kMsPerNs = 1e-6;
+
+// The fields of a StepBreakdown that add up over steps, by how a rank's mean per step is made of
+// their total: times divide, counts divide and round to a whole number (allocated_bytes, the
+// one 64-bit count, saturates instead).
+constexpr double StepBreakdown::*kMillisecondFields[] = {
+    &StepBreakdown::step_ms,
+    &StepBreakdown::compute_ms,
+    &StepBreakdown::communication_ms,
+    &StepBreakdown::exposed_communication_ms,
+    &StepBreakdown::overlapped_communication_ms,
+    &StepBreakdown::memcpy_ms,
+    &StepBreakdown::idle_ms,
+    &StepBreakdown::host_sync_ms,
+    &StepBreakdown::launch_gap_ms};
+constexpr uint32_t StepBreakdown::*kCountFields[] = {
+    &StepBreakdown::host_syncs, &StepBreakdown::blocking_d2h_copies, &StepBreakdown::allocations};
 
 bool is_communication_kernel(const std::string& name) {
   return name.rfind("nccl", 0) == 0 || name.find("ncclKernel") != std::string::npos;
@@ -133,18 +150,10 @@ StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& pr
 StepBreakdown RankBreakdown::mean() const {
   StepBreakdown mean = total;
   double n = steps.empty() ? 1.0 : double(steps.size());
-  mean.step_ms /= n;
-  mean.compute_ms /= n;
-  mean.communication_ms /= n;
-  mean.exposed_communication_ms /= n;
-  mean.overlapped_communication_ms /= n;
-  mean.memcpy_ms /= n;
-  mean.idle_ms /= n;
-  mean.host_sync_ms /= n;
-  mean.launch_gap_ms /= n;
-  mean.host_syncs = static_cast<uint32_t>(total.host_syncs / n + 0.5);
-  mean.blocking_d2h_copies = static_cast<uint32_t>(total.blocking_d2h_copies / n + 0.5);
-  mean.allocations = static_cast<uint32_t>(total.allocations / n + 0.5);
+  for (double StepBreakdown::*field : kMillisecondFields) mean.*field /= n;
+  for (uint32_t StepBreakdown::*field : kCountFields) {
+    mean.*field = static_cast<uint32_t>(total.*field / n + 0.5);
+  }
   mean.allocated_bytes = trace::saturating_uint64(double(total.allocated_bytes) / n);
   return mean;
 }
@@ -165,18 +174,8 @@ RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack
   total.rank = process.rank;
   total.step = -1;
   for (const StepBreakdown& step : rank.steps) {
-    total.step_ms += step.step_ms;
-    total.compute_ms += step.compute_ms;
-    total.communication_ms += step.communication_ms;
-    total.exposed_communication_ms += step.exposed_communication_ms;
-    total.overlapped_communication_ms += step.overlapped_communication_ms;
-    total.memcpy_ms += step.memcpy_ms;
-    total.idle_ms += step.idle_ms;
-    total.host_sync_ms += step.host_sync_ms;
-    total.host_syncs += step.host_syncs;
-    total.blocking_d2h_copies += step.blocking_d2h_copies;
-    total.launch_gap_ms += step.launch_gap_ms;
-    total.allocations += step.allocations;
+    for (double StepBreakdown::*field : kMillisecondFields) total.*field += step.*field;
+    for (uint32_t StepBreakdown::*field : kCountFields) total.*field += step.*field;
     total.allocated_bytes += step.allocated_bytes;
   }
   if (!rank.steps.empty()) {

@@ -12,6 +12,27 @@ namespace {
 // Bounds the kernel-name cache: a program generating kernels forever (JIT) must not grow it.
 constexpr size_t kMaxCachedKernelNames = 1u << 16;
 
+// A record's end, never before its start: CUPTI reports 0 timestamps when it lacked device
+// memory to time the activity.
+template <typename Record>
+uint64_t end_not_before_start(const Record& record) {
+  return record.end >= record.start ? record.end : record.start;
+}
+
+// What every GPU activity record says (CUPTI's kernel, memcpy and memset records name these
+// fields alike) as the recorder's `Info` (moescope_gpu_kernel_info / moescope_gpu_copy_info):
+// the kind-specific fields are the caller's.
+template <typename Info, typename Record>
+Info activity_info_of(const Record& record) {
+  Info info{};
+  info.start_ns = record.start;
+  info.end_ns = end_not_before_start(record);
+  info.correlation_id = record.correlationId;
+  info.device = record.deviceId;
+  info.stream = record.streamId;
+  return info;
+}
+
 uint32_t copy_kind_of(uint8_t cupti_kind) {
   switch (cupti_kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
@@ -103,15 +124,9 @@ void CuptiRecordTranslator::translate_record(const CuptiContextRecord& context,
 
 void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
   learn_context(kernel.contextId, kernel.deviceId);
-  moescope_gpu_kernel_info info{};
+  auto info = activity_info_of<moescope_gpu_kernel_info>(kernel);
   info.name = kernel_name(kernel.name);
-  info.start_ns = kernel.start;
-  // CUPTI reports 0 timestamps when it lacked device memory to time the kernel.
-  info.end_ns = kernel.end >= kernel.start ? kernel.end : kernel.start;
-  info.correlation_id = kernel.correlationId;
-  info.device = kernel.deviceId;
   info.context = kernel.contextId;
-  info.stream = kernel.streamId;
   info.grid[0] = static_cast<uint32_t>(kernel.gridX);
   info.grid[1] = static_cast<uint32_t>(kernel.gridY);
   info.grid[2] = static_cast<uint32_t>(kernel.gridZ);
@@ -127,13 +142,8 @@ void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
 
 void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
   learn_context(copy.contextId, copy.deviceId);
-  moescope_gpu_copy_info info{};
-  info.start_ns = copy.start;
-  info.end_ns = copy.end >= copy.start ? copy.end : copy.start;
+  auto info = activity_info_of<moescope_gpu_copy_info>(copy);
   info.bytes = copy.bytes;
-  info.correlation_id = copy.correlationId;
-  info.device = copy.deviceId;
-  info.stream = copy.streamId;
   info.copy_kind = copy_kind_of(copy.copyKind);
   info.is_memset = 0;
   moescope_gpu_copy(&info);
@@ -142,13 +152,8 @@ void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
 
 void CuptiRecordTranslator::translate_memset(const CuptiMemsetRecord& memset) {
   learn_context(memset.contextId, memset.deviceId);
-  moescope_gpu_copy_info info{};
-  info.start_ns = memset.start;
-  info.end_ns = memset.end >= memset.start ? memset.end : memset.start;
+  auto info = activity_info_of<moescope_gpu_copy_info>(memset);
   info.bytes = memset.bytes;
-  info.correlation_id = memset.correlationId;
-  info.device = memset.deviceId;
-  info.stream = memset.streamId;
   info.value = memset.value;
   info.is_memset = 1;
   moescope_gpu_copy(&info);
@@ -176,7 +181,7 @@ void CuptiRecordTranslator::translate_memory(const CuptiMemoryRecord& memory) {
 }
 
 void CuptiRecordTranslator::translate_sync(const CuptiSyncRecord& sync) {
-  uint64_t end = sync.end >= sync.start ? sync.end : sync.start;
+  uint64_t end = end_not_before_start(sync);
   moescope_gpu_sync(sync_kind_of(sync.type), sync.start, end, device_of_context(sync.contextId),
                     sync.streamId, sync.correlationId);
   ++counts_.syncs;
@@ -188,7 +193,7 @@ void CuptiRecordTranslator::translate_api(const CuptiApiRecord& call, CUpti_Call
     ++counts_.api_calls_skipped;
     return;
   }
-  uint64_t end = call.end >= call.start ? call.end : call.start;
+  uint64_t end = end_not_before_start(call);
   moescope_api_call(name.name, call.start, end, call.correlationId);
   ++counts_.api_calls;
 }

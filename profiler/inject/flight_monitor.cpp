@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "moescope/recorder.h"
-#include "recorder/recorder.h"
-#include "recorder/trace_path.h"
+#include "recorder.h"
 #include "run_folder.h"
 #include "shim_options.h"
+#include "trace_path.h"
 
 namespace moescope::inject {
 namespace {

@@ -6,7 +6,7 @@
 #include <new>
 #include <unordered_map>
 
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 namespace moescope::inject {
 

@@ -22,7 +22,7 @@
 
 #include "moescope/recorder.h"
 #include "nvtx_handles.h"
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 namespace moescope::inject {
 namespace {

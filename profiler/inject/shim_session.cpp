@@ -19,11 +19,11 @@
 #include "nccl_interpose.h"
 #include "nvtx_handles.h"
 #include "preload_list.h"
-#include "recorder/recorder.h"
-#include "recorder/trace_path.h"
+#include "recorder.h"
 #include "shim_options.h"
 #include "shim_signals.h"
 #include "shim_trace_path.h"
+#include "trace_path.h"
 
 namespace moescope::inject {
 

@@ -1,4 +1,4 @@
-#include "recorder/capture_window.h"
+#include "capture_window.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "recorder/collective_progress.h"
+#include "collective_progress.h"
 
 #include <cinttypes>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // The C API of the flight recorder's collective progress (moescope/recorder.h), and the hook
 // moescope_trigger() takes under the flight recorder.
 #include "moescope/recorder.h"
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 using moescope::recorder::Recorder;
 

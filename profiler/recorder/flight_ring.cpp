@@ -1,4 +1,4 @@
-#include "recorder/flight_ring.h"
+#include "flight_ring.h"
 
 #include <unistd.h>
 #include <zlib.h>

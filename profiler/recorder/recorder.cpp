@@ -1,4 +1,4 @@
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moescope/recorder.h"
-#include "recorder/trace_path.h"
+#include "trace_path.h"
 
 namespace moescope::recorder {
 namespace {

@@ -18,15 +18,15 @@
 #include <thread>
 #include <vector>
 
+#include "capture_window.h"
+#include "collective_progress.h"
+#include "flight_ring.h"
 #include "moescope/recorder.h"
 #include "moescope/trace/trace_writer.h"
-#include "recorder/capture_window.h"
-#include "recorder/collective_progress.h"
-#include "recorder/flight_ring.h"
-#include "recorder/string_table.h"
-#include "recorder/thread_buffer.h"
-#include "recorder/tick_clock.h"
-#include "recorder/trace_path.h"
+#include "string_table.h"
+#include "thread_buffer.h"
+#include "tick_clock.h"
+#include "trace_path.h"
 
 namespace moescope::recorder {
 

@@ -7,7 +7,7 @@
 
 #include "moescope/recorder.h"
 #include "moescope/trace/record_kinds.h"
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 using moescope::recorder::begin_record;
 using moescope::recorder::read_ticks;

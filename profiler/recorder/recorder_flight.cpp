@@ -6,7 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "recorder/recorder.h"
+#include "recorder.h"
 
 namespace moescope::recorder {
 namespace {

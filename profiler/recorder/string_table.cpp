@@ -1,4 +1,4 @@
-#include "recorder/string_table.h"
+#include "string_table.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "recorder/thread_buffer.h"
+#include "thread_buffer.h"
 
 namespace moescope::recorder {
 

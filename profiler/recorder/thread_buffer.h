@@ -17,7 +17,7 @@
 #include <mutex>
 #include <vector>
 
-#include "recorder/string_table.h"
+#include "string_table.h"
 
 namespace moescope::recorder {
 

@@ -1,4 +1,4 @@
-#include "recorder/tick_clock.h"
+#include "tick_clock.h"
 
 #include <time.h>
 

@@ -1,4 +1,4 @@
-#include "recorder/trace_path.h"
+#include "trace_path.h"
 
 #include <unistd.h>
 

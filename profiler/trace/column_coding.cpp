@@ -24,6 +24,7 @@
 #include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_reader.h"
 #include "moescope/trace/trace_writer.h"
+#include "unaligned_integers.h"
 
 namespace moescope::trace {
 namespace {
@@ -59,22 +60,6 @@ constexpr size_t kMaxLanes = (widest_fixed_part() - 4) / 4;
 // Stands in for "the previous record of this kind" before the first one.
 constexpr uint8_t kZeroRecord[4 + 4 * kMaxLanes] = {};
 
-uint32_t load_u32(const uint8_t* at) {
-  uint32_t value;
-  std::memcpy(&value, at, sizeof(value));
-  return value;
-}
-uint64_t load_u64(const uint8_t* at) {
-  uint64_t value;
-  std::memcpy(&value, at, sizeof(value));
-  return value;
-}
-void store_u32(uint8_t* at, uint32_t value) {
-  std::memcpy(at, &value, sizeof(value));
-}
-void store_u64(uint8_t* at, uint64_t value) {
-  std::memcpy(at, &value, sizeof(value));
-}
 uint64_t zigzag(uint64_t delta) {
   return (delta << 1) ^ static_cast<uint64_t>(static_cast<int64_t>(delta) >> 63);
 }

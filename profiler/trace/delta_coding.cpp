@@ -9,18 +9,10 @@
 
 #include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_writer.h"
+#include "unaligned_integers.h"
 
 namespace moescope::trace {
 namespace {
-
-uint64_t load_u64(const uint8_t* at) {
-  uint64_t value;
-  std::memcpy(&value, at, sizeof(value));
-  return value;
-}
-void store_u64(uint8_t* at, uint64_t value) {
-  std::memcpy(at, &value, sizeof(value));
-}
 
 constexpr size_t kTimeOffset = offsetof(RecordHeader, time);
 constexpr size_t kEndOffset = sizeof(RecordHeader);

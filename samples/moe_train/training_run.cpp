@@ -3,17 +3,13 @@
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adamw.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -27,6 +23,7 @@
 #include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "text_corpus.h"
+#include "training_checkpoint.h"
 
 namespace moe_train {
 namespace {
@@ -114,108 +111,6 @@ void cast_parameters_except_routers(MoETransformer& model, at::ScalarType dtype)
   for (auto& parameter : model->parameters()) {
     if (!routers.count(parameter.unsafeGetTensorImpl())) parameter.set_data(parameter.to(dtype));
   }
-}
-
-std::string checkpoint_path_for_rank(const std::string& path, const LaunchEnvironment& env) {
-  return env.world_size == 1 ? path : path + ".rank" + std::to_string(env.rank);
-}
-
-// What must match between a checkpoint and the run resuming from it.
-std::string checkpoint_signature(const TrainOptions& options, const LaunchEnvironment& env) {
-  std::ostringstream signature;
-  signature << "layers=" << options.layers << " hidden=" << options.hidden
-            << " heads=" << options.heads << " ffn_hidden=" << options.ffn_hidden
-            << " experts=" << options.experts << " seq_len=" << options.seq_len
-            << " balance=" << balance_mode_name(options.balance) << " rank=" << env.rank
-            << " world_size=" << env.world_size;
-  return signature.str();
-}
-
-// Runtime state beyond the model and the main AdamW that a checkpoint carries when the run
-// has it: the rebalancer's placements and forecast (--rebalance-every), the routed experts'
-// AdamW state (--offload-cold-experts).
-struct CheckpointExtras {
-  moescope::runtime::ExpertRebalancer* rebalancer = nullptr;
-  ColdExpertOffload* offload = nullptr;
-};
-
-constexpr const char* kRebalancerEntry = "expert_rebalancer";
-constexpr const char* kOffloadEntry = "expert_offload";
-
-void save_checkpoint(const std::string& path, int64_t next_step, const std::string& signature,
-                     MoETransformer& model, torch::optim::AdamW& optimizer,
-                     const CheckpointExtras& extras) {
-  torch::serialize::OutputArchive archive;
-  torch::serialize::OutputArchive model_archive, optimizer_archive;
-  model->save(model_archive);
-  optimizer.save(optimizer_archive);
-  archive.write("model", model_archive);
-  archive.write("optimizer", optimizer_archive);
-  archive.write("next_step", c10::IValue(next_step));
-  archive.write("signature", c10::IValue(signature));
-  if (extras.rebalancer != nullptr) {
-    torch::serialize::OutputArchive rebalancer_archive;
-    extras.rebalancer->save(rebalancer_archive);
-    archive.write(kRebalancerEntry, rebalancer_archive);
-  }
-  if (extras.offload != nullptr) {
-    torch::serialize::OutputArchive offload_archive;
-    extras.offload->save(offload_archive);
-    archive.write(kOffloadEntry, offload_archive);
-  }
-  const std::string temporary = path + ".tmp";
-  archive.save_to(temporary);
-  std::filesystem::rename(temporary, path);  // a crash mid-save keeps the previous checkpoint
-}
-
-int64_t load_checkpoint(const std::string& path, const std::string& signature,
-                        const c10::Device& device, MoETransformer& model,
-                        torch::optim::AdamW& optimizer, const CheckpointExtras& extras) {
-  TORCH_CHECK(std::filesystem::exists(path), "moe_train: --resume: checkpoint ", path,
-              " does not exist");
-  torch::serialize::InputArchive archive;
-  archive.load_from(path, device);
-  c10::IValue saved_signature;
-  archive.read("signature", saved_signature);
-  TORCH_CHECK(saved_signature.toStringRef() == signature, "moe_train: checkpoint ", path,
-              " was written by a different setup (", saved_signature.toStringRef(),
-              ") than this run (", signature, ")");
-  // The expert weights (and their AdamW state) are saved per slot: read under another
-  // placement they would land in the wrong experts, so the rebalancer's entry must be there
-  // exactly when this run rebalances. Checkpoints of older moe_train builds have neither entry.
-  torch::serialize::InputArchive rebalancer_archive, offload_archive;
-  const bool has_rebalancer = archive.try_read(kRebalancerEntry, rebalancer_archive);
-  const bool has_offload = archive.try_read(kOffloadEntry, offload_archive);
-  TORCH_CHECK(has_rebalancer || extras.rebalancer == nullptr, "moe_train: checkpoint ", path,
-              " has no expert placement (entry ", kRebalancerEntry,
-              "): it was written without --rebalance-every (or by an older moe_train); resume "
-              "it without --rebalance-every");
-  TORCH_CHECK(!has_rebalancer || extras.rebalancer != nullptr, "moe_train: checkpoint ", path,
-              " holds a rebalanced expert placement (entry ", kRebalancerEntry,
-              "): resume it with --rebalance-every, or its experts would be read into the "
-              "wrong slots");
-  TORCH_CHECK(has_offload || extras.offload == nullptr, "moe_train: checkpoint ", path,
-              " has no offloaded experts' optimizer state (entry ", kOffloadEntry,
-              "): it was written without --offload-cold-experts (or by an older moe_train); "
-              "resume it without --offload-cold-experts");
-  TORCH_CHECK(!has_offload || extras.offload != nullptr, "moe_train: checkpoint ", path,
-              " holds the routed experts' optimizer state apart (entry ", kOffloadEntry,
-              "): resume it with --offload-cold-experts");
-  torch::serialize::InputArchive model_archive, optimizer_archive;
-  archive.read("model", model_archive);
-  archive.read("optimizer", optimizer_archive);
-  model->load(model_archive);
-  optimizer.load(optimizer_archive);
-  if (extras.rebalancer != nullptr) {
-    extras.rebalancer->load(rebalancer_archive,
-                            "moe_train: checkpoint " + path + ": " + kRebalancerEntry);
-  }
-  if (extras.offload != nullptr) {
-    extras.offload->load(offload_archive, "moe_train: checkpoint " + path + ": " + kOffloadEntry);
-  }
-  c10::IValue next_step;
-  archive.read("next_step", next_step);
-  return next_step.toInt();
 }
 
 // Averages the gradients of the replicated parameters over the ranks in one all-reduce. Every

@@ -30,21 +30,24 @@ double spin(int iterations) {
   return sum;
 }
 
-nvtxEventAttributes_t attributes_for(nvtxStringHandle_t registered) {
+// Attributes with every field zero but the version and size, as NVTX requires before use.
+nvtxEventAttributes_t blank_attributes() {
   nvtxEventAttributes_t attributes;
   std::memset(&attributes, 0, sizeof(attributes));
   attributes.version = NVTX_VERSION;
   attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  return attributes;
+}
+
+nvtxEventAttributes_t attributes_for(nvtxStringHandle_t registered) {
+  nvtxEventAttributes_t attributes = blank_attributes();
   attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   attributes.message.registered = registered;
   return attributes;
 }
 
 nvtxEventAttributes_t attributes_for(const char* message) {
-  nvtxEventAttributes_t attributes;
-  std::memset(&attributes, 0, sizeof(attributes));
-  attributes.version = NVTX_VERSION;
-  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  nvtxEventAttributes_t attributes = blank_attributes();
   attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
   attributes.message.ascii = message;
   return attributes;

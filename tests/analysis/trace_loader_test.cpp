@@ -8,6 +8,7 @@
 #include "file_load.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/trace_loader.h"
+#include "moescope/analysis/visible_range.h"
 #include "moescope/trace/trace_writer.h"
 #include "synthetic_moe_trace.h"
 

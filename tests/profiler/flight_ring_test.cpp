@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "capture_window.h"
+#include "flight_ring.h"
 #include "moescope/recorder.h"
-#include "recorder/capture_window.h"
-#include "recorder/flight_ring.h"
 #include "trace_test_reading.h"
 
 namespace moescope::recorder {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "recorder/tick_clock.h"
+#include "tick_clock.h"
 
 namespace moescope::recorder {
 namespace {

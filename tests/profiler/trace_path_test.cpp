@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "recorder/trace_path.h"
+#include "trace_path.h"
 
 namespace moescope::recorder {
 namespace {

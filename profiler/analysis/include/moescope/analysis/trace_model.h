@@ -18,7 +18,7 @@
 //
 // Times are int64 nanoseconds on one global clock (the first process's clock after alignment,
 // see clock_alignment.h). Every event array of a track is sorted by start time, so a visible
-// window is found with two binary searches (visible_range / visible_spans below).
+// window is found with two binary searches (visible_range.h).
 #pragma once
 
 #include <algorithm>
@@ -26,12 +26,11 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
+#include "moescope/analysis/model_string_table.h"
 #include "moescope/trace/record_schema.h"
 
 namespace moescope::analysis {
@@ -41,34 +40,6 @@ namespace moescope::analysis {
 #define MOESCOPE_MODEL_FIELD(type, name, dims, init, doc) type name dims = init;
 
 using TimeNs = int64_t;
-using StringId = uint32_t;
-
-// One table for every name of every rank. Id 0 is the empty string.
-class StringTable {
- public:
-  StringTable() : strings_{std::string()} { index_.emplace(std::string(), 0); }
-  StringId intern(std::string_view text) {
-    auto found = index_.find(std::string(text));
-    if (found != index_.end()) return found->second;
-    StringId id = static_cast<StringId>(strings_.size());
-    strings_.emplace_back(text);
-    index_.emplace(strings_.back(), id);
-    return id;
-  }
-  // Id of `text`, or 0 when absent (without adding it).
-  StringId find(std::string_view text) const {
-    auto found = index_.find(std::string(text));
-    return found == index_.end() ? 0 : found->second;
-  }
-  const std::string& operator[](StringId id) const {
-    return id < strings_.size() ? strings_[id] : strings_[0];
-  }
-  size_t size() const { return strings_.size(); }
-
- private:
-  std::vector<std::string> strings_;
-  std::unordered_map<std::string, StringId> index_;
-};
 
 struct LoadError {
   std::string file;
@@ -507,63 +478,6 @@ inline constexpr std::tuple kProcessEventArrays{
 template <typename Visit>
 void for_each_process_event_array(Visit&& visit) {
   std::apply([&](const auto&... array) { (visit(array), ...); }, kProcessEventArrays);
-}
-
-// ---- queries: find what is visible in [t0, t1) with binary searches ----------------------
-
-struct IndexRange {
-  size_t begin = 0, end = 0;  // half-open
-  size_t size() const { return end - begin; }
-  bool empty() const { return begin >= end; }
-};
-
-// Items of a start-sorted array overlapping [t0, t1), given max_end (running max of ends).
-// The result may include items that end before t0 when a longer item precedes them.
-template <typename Item>
-IndexRange visible_range(const std::vector<Item>& items, const std::vector<TimeNs>& max_end,
-                         TimeNs t0, TimeNs t1) {
-  IndexRange range;
-  range.begin =
-      static_cast<size_t>(std::upper_bound(max_end.begin(), max_end.end(), t0) - max_end.begin());
-  range.end = static_cast<size_t>(
-      std::lower_bound(items.begin(), items.end(), t1,
-                       [](const Item& item, TimeNs time) { return item.start < time; }) -
-      items.begin());
-  if (range.end < range.begin) range.end = range.begin;
-  return range;
-}
-inline IndexRange visible_range(const GpuStreamTrack& track, TimeNs t0, TimeNs t1) {
-  return visible_range(track.ops, track.max_end, t0, t1);
-}
-inline IndexRange visible_range(const CommunicatorTrack& track, TimeNs t0, TimeNs t1) {
-  return visible_range(track.ops, track.max_end, t0, t1);
-}
-// Positions in track.spans_by_depth[depth] of the spans overlapping [t0, t1) (exact).
-inline IndexRange visible_spans(const CpuThreadTrack& track, size_t depth, TimeNs t0, TimeNs t1) {
-  IndexRange range;
-  if (depth >= track.spans_by_depth.size()) return range;
-  const auto& indices = track.spans_by_depth[depth];
-  const auto& spans = track.spans;
-  range.begin = static_cast<size_t>(
-      std::upper_bound(indices.begin(), indices.end(), t0,
-                       [&](TimeNs time, uint32_t i) { return time < spans[i].end; }) -
-      indices.begin());
-  range.end = static_cast<size_t>(
-      std::lower_bound(indices.begin(), indices.end(), t1,
-                       [&](uint32_t i, TimeNs time) { return spans[i].start < time; }) -
-      indices.begin());
-  if (range.end < range.begin) range.end = range.begin;
-  return range;
-}
-// Samples of a counter in [t0, t1), plus the one before t0 (the value in force at t0).
-inline IndexRange visible_samples(const std::vector<TimeNs>& times, TimeNs t0, TimeNs t1) {
-  IndexRange range;
-  size_t first =
-      static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t0) - times.begin());
-  range.begin = first > 0 ? first - 1 : 0;
-  range.end = static_cast<size_t>(std::lower_bound(times.begin(), times.end(), t1) - times.begin());
-  if (range.end < range.begin) range.end = range.begin;
-  return range;
 }
 
 }  // namespace moescope::analysis
