@@ -23,6 +23,7 @@
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
 #include "plan_inputs.h"
+#include "plan_prediction_output.h"
 #include "run_inputs.h"
 
 namespace moescope::cli {
@@ -91,6 +92,11 @@ struct PlanOptions {
   double incremental_bound = 1.02;
   size_t skip_steps = 1;  // warm-up steps the prediction leaves out
   bool detail = false;    // the full traces even where rank summaries exist
+  // The step cost terms besides expert compute (step_cost_terms.h).
+  double expert_bytes = 0;
+  double moved_tensors = 4;
+  double window_steps = 50;
+  bool advise = false;
 };
 
 struct LayerBalance {
@@ -156,7 +162,8 @@ PlanSummary summarize(const std::vector<LayerBalance>& balances) {
 // stay readable and diffable.
 std::string placement_json(const PlanOptions& options, const balancer::ExpertPlacement& plan,
                            const std::vector<LayerBalance>& balances,
-                           const std::optional<analysis::PlacementPrediction>& prediction) {
+                           const std::optional<analysis::PlacementPrediction>& prediction,
+                           const std::optional<analysis::RebalanceAdvice>& advice) {
   using ordered_json = nlohmann::ordered_json;
   const PlanSummary summary = summarize(balances);
   ordered_json header = {
@@ -227,6 +234,7 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
   }
   text += "  ]";
   if (prediction) text += ",\n  \"prediction\": " + analysis::prediction_to_json(*prediction);
+  if (advice) text += ",\n  \"advice\": " + advice_json(*advice);
   text += "\n}\n";
   return text;
 }
@@ -300,27 +308,49 @@ void print_placement(std::ostream& out, const PlanOptions& options,
   out << "\n";
 }
 
-// What the plan saves, from the expert cost measured in the trace (placement_prediction.h).
-void print_prediction(std::ostream& out, const analysis::PlacementPrediction& prediction) {
-  const analysis::ExpertCostModel& cost = prediction.cost;
-  out << "prediction (cost model from the trace: busy = " << format_number(cost.fixed_ms, "%.3f")
-      << " ms + " << format_number(cost.ms_per_row, "%.5f") << " ms x rows computed, R^2 "
-      << format_number(cost.r_squared, "%.2f") << " over " << cost.samples << " rank-steps):\n";
-  for (const analysis::RankPrediction& rank : prediction.ranks) {
-    out << "  rank " << rank.rank << ": rows/step "
-        << format_number(rank.total_rows_before(), "%.1f") << " -> "
-        << format_number(rank.total_rows_after(), "%.1f") << ", expert compute "
-        << format_number(rank.expert_ms_before, "%.2f") << " -> "
-        << format_number(rank.expert_ms_after, "%.2f") << " ms, busy "
-        << format_number(rank.busy_ms_before, "%.2f") << " -> "
-        << format_number(rank.busy_ms_after, "%.2f") << " ms per step\n";
+int replicated_experts(const balancer::ExpertPlacement& placement, int layer) {
+  int replicated = 0;
+  for (int32_t count : placement.logcnt(layer)) replicated += count > 1 ? 1 : 0;
+  return replicated;
+}
+
+// What the change costs besides moving rows: replicas before (the current placement, else
+// none) and after, and the expert copies from the placement before to the plan.
+analysis::PlacementChangeCosts change_costs(const PlanOptions& options,
+                                            const balancer::ExpertPlacement& plan,
+                                            const std::optional<balancer::ExpertPlacement>& current,
+                                            const std::vector<LayerBalance>& balances,
+                                            int num_experts) {
+  analysis::PlacementChangeCosts costs;
+  costs.expert_bytes = options.expert_bytes;
+  costs.moved_tensors_per_expert = options.moved_tensors;
+  costs.window_steps = options.window_steps;
+  for (int layer = 0; layer < plan.num_layers; ++layer) {
+    costs.replicated_before.push_back(current ? replicated_experts(*current, layer) : 0);
+    costs.replicated_after.push_back(replicated_experts(plan, layer));
   }
-  const double before = prediction.step_ms_before;
-  out << "  step time " << format_number(before, "%.2f") << " -> "
-      << format_number(prediction.step_ms_after(), "%.2f") << " ms per step ("
-      << format_number(prediction.step_ms_change, "%+.2f") << " ms, "
-      << format_number(before > 0 ? 100.0 * prediction.step_ms_change / before : 0.0, "%+.1f")
-      << "%)\n";
+  if (current) {
+    for (const LayerBalance& balance : balances) costs.expert_copies += balance.moves.size();
+  } else {
+    // A fresh plan starts from the identity placement: the copies to reach the plan from it.
+    const int nodes =
+        plan.policy == balancer::PlacementPolicy::kHierarchical ? options.num_nodes : 1;
+    try {
+      const balancer::ExpertPlacement identity =
+          balancer::make_identity_placement(plan.num_layers, num_experts, plan.num_gpus);
+      if (identity.num_physical_experts == plan.num_physical_experts) {
+        costs.expert_copies = balancer::plan_expert_migration(identity, plan, nodes).moves.size();
+      } else {
+        // Redundant slots (no identity of that size): at least each replica is a copy.
+        for (int layer = 0; layer < plan.num_layers; ++layer) {
+          for (int32_t count : plan.logcnt(layer)) costs.expert_copies += size_t(count - 1);
+        }
+      }
+    } catch (const std::invalid_argument&) {
+      // experts not divisible by GPUs: no identity placement; copies stay unknown (0)
+    }
+  }
+  return costs;
 }
 
 void run_plan(const PlanOptions& options) {
@@ -400,23 +430,31 @@ void run_plan(const PlanOptions& options) {
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    const analysis::PlacementChangeCosts costs =
+        change_costs(options, plan, current, balances, loads.num_experts);
     try {
       prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
-                                               run->breakdown_or_null());
+                                               run->breakdown_or_null(), &costs);
     } catch (const std::invalid_argument& error) {
       no_prediction = error.what();
     }
   }
+  std::optional<analysis::RebalanceAdvice> advice;
+  if (options.advise && prediction) advice = analysis::advise_rebalance(*prediction);
+  if (options.advise && !prediction && no_prediction.empty()) {
+    no_prediction = "--advise needs TRACE files (the costs are fitted from them)";
+  }
   auto print_all = [&](bool with_slots) {
     print_placement(std::cout, options, plan, balances, with_slots);
-    if (prediction) print_prediction(std::cout, *prediction);
+    if (prediction) print_prediction(std::cout, *prediction, options.expert_bytes > 0);
+    if (advice) print_advice(std::cout, *advice);
     if (!no_prediction.empty()) std::cout << "no prediction: " << no_prediction << "\n";
   };
   if (options.json_output.empty()) {
     print_all(/*with_slots=*/true);
     return;
   }
-  const std::string json = placement_json(options, plan, balances, prediction);
+  const std::string json = placement_json(options, plan, balances, prediction, advice);
   if (options.json_output == "-") {
     std::cout << json;
     return;
@@ -471,6 +509,21 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1.0, 1000.0));
   plan->add_option("--skip-steps", options->skip_steps,
                    "from traces: warm-up steps the predicted gain leaves out (default 1)");
+  plan->add_option("--expert-bytes", options->expert_bytes,
+                   "from traces: bytes of one expert's weights (its gradient is as large), for "
+                   "the replicas' gradient all-reduce and the migration in the predicted step time")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--moved-tensors", options->moved_tensors,
+                   "tensors of one expert's size a migration moves (default 4: weights, gradient, "
+                   "Adam's two moments)")
+      ->check(CLI::Range(1.0, 64.0));
+  plan->add_option("--window", options->window_steps,
+                   "steps the placement is kept (the rebalance interval, default 50): the "
+                   "migration's one-off time is spread over them")
+      ->check(CLI::Range(1.0, 1e9));
+  plan->add_flag("--advise", options->advise,
+                 "from traces: say whether the change pays over the window (the steps' predicted "
+                 "gain beats the move's cost) and record it as \"advice\" in --json");
   plan->add_option("--json", options->json_output,
                    "write the placement as JSON to this file ('-' for stdout)");
   CLI::Option* loads_option = plan->add_option(
