@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "moescope/analysis/collective_op_wait.h"
 #include "moescope/analysis/expert_load_analysis.h"
@@ -30,33 +31,68 @@ double squared(double value) {
   return value * value;
 }
 
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), pattern, value);
+  return text;
+}
+
+// Per communicator id and op key (its sequence number when they are distinct, else its
+// position, as collective_wait.cpp matches ops), the largest copy's bytes: a collective ends
+// when its largest transfer does, so that is what its time grows with.
+using OpKey = std::pair<uint64_t, uint64_t>;
+OpKey op_key(const CommunicatorTrack& comm, bool by_sequence, size_t index) {
+  return {comm.comm_id, by_sequence ? uint64_t(comm.ops[index].sequence) : uint64_t(index)};
+}
+
+bool sequences_are_distinct(const CommunicatorTrack& comm) {
+  std::set<uint32_t> seen;
+  for (const CommOp& op : comm.ops) {
+    if (!seen.insert(op.sequence).second) return false;
+  }
+  return true;
+}
+
+std::map<OpKey, uint64_t> largest_copy_bytes(const TraceModel& model) {
+  std::map<OpKey, uint64_t> largest;
+  for (const ProcessTrack& process : model.processes) {
+    for (const CommunicatorTrack& comm : process.communicators) {
+      const bool by_sequence = sequences_are_distinct(comm);
+      for (size_t i = 0; i < comm.ops.size(); ++i) {
+        uint64_t& bytes = largest[op_key(comm, by_sequence, i)];
+        bytes = std::max(bytes, comm.ops[i].bytes);
+      }
+    }
+  }
+  return largest;
+}
+
 }  // namespace
 
 CommCostFit fit_comm_costs(const TraceModel& model) {
   CommCostFit fit;
   const CollectiveOpWaits waits = collective_op_waits(model);
   std::vector<double> a2a_bytes, a2a_ms, ar_bytes, ar_ms;
-  std::map<std::pair<int32_t, int64_t>, double> a2a_by_rank_step;  // (rank, step) -> ms
+  double payload_bytes = 0;
+  const std::map<OpKey, uint64_t> largest = largest_copy_bytes(model);
   for (size_t p = 0; p < model.processes.size(); ++p) {
-    const ProcessTrack& process = model.processes[p];
-    const auto& communicators = process.communicators;
+    const auto& communicators = model.processes[p].communicators;
     for (size_t c = 0; c < communicators.size(); ++c) {
+      const bool by_sequence = sequences_are_distinct(communicators[c]);
       for (size_t i = 0; i < communicators[c].ops.size(); ++i) {
         const CommOp& op = communicators[c].ops[i];
         if (op.end <= op.start) continue;
         const TimeNs wait = std::max<TimeNs>(0, waits.wait(p, c, i));
         const double transfer_ms = double(std::max<TimeNs>(0, op.duration() - wait)) * kMsPerNs;
+        const double bytes = double(largest.at(op_key(communicators[c], by_sequence, i)));
         if (op.kind == kAllToAllKind) {
           // Migrations are their own term (and would count their bytes as rows' bytes).
           if (model.name(op.name).find("migration") != std::string::npos) continue;
-          a2a_bytes.push_back(double(op.bytes));
+          a2a_bytes.push_back(bytes);
           a2a_ms.push_back(transfer_ms);
-          const int step = step_at(process, op.start);
-          if (step >= 0) {
-            a2a_by_rank_step[{process.rank, process.steps[size_t(step)].step}] += transfer_ms;
-          }
+          payload_bytes += double(op.bytes);
         } else if (op.kind == kAllReduceKind) {
-          ar_bytes.push_back(double(op.bytes));
+          ar_bytes.push_back(bytes);
           ar_ms.push_back(transfer_ms);
         }
       }
@@ -68,28 +104,9 @@ CommCostFit fit_comm_costs(const TraceModel& model) {
   if (!fit.all_reduce_measured && fit.all_to_all.valid) {
     fit.all_reduce = scaled_bytes(fit.all_to_all, 2.0);
   }
-  // Every rank's all-to-all ends when the busiest receiver has its rows: per step, the ranks'
-  // mean transfer time against the busiest rank's rows summed over layers.
-  std::map<std::pair<int64_t, uint32_t>, double> busiest;  // (step, layer) -> max rows
-  for (const RankStepRows& entry : received_rows_by_rank(model)) {
-    double& rows = busiest[{entry.step, entry.layer}];
-    rows = std::max(rows, entry.rows);
-  }
-  std::map<int64_t, double> busiest_rows;  // step -> sum over layers
-  for (const auto& [key, rows] : busiest) busiest_rows[key.first] += rows;
-  std::map<int64_t, std::pair<double, double>> transfer;  // step -> (ms summed, ranks)
-  for (const auto& [key, ms] : a2a_by_rank_step) {
-    transfer[key.second].first += ms;
-    transfer[key.second].second += 1;
-  }
-  std::vector<double> step_rows, step_ms;
-  for (const auto& [step, rows] : busiest_rows) {
-    auto found = transfer.find(step);
-    if (found == transfer.end()) continue;
-    step_rows.push_back(rows);
-    step_ms.push_back(found->second.first / found->second.second);
-  }
-  fit.all_to_all_rows = fit_line(step_rows, step_ms);
+  double rows = 0;
+  for (const RankStepRows& entry : received_rows_by_rank(model)) rows += entry.rows;
+  fit.all_to_all_bytes_per_row = rows > 0 ? payload_bytes / rows : 0.0;
 
   std::vector<double> moved_bytes, moved_ms;
   double decision_ms = 0;
@@ -112,12 +129,13 @@ std::vector<StepCostTerm> placement_cost_terms(const CommCostFit& fit,
                                                const PlacementChangeCosts& costs,
                                                double rows_change) {
   std::vector<StepCostTerm> terms;
-  if (fit.all_to_all_rows.valid) {
-    const LinearFit& line = fit.all_to_all_rows;
-    terms.push_back({"all-to-all", line.slope * rows_change,
-                     line.slope_stderr * std::abs(rows_change),
-                     "busiest rank's rows x all-to-all transfer ms/row fitted over " +
-                         std::to_string(line.samples) + " rank-steps"});
+  if (fit.all_to_all.valid && fit.all_to_all_bytes_per_row > 0) {
+    const double bytes = rows_change * fit.all_to_all_bytes_per_row;
+    terms.push_back({"all-to-all", fit.all_to_all.slope * bytes,
+                     fit.all_to_all.slope_stderr * std::abs(bytes),
+                     "busiest rank's rows x " + format("%.0f", fit.all_to_all_bytes_per_row) +
+                         " B/row x ms/B fitted over " + std::to_string(fit.all_to_all.samples) +
+                         " all-to-all ops"});
   }
   if (!fit.all_reduce.valid) return terms;  // no collective to fit the rest from
   const std::string reduce_basis =

@@ -97,6 +97,7 @@ struct PlanOptions {
   double moved_tensors = 4;
   double window_steps = 50;
   bool advise = false;
+  bool static_placement = false;  // applied once: no rebalancer's own time per step
 };
 
 struct LayerBalance {
@@ -325,6 +326,7 @@ analysis::PlacementChangeCosts change_costs(const PlanOptions& options,
   costs.expert_bytes = options.expert_bytes;
   costs.moved_tensors_per_expert = options.moved_tensors;
   costs.window_steps = options.window_steps;
+  costs.rebalancer = !options.static_placement;
   for (int layer = 0; layer < plan.num_layers; ++layer) {
     costs.replicated_before.push_back(current ? replicated_experts(*current, layer) : 0);
     costs.replicated_after.push_back(replicated_experts(plan, layer));
@@ -521,6 +523,9 @@ void add_plan_command(CLI::App& app) {
                    "steps the placement is kept (the rebalance interval, default 50): the "
                    "migration's one-off time is spread over them")
       ->check(CLI::Range(1.0, 1e9));
+  plan->add_flag("--static", options->static_placement,
+                 "the placement is applied once, with no runtime rebalancer: its per-step load "
+                 "all-reduce and decisions do not count");
   plan->add_flag("--advise", options->advise,
                  "from traces: say whether the change pays over the window (the steps' predicted "
                  "gain beats the move's cost) and record it as \"advice\" in --json");

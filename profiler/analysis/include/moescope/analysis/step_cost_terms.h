@@ -5,10 +5,9 @@
 // its interval net +- 1.96 x sqrt(sum of squared errors)):
 //   expert compute      ms_per_row x sum over layers of (max_g rows_after - max_r rows_before)
 //                       (placement_prediction.h: every rank waits for the busiest one)
-//   all-to-all          the same row change x the all-to-all transfer ms per row: per step, the
-//                       ranks' mean all-to-all transfer time against the busiest rank's received
-//                       rows summed over layers (a collective ends when its busiest receiver
-//                       has its rows; the combine sends them back, the backward both ways)
+//   all-to-all          the same row change x all-to-all bytes per received row (every byte of
+//                       the trace's all-to-alls over every received row: dispatch, combine and
+//                       their backward) x the fitted transfer ms per byte
 //   replica grad sync   per layer: (collectives added, sync_collectives_per_layer when a layer
 //                       gains its first replica) x the all-reduce's fixed ms + (replicated experts
 //                       after - before) x expert_bytes x its ms per byte
@@ -18,7 +17,8 @@
 //   rebalance           the rebalancer's own time per step: its load all-reduce (the all-reduce's
 //                       fixed ms) and its decisions' recorded time amortised over the window
 // Fits (fit_comm_costs): each op's transfer time (duration less the wait for the last rank,
-// collective_op_wait.h) against its bytes, least squares (linear_fit.h). Without all-reduce ops in
+// collective_op_wait.h) against the bytes of the collective's largest copy (it ends when its
+// largest transfer does), least squares (linear_fit.h). Without all-reduce ops in
 // the trace (moe_train's Gloo all-reduces are not recorded) the all-reduce uses the all-to-all
 // fit with twice the bytes (a ring all-reduce moves each byte out and back).
 #pragma once
@@ -37,12 +37,12 @@ struct PlacementPrediction;
 struct CommCostFit {
   LinearFit all_to_all;  // transfer ms of one all-to-all op vs its bytes (migration ops left out)
   LinearFit all_reduce;  // transfer ms of one all-reduce op vs its bytes
-  bool all_reduce_measured = false;  // false: all_reduce derived from all_to_all
-  LinearFit all_to_all_rows;  // all-to-all transfer ms per step vs the busiest rank's rows
-  LinearFit migration;        // ms of one applied decision vs its bytes_moved
-  bool migration_measured = false;  // false: migration derived from all_to_all
-  size_t decisions = 0;             // rebalance records
-  double decision_ms_mean = 0;      // their mean recorded duration
+  bool all_reduce_measured = false;     // false: all_reduce derived from all_to_all
+  double all_to_all_bytes_per_row = 0;  // all-to-all bytes per received row (0: no rows)
+  LinearFit migration;                  // ms of one applied decision vs its bytes_moved
+  bool migration_measured = false;      // false: migration derived from all_to_all
+  size_t decisions = 0;                 // rebalance records
+  double decision_ms_mean = 0;          // their mean recorded duration
 };
 
 CommCostFit fit_comm_costs(const TraceModel& model);
