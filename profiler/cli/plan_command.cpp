@@ -22,6 +22,7 @@
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
+#include "plan_change_costs.h"
 #include "plan_inputs.h"
 #include "plan_prediction_output.h"
 #include "run_inputs.h"
@@ -309,52 +310,6 @@ void print_placement(std::ostream& out, const PlanOptions& options,
   out << "\n";
 }
 
-int replicated_experts(const balancer::ExpertPlacement& placement, int layer) {
-  int replicated = 0;
-  for (int32_t count : placement.logcnt(layer)) replicated += count > 1 ? 1 : 0;
-  return replicated;
-}
-
-// What the change costs besides moving rows: replicas before (the current placement, else
-// none) and after, and the expert copies from the placement before to the plan.
-analysis::PlacementChangeCosts change_costs(const PlanOptions& options,
-                                            const balancer::ExpertPlacement& plan,
-                                            const std::optional<balancer::ExpertPlacement>& current,
-                                            const std::vector<LayerBalance>& balances,
-                                            int num_experts) {
-  analysis::PlacementChangeCosts costs;
-  costs.expert_bytes = options.expert_bytes;
-  costs.moved_tensors_per_expert = options.moved_tensors;
-  costs.window_steps = options.window_steps;
-  costs.rebalancer = !options.static_placement;
-  for (int layer = 0; layer < plan.num_layers; ++layer) {
-    costs.replicated_before.push_back(current ? replicated_experts(*current, layer) : 0);
-    costs.replicated_after.push_back(replicated_experts(plan, layer));
-  }
-  if (current) {
-    for (const LayerBalance& balance : balances) costs.expert_copies += balance.moves.size();
-  } else {
-    // A fresh plan starts from the identity placement: the copies to reach the plan from it.
-    const int nodes =
-        plan.policy == balancer::PlacementPolicy::kHierarchical ? options.num_nodes : 1;
-    try {
-      const balancer::ExpertPlacement identity =
-          balancer::make_identity_placement(plan.num_layers, num_experts, plan.num_gpus);
-      if (identity.num_physical_experts == plan.num_physical_experts) {
-        costs.expert_copies = balancer::plan_expert_migration(identity, plan, nodes).moves.size();
-      } else {
-        // Redundant slots (no identity of that size): at least each replica is a copy.
-        for (int layer = 0; layer < plan.num_layers; ++layer) {
-          for (int32_t count : plan.logcnt(layer)) costs.expert_copies += size_t(count - 1);
-        }
-      }
-    } catch (const std::invalid_argument&) {
-      // experts not divisible by GPUs: no identity placement; copies stay unknown (0)
-    }
-  }
-  return costs;
-}
-
 void run_plan(const PlanOptions& options) {
   if (options.loads_file.empty() == options.traces.empty()) {
     throw std::invalid_argument("give the loads either with --loads FILE or as TRACE files");
@@ -432,8 +387,16 @@ void run_plan(const PlanOptions& options) {
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    size_t copies = 0;
+    for (const LayerBalance& balance : balances) copies += balance.moves.size();
+    ChangeCostOptions cost_options;
+    cost_options.expert_bytes = options.expert_bytes;
+    cost_options.moved_tensors = options.moved_tensors;
+    cost_options.window_steps = options.window_steps;
+    cost_options.static_placement = options.static_placement;
+    cost_options.num_nodes = options.num_nodes;
     const analysis::PlacementChangeCosts costs =
-        change_costs(options, plan, current, balances, loads.num_experts);
+        placement_change_costs(cost_options, plan, current, copies, loads.num_experts);
     try {
       prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
                                                run->breakdown_or_null(), &costs);

@@ -110,6 +110,18 @@ TEST(CliDiff, BadInputGivesClearErrors) {
   std::ofstream(loads) << "[[4, 1, 1, 2]]";
   const std::string plan = directory + "/plan.json";
   ASSERT_EQ(run_cli("plan --gpus 2 --slots 4 --json " + plan + " --loads " + loads).exit_code, 0);
+  // --advise needs traces to fit its costs from; bad cost options are refused by name.
+  CommandResult advise_loads = run_cli("plan --gpus 2 --slots 4 --advise --loads " + loads);
+  EXPECT_EQ(advise_loads.exit_code, 0) << advise_loads.out;
+  EXPECT_NE(advise_loads.out.find("no prediction: --advise needs TRACE files"), std::string::npos)
+      << advise_loads.out;
+  CommandResult negative =
+      run_cli("plan --gpus 2 --slots 10 --expert-bytes -5" + joined(run_paths));
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.out.find("--expert-bytes"), std::string::npos) << negative.out;
+  CommandResult window = run_cli("plan --gpus 2 --slots 10 --window 0" + joined(run_paths));
+  EXPECT_NE(window.exit_code, 0);
+  EXPECT_NE(window.out.find("--window"), std::string::npos) << window.out;
   CommandResult no_prediction = run_cli("diff" + joined(run_paths) + " --against" +
                                         joined(run_paths) + " --predicted " + plan);
   EXPECT_EQ(no_prediction.exit_code, 1);
