@@ -217,9 +217,17 @@ if [ $have_report = 1 ] && have_command diff; then
   # The plan from the skewed run for the rebalanced run's layout (the experts + 2 redundant
   # slots on 2 ranks), with its predicted rank load and step time; the first rebalance comes at step
   # $rebalance_every - 1, so both sides leave those steps out.
-  experts=8
-  for ((i = 0; i + 1 < ${#model[@]}; i++)); do [ "${model[i]}" = --experts ] && experts=${model[i + 1]}; done
-  "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$rebalance_every" --json "$out/skewed/plan.json" \
+  # The step time counts every cost (the replicas' gradient all-reduce and the migrations need one
+  # expert's bytes: fp32 w_gate_up [2 ffn, hidden] + w_down [hidden, ffn]) and says whether the
+  # move pays over a rebalance interval (--advise).
+  experts=8 hidden=64 ffn=128
+  for ((i = 0; i + 1 < ${#model[@]}; i++)); do
+    case "${model[i]}" in
+      --experts) experts=${model[i + 1]} ;; --hidden) hidden=${model[i + 1]} ;; --ffn-hidden) ffn=${model[i + 1]} ;;
+    esac
+  done
+  "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$rebalance_every" \
+    --expert-bytes $((3 * hidden * ffn * 4)) --window "$rebalance_every" --advise --json "$out/skewed/plan.json" \
     "${skewed_traces[@]}" | sed "s#$out#OUT#g" || echo "demo: moescope plan on the skewed run failed" >&2
   predicted=()  # the plan has a prediction when the trace gave a cost model
   grep -q '"prediction"' "$out/skewed/plan.json" 2>/dev/null && predicted=(--predicted "$out/skewed/plan.json")

@@ -96,6 +96,8 @@ ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
   cost.ms_per_row = cov_xy / var_x;
   cost.fixed_ms = (sum_y - cost.ms_per_row * sum_x) / n;
   cost.r_squared = var_y > 0 ? cov_xy * cov_xy / (var_x * var_y) : 0.0;
+  const double residual = std::max(0.0, var_y - cost.ms_per_row * cov_xy);
+  cost.ms_per_row_stderr = n > 2 ? std::sqrt(residual / (n - 2) / var_x) : 0.0;
   if (!(cost.ms_per_row > 0)) {
     cost.problem = "busy time does not grow with the rows computed (slope " +
                    std::to_string(cost.ms_per_row) + " ms per row)";
@@ -142,7 +144,8 @@ std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
 
 PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
-                                      size_t skip_steps, const TimeBreakdown* breakdown) {
+                                      size_t skip_steps, const TimeBreakdown* breakdown,
+                                      const PlacementChangeCosts* costs) {
   PlacementPrediction prediction;
   TimeBreakdown storage;
   breakdown = &breakdown_of(model, breakdown, storage);  // computed once for all three uses
@@ -177,14 +180,37 @@ PlacementPrediction predict_placement(const TraceModel& model,
     rank.busy_ms_after = rank.busy_ms_before + rank.expert_ms_after - rank.expert_ms_before;
     prediction.ranks.push_back(std::move(rank));
   }
+  double rows_change = 0;  // the busiest rank's, summed over layers
   for (size_t layer = 0; layer < prediction.layers.size(); ++layer) {
     double max_before = 0, max_after = 0;
     for (const RankPrediction& rank : prediction.ranks) {
       max_before = std::max(max_before, rank.rows_before[layer]);
       max_after = std::max(max_after, rank.rows_after[layer]);
     }
-    prediction.step_ms_change += ms_per_row * (max_after - max_before);
+    rows_change += max_after - max_before;
   }
+  prediction.terms.push_back({"expert compute", ms_per_row * rows_change,
+                              prediction.cost.ms_per_row_stderr * std::abs(rows_change),
+                              "busiest rank's rows x ms/row fitted over " +
+                                  std::to_string(prediction.cost.samples) + " rank-steps"});
+  if (costs) {
+    if (costs->replicated_after.size() != prediction.layers.size() ||
+        costs->replicated_before.size() != prediction.layers.size()) {
+      throw std::invalid_argument(
+          "the placement costs cover " + std::to_string(costs->replicated_after.size()) +
+          " layers, the trace has " + std::to_string(prediction.layers.size()));
+    }
+    for (StepCostTerm& term : placement_cost_terms(fit_comm_costs(model), *costs, rows_change)) {
+      prediction.terms.push_back(std::move(term));
+    }
+    prediction.window_steps = costs->window_steps;
+  }
+  double variance = 0;
+  for (const StepCostTerm& term : prediction.terms) {
+    prediction.step_ms_change += term.ms;
+    variance += term.stderr_ms * term.stderr_ms;
+  }
+  prediction.step_ms_change_stderr = std::sqrt(variance);
   // Measured step time: the mean over kept steps of the mean over ranks.
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
   double step_sum = 0, step_count = 0;
@@ -208,18 +234,31 @@ std::string prediction_to_json(const PlacementPrediction& prediction) {
                      {"expert_ms_before", rank.expert_ms_before},
                      {"expert_ms_after", rank.expert_ms_after}});
   }
+  nlohmann::ordered_json terms = nlohmann::ordered_json::array();
+  for (const StepCostTerm& term : prediction.terms) {
+    terms.push_back({{"name", term.name},
+                     {"ms", term.ms},
+                     {"stderr_ms", term.stderr_ms},
+                     {"basis", term.basis}});
+  }
   const ExpertCostModel& cost = prediction.cost;
   nlohmann::ordered_json object = {
       {"cost_model",
        {{"model", "busy_ms = fixed_ms + ms_per_row * rows (least squares over rank x step)"},
         {"fixed_ms", cost.fixed_ms},
         {"ms_per_row", cost.ms_per_row},
+        {"ms_per_row_stderr", cost.ms_per_row_stderr},
         {"r_squared", cost.r_squared},
         {"samples", cost.samples}}},
       {"layers", prediction.layers},
       {"step_ms_before", prediction.step_ms_before},
       {"step_ms_change", prediction.step_ms_change},
       {"step_ms_after", prediction.step_ms_after()},
+      {"step_ms_change_stderr", prediction.step_ms_change_stderr},
+      {"step_ms_change_low", prediction.change_low()},
+      {"step_ms_change_high", prediction.change_high()},
+      {"window_steps", prediction.window_steps},
+      {"terms", terms},
       {"ranks", ranks}};
   return object.dump();
 }
@@ -302,6 +341,36 @@ PlacementPrediction prediction_from_json(const std::string& json_object_text) {
     }
     prediction.step_ms_before = finite_at(object, "step_ms_before");
     prediction.step_ms_change = finite_at(object, "step_ms_change");
+    // Written since the step time counts every cost; older plans hold expert compute only.
+    if (cost.contains("ms_per_row_stderr")) {
+      prediction.cost.ms_per_row_stderr = finite_at(cost, "ms_per_row_stderr");
+    }
+    if (object.contains("step_ms_change_stderr")) {
+      prediction.step_ms_change_stderr = finite_at(object, "step_ms_change_stderr");
+      if (prediction.step_ms_change_stderr < 0) {
+        throw std::invalid_argument("\"step_ms_change_stderr\" is negative");
+      }
+    }
+    if (object.contains("window_steps")) {
+      prediction.window_steps = finite_at(object, "window_steps");
+    }
+    if (object.contains("terms")) {
+      const auto& terms = object.at("terms");
+      if (!terms.is_array()) throw std::invalid_argument("\"terms\" is not an array");
+      for (const auto& entry : terms) {
+        if (!entry.is_object() || !entry.at("name").is_string()) {
+          throw std::invalid_argument("a term is not an object with a \"name\"");
+        }
+        StepCostTerm term;
+        term.name = entry.at("name").get<std::string>();
+        term.ms = finite_at(entry, "ms");
+        term.stderr_ms = finite_at(entry, "stderr_ms");
+        if (entry.contains("basis") && entry.at("basis").is_string()) {
+          term.basis = entry.at("basis").get<std::string>();
+        }
+        prediction.terms.push_back(std::move(term));
+      }
+    }
     const auto& ranks = object.at("ranks");
     if (!ranks.is_array()) throw std::invalid_argument("\"ranks\" is not an array");
     std::set<int32_t> seen_ranks;

@@ -126,15 +126,27 @@ void render_prediction(TextWriter& w, const PredictionCheck& check) {
            "measured", "measured - predicted"},
           rows);
   w.line("busy time beyond the prediction: " + value_text(busy_gap, "ms", true) +
-         " ms per rank and step (the model counts expert rows only: replica gradient "
-         "synchronization, rebalancing and other new work show in the rows above)");
+         " ms per rank and step (busy time counts the expert rows only; the communication, "
+         "migration and rebalancing terms below are in the step time)");
+  if (!p.terms.empty()) {
+    std::vector<std::vector<std::string>> terms;
+    for (const StepCostTerm& term : p.terms) {
+      terms.push_back(
+          {term.name, value_text(term.ms, "ms", true), value_text(term.stderr_ms, "ms")});
+    }
+    w.table({"predicted term", "ms per step", "standard error"}, terms);
+  }
   std::string measured = value_text(check.measured_step_change, "ms", true) + " ms";
   if (check.measured_interval.known) {
     measured += " [" + value_text(check.measured_interval.low, "ms", true) + ", " +
                 value_text(check.measured_interval.high, "ms", true) + "]";
   }
-  w.line("step time change: predicted " + value_text(p.step_ms_change, "ms", true) +
-         " ms, measured " + measured +
+  std::string predicted = value_text(p.step_ms_change, "ms", true) + " ms";
+  if (p.step_ms_change_stderr > 0) {
+    predicted += " [" + value_text(p.change_low(), "ms", true) + ", " +
+                 value_text(p.change_high(), "ms", true) + "]";
+  }
+  w.line("step time change: predicted " + predicted + ", measured " + measured +
          (check.inside_interval ? " (the prediction lies inside the measured interval)"
                                 : " (the prediction lies outside the measured interval)"));
 }

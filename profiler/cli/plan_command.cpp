@@ -22,7 +22,9 @@
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
+#include "plan_change_costs.h"
 #include "plan_inputs.h"
+#include "plan_prediction_output.h"
 #include "run_inputs.h"
 
 namespace moescope::cli {
@@ -91,6 +93,12 @@ struct PlanOptions {
   double incremental_bound = 1.02;
   size_t skip_steps = 1;  // warm-up steps the prediction leaves out
   bool detail = false;    // the full traces even where rank summaries exist
+  // The step cost terms besides expert compute (step_cost_terms.h).
+  double expert_bytes = 0;
+  double moved_tensors = 4;
+  double window_steps = 50;
+  bool advise = false;
+  bool static_placement = false;  // applied once: no rebalancer's own time per step
 };
 
 struct LayerBalance {
@@ -156,7 +164,8 @@ PlanSummary summarize(const std::vector<LayerBalance>& balances) {
 // stay readable and diffable.
 std::string placement_json(const PlanOptions& options, const balancer::ExpertPlacement& plan,
                            const std::vector<LayerBalance>& balances,
-                           const std::optional<analysis::PlacementPrediction>& prediction) {
+                           const std::optional<analysis::PlacementPrediction>& prediction,
+                           const std::optional<analysis::RebalanceAdvice>& advice) {
   using ordered_json = nlohmann::ordered_json;
   const PlanSummary summary = summarize(balances);
   ordered_json header = {
@@ -227,6 +236,7 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
   }
   text += "  ]";
   if (prediction) text += ",\n  \"prediction\": " + analysis::prediction_to_json(*prediction);
+  if (advice) text += ",\n  \"advice\": " + advice_json(*advice);
   text += "\n}\n";
   return text;
 }
@@ -298,29 +308,6 @@ void print_placement(std::ostream& out, const PlanOptions& options,
         << ")";
   }
   out << "\n";
-}
-
-// What the plan saves, from the expert cost measured in the trace (placement_prediction.h).
-void print_prediction(std::ostream& out, const analysis::PlacementPrediction& prediction) {
-  const analysis::ExpertCostModel& cost = prediction.cost;
-  out << "prediction (cost model from the trace: busy = " << format_number(cost.fixed_ms, "%.3f")
-      << " ms + " << format_number(cost.ms_per_row, "%.5f") << " ms x rows computed, R^2 "
-      << format_number(cost.r_squared, "%.2f") << " over " << cost.samples << " rank-steps):\n";
-  for (const analysis::RankPrediction& rank : prediction.ranks) {
-    out << "  rank " << rank.rank << ": rows/step "
-        << format_number(rank.total_rows_before(), "%.1f") << " -> "
-        << format_number(rank.total_rows_after(), "%.1f") << ", expert compute "
-        << format_number(rank.expert_ms_before, "%.2f") << " -> "
-        << format_number(rank.expert_ms_after, "%.2f") << " ms, busy "
-        << format_number(rank.busy_ms_before, "%.2f") << " -> "
-        << format_number(rank.busy_ms_after, "%.2f") << " ms per step\n";
-  }
-  const double before = prediction.step_ms_before;
-  out << "  step time " << format_number(before, "%.2f") << " -> "
-      << format_number(prediction.step_ms_after(), "%.2f") << " ms per step ("
-      << format_number(prediction.step_ms_change, "%+.2f") << " ms, "
-      << format_number(before > 0 ? 100.0 * prediction.step_ms_change / before : 0.0, "%+.1f")
-      << "%)\n";
 }
 
 void run_plan(const PlanOptions& options) {
@@ -400,23 +387,39 @@ void run_plan(const PlanOptions& options) {
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    size_t copies = 0;
+    for (const LayerBalance& balance : balances) copies += balance.moves.size();
+    ChangeCostOptions cost_options;
+    cost_options.expert_bytes = options.expert_bytes;
+    cost_options.moved_tensors = options.moved_tensors;
+    cost_options.window_steps = options.window_steps;
+    cost_options.static_placement = options.static_placement;
+    cost_options.num_nodes = options.num_nodes;
+    const analysis::PlacementChangeCosts costs =
+        placement_change_costs(cost_options, plan, current, copies, loads.num_experts);
     try {
       prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
-                                               run->breakdown_or_null());
+                                               run->breakdown_or_null(), &costs);
     } catch (const std::invalid_argument& error) {
       no_prediction = error.what();
     }
   }
+  std::optional<analysis::RebalanceAdvice> advice;
+  if (options.advise && prediction) advice = analysis::advise_rebalance(*prediction);
+  if (options.advise && !prediction && no_prediction.empty()) {
+    no_prediction = "--advise needs TRACE files (the costs are fitted from them)";
+  }
   auto print_all = [&](bool with_slots) {
     print_placement(std::cout, options, plan, balances, with_slots);
-    if (prediction) print_prediction(std::cout, *prediction);
+    if (prediction) print_prediction(std::cout, *prediction, options.expert_bytes > 0);
+    if (advice) print_advice(std::cout, *advice);
     if (!no_prediction.empty()) std::cout << "no prediction: " << no_prediction << "\n";
   };
   if (options.json_output.empty()) {
     print_all(/*with_slots=*/true);
     return;
   }
-  const std::string json = placement_json(options, plan, balances, prediction);
+  const std::string json = placement_json(options, plan, balances, prediction, advice);
   if (options.json_output == "-") {
     std::cout << json;
     return;
@@ -471,6 +474,24 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1.0, 1000.0));
   plan->add_option("--skip-steps", options->skip_steps,
                    "from traces: warm-up steps the predicted gain leaves out (default 1)");
+  plan->add_option("--expert-bytes", options->expert_bytes,
+                   "from traces: bytes of one expert's weights (its gradient is as large), for "
+                   "the replicas' gradient all-reduce and the migration in the predicted step time")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--moved-tensors", options->moved_tensors,
+                   "tensors of one expert's size a migration moves (default 4: weights, gradient, "
+                   "Adam's two moments)")
+      ->check(CLI::Range(1.0, 64.0));
+  plan->add_option("--window", options->window_steps,
+                   "steps the placement is kept (the rebalance interval, default 50): the "
+                   "migration's one-off time is spread over them")
+      ->check(CLI::Range(1.0, 1e9));
+  plan->add_flag("--static", options->static_placement,
+                 "the placement is applied once, with no runtime rebalancer: its per-step load "
+                 "all-reduce and decisions do not count");
+  plan->add_flag("--advise", options->advise,
+                 "from traces: say whether the change pays over the window (the steps' predicted "
+                 "gain beats the move's cost) and record it as \"advice\" in --json");
   plan->add_option("--json", options->json_output,
                    "write the placement as JSON to this file ('-' for stdout)");
   CLI::Option* loads_option = plan->add_option(

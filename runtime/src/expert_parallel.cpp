@@ -163,11 +163,15 @@ at::Tensor all_to_all_rows(const at::Tensor& input, const std::vector<int64_t>& 
                                      std::string(trace_name), receive_pool);
 }
 
-at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group) {
+at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group,
+                          const char* trace_name) {
   if (!group.is_distributed()) return tensor;
   std::vector<at::Tensor> tensors{tensor};
+  CommunicationRecord record(trace_name, static_cast<int>(group.rank()),
+                             static_cast<int>(group.size()), tensor);
   try {
     group.backend->allreduce(tensors)->wait();
+    record.finish();
   } catch (const c10::Error& error) {
     fail_collective("all-reduce", "expert_load", *group.backend, error.what_without_backtrace());
   } catch (const std::exception& error) {

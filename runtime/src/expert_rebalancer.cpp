@@ -79,7 +79,8 @@ std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double
   summed[num_layers * num_experts] = step_seconds;
   // Gloo sums CPU tensors; NCCL needs them on the device.
   const at::Device device = layers_.front()->experts->w_gate_up.device();
-  summed = all_reduce_sum(summed.to(device), layers_.front()->group()).to(at::kCPU);
+  summed = all_reduce_sum(summed.to(device), layers_.front()->group(), "ar.rebalance_loads")
+               .to(at::kCPU);
   const double* values = summed.data_ptr<double>();
 
   for (int64_t l = 0; l < num_layers; ++l) {

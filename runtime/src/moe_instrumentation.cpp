@@ -103,16 +103,31 @@ CommunicationRecord::CommunicationRecord(const char* name, int rank, int num_ran
   for (int64_t rows : split_rows) split_bytes_.push_back(static_cast<uint64_t>(rows * row_bytes));
   dtype_ = static_cast<uint32_t>(like.scalar_type()) + 100;  // torch ScalarType + 100
   device_ = like.is_cuda() ? static_cast<int32_t>(like.get_device()) : -1;
+  kind_ = MOESCOPE_COMM_ALL_TO_ALL;
+  start_ns_ = moescope_now_ns();
+}
+
+CommunicationRecord::CommunicationRecord(const char* name, int rank, int num_ranks,
+                                         const at::Tensor& tensor)
+    : active_(is_trace_recording()), name_(name), rank_(rank), num_ranks_(num_ranks) {
+  if (!active_) return;
+  kind_ = MOESCOPE_COMM_ALL_REDUCE;
+  reduce_bytes_ = static_cast<uint64_t>(tensor.nbytes());
+  count_ = static_cast<uint64_t>(tensor.numel());
+  dtype_ = static_cast<uint32_t>(tensor.scalar_type()) + 100;  // torch ScalarType + 100
+  device_ = tensor.is_cuda() ? static_cast<int32_t>(tensor.get_device()) : -1;
   start_ns_ = moescope_now_ns();
 }
 
 void CommunicationRecord::finish() {
   if (!active_) return;
   moescope_comm_op_info op{};
-  op.kind = MOESCOPE_COMM_ALL_TO_ALL;
+  op.kind = kind_;
   op.dtype = dtype_;
-  op.bytes = std::accumulate(split_bytes_.begin(), split_bytes_.end(), uint64_t{0});
-  op.count = 0;
+  op.bytes = kind_ == MOESCOPE_COMM_ALL_REDUCE
+                 ? reduce_bytes_
+                 : std::accumulate(split_bytes_.begin(), split_bytes_.end(), uint64_t{0});
+  op.count = count_;
   op.rank = rank_;
   op.num_ranks = num_ranks_;
   op.peer = -1;

@@ -240,7 +240,7 @@ void MoELayerImpl::update_expert_bias() {
               config_.layer_index, " was built with MoEConfig.enable_expert_bias = false");
   at::NoGradGuard no_grad;
   at::Tensor load = accumulated_load.clone();
-  all_reduce_sum(load, group_);
+  all_reduce_sum(load, group_, "ar.expert_bias_load");
   router->update_expert_bias(load);
   accumulated_load.zero_();
   trace_statistics_.record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
@@ -291,7 +291,7 @@ void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
     at::Tensor sums = at::zeros({replicated, tensor[0].numel()}, tensor.options());
     sums.index_add_(0, at::tensor(source_groups, index_options),
                     tensor.index_select(0, at::tensor(sources, index_options)).flatten(1));
-    all_reduce_sum(sums, group_);
+    all_reduce_sum(sums, group_, "ar.replica_sync");
     std::vector<int64_t> shape = tensor.sizes().vec();
     shape[0] = static_cast<int64_t>(slots.size());
     tensor.index_copy_(0, at::tensor(slots, index_options),
@@ -332,7 +332,7 @@ CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
   at::Tensor sent = at::zeros({ep_size, ep_size}, at::kLong);  // [source, destination]
   sent[rank] =
       copy_to_host(at::bincount(destination.flatten(), {}, ep_size + 1).narrow(0, 0, ep_size));
-  sent = copy_to_host(all_reduce_sum(sent.to(slot_indices.device()), group_));
+  sent = copy_to_host(all_reduce_sum(sent.to(slot_indices.device()), group_, "ar.receive_cap"));
   std::vector<int64_t> quota(static_cast<size_t>(ep_size + 1), 0);
   for (int64_t d = 0; d < ep_size; ++d) {
     const at::Tensor incoming = sent.select(1, d).contiguous();

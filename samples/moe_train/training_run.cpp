@@ -124,7 +124,7 @@ void sync_replicated_gradients(const std::vector<at::Tensor>& parameters,
                        ? parameter.grad().reshape(-1)
                        : at::zeros({parameter.numel()}, parameter.options()));
   }
-  at::Tensor buffer = moescope::runtime::all_reduce_sum(at::cat(flat), group);
+  at::Tensor buffer = moescope::runtime::all_reduce_sum(at::cat(flat), group, "ar.grad_sync");
   int64_t offset = 0;
   for (const auto& parameter : parameters) {
     const int64_t numel = parameter.numel();
@@ -155,7 +155,8 @@ StepStatistics gather_statistics(const at::Tensor& loss, const at::Tensor& aux_l
       at::full({1}, static_cast<double>(dropped), loss.options().dtype(at::kDouble))};
   for (const auto& layer_tokens : tokens) parts.push_back(layer_tokens.to(at::kDouble));
   at::Tensor summed = at::cat(parts);
-  if (group.is_distributed()) summed = moescope::runtime::all_reduce_sum(summed, group);
+  if (group.is_distributed())
+    summed = moescope::runtime::all_reduce_sum(summed, group, "ar.statistics");
   summed = summed.cpu().contiguous();
   const double world = static_cast<double>(group.size());
   StepStatistics stats;

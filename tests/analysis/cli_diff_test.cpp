@@ -21,25 +21,42 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   const std::string directory = testing::test_directory("cli_diff");
   testing::DiffRunOptions skewed;
   skewed.hot_layer = 1;
-  skewed.hot_factor = 4.0;  // expert 0, on rank 0
+  skewed.hot_factor = 4.0;    // expert 0, on rank 0
+  skewed.allreduce_ms = 0.3;  // all-reduces of two sizes: 0.3 ms + 2 ms per MiB
+  skewed.allreduce_ms_per_mib = 2.0;
+  skewed.allreduce_bytes = 1ull << 20;
   const auto before = testing::write_diff_run(directory, "skewed", skewed);
+  // The run with the plan: balanced rows, and each of the 2 layers with replicas syncs their
+  // gradients in 2 more all-reduces (no --expert-bytes: their bytes are not counted, 0 here).
   testing::DiffRunOptions balanced = skewed;
   balanced.seed = 2;
   balanced.balanced_rows = true;
+  balanced.replica_sync_ops = 4;
   const auto after = testing::write_diff_run(directory, "balanced", balanced);
 
   const std::string plan_path = directory + "/plan.json";
-  CommandResult plan = run_cli("plan --gpus 2 --slots 10 --json " + plan_path + joined(before));
+  CommandResult plan =
+      run_cli("plan --gpus 2 --slots 10 --static --advise --json " + plan_path + joined(before));
   ASSERT_EQ(plan.exit_code, 0) << plan.out;
-  EXPECT_NE(plan.out.find("prediction (cost model from the trace: busy = "), std::string::npos)
-      << plan.out;
+  for (const char* expected : {"prediction (cost model from the trace: busy = ",
+                               "    expert compute ", "    replica grad sync ", "(4 all-reduce(s)",
+                               "at 95%", "advice: rebalance: gain ", "no --expert-bytes"}) {
+    EXPECT_NE(plan.out.find(expected), std::string::npos) << expected << "\n" << plan.out;
+  }
   std::ifstream plan_file(plan_path);
   const nlohmann::json plan_json = nlohmann::json::parse(plan_file);
   const auto& prediction = plan_json.at("prediction");
   EXPECT_NEAR(prediction["cost_model"]["ms_per_row"].get<double>(), skewed.ms_per_row,
               0.1 * skewed.ms_per_row);
-  EXPECT_LT(prediction["step_ms_change"].get<double>(), -1.0);  // rank 0's extra rows go
+  // Rank 0's extra rows go (-1.6 ms); the replicas' all-reduces take back 1.2 ms.
+  EXPECT_LT(prediction["step_ms_change"].get<double>(), -0.2);
   ASSERT_EQ(prediction["ranks"].size(), 2u);
+  ASSERT_EQ(prediction["terms"].size(), 4u);  // compute, all-to-all, replica sync, migration
+  EXPECT_EQ(prediction["terms"][2]["name"], "replica grad sync");
+  EXPECT_NEAR(prediction["terms"][2]["ms"].get<double>(), 4 * 0.3, 0.05);
+  EXPECT_LT(prediction["step_ms_change_low"].get<double>(),
+            prediction["step_ms_change"].get<double>());
+  EXPECT_TRUE(plan_json.at("advice")["rebalance"].get<bool>());
 
   CommandResult text =
       run_cli("diff" + joined(before) + " --against" + joined(after) + " --predicted " + plan_path);
@@ -93,6 +110,18 @@ TEST(CliDiff, BadInputGivesClearErrors) {
   std::ofstream(loads) << "[[4, 1, 1, 2]]";
   const std::string plan = directory + "/plan.json";
   ASSERT_EQ(run_cli("plan --gpus 2 --slots 4 --json " + plan + " --loads " + loads).exit_code, 0);
+  // --advise needs traces to fit its costs from; bad cost options are refused by name.
+  CommandResult advise_loads = run_cli("plan --gpus 2 --slots 4 --advise --loads " + loads);
+  EXPECT_EQ(advise_loads.exit_code, 0) << advise_loads.out;
+  EXPECT_NE(advise_loads.out.find("no prediction: --advise needs TRACE files"), std::string::npos)
+      << advise_loads.out;
+  CommandResult negative =
+      run_cli("plan --gpus 2 --slots 10 --expert-bytes -5" + joined(run_paths));
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.out.find("--expert-bytes"), std::string::npos) << negative.out;
+  CommandResult window = run_cli("plan --gpus 2 --slots 10 --window 0" + joined(run_paths));
+  EXPECT_NE(window.exit_code, 0);
+  EXPECT_NE(window.out.find("--window"), std::string::npos) << window.out;
   CommandResult no_prediction = run_cli("diff" + joined(run_paths) + " --against" +
                                         joined(run_paths) + " --predicted " + plan);
   EXPECT_EQ(no_prediction.exit_code, 1);

@@ -25,11 +25,14 @@ enum Name : uint32_t {
   kAllToAll,
   kAllReduce,
   kThreadName,
+  kStatisticsName,
+  kReplicaSyncName,
   kFirstLayerName,  // model.layers.0.mlp, then one per layer
 };
 
 constexpr int64_t kNsPerMs = 1000000;
 constexpr uint64_t kBytesPerRow = 1024;
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 
 int64_t ns(double ms) {
   return static_cast<int64_t>(std::llround(ms * double(kNsPerMs)));
@@ -134,7 +137,12 @@ std::vector<std::string> write_diff_run(const std::string& directory, const std:
         compute_end[size_t(r)] = t + duration(o.layer_ms + rows[size_t(r)] * o.ms_per_row);
         slowest = std::max(slowest, compute_end[size_t(r)]);
       }
-      const int64_t layer_end = slowest + ns(o.a2a_ms);
+      // Once every rank has arrived, the collective takes a2a_ms + the busiest receiver's bytes x
+      // a2a_ms_per_mib on every rank; with a cost per byte the op stands for the combine: it
+      // sends back the rows the rank computed.
+      const double busiest_bytes = *std::max_element(rows.begin(), rows.end()) * kBytesPerRow;
+      const int64_t layer_end =
+          slowest + ns(o.a2a_ms + busiest_bytes / kBytesPerMiB * o.a2a_ms_per_mib);
       for (int r = 0; r < R; ++r) {
         RecordBuffer& w = out[size_t(r)];
         expert_load(w, t, step, layer, r, 0, tokens[size_t(r)]);
@@ -156,6 +164,7 @@ std::vector<std::string> write_diff_run(const std::string& directory, const std:
           splits[size_t(e * R / E)] += uint64_t(tokens[size_t(r)][size_t(e)]) * kBytesPerRow;
           bytes += uint64_t(tokens[size_t(r)][size_t(e)]) * kBytesPerRow;
         }
+        if (o.a2a_ms_per_mib > 0) bytes = uint64_t(std::llround(rows[size_t(r)])) * kBytesPerRow;
         comm_op(w, compute_end[size_t(r)], layer_end, kAllToAll, 6, r, R, sequence, splits, bytes);
       }
       ++sequence;
@@ -171,19 +180,57 @@ std::vector<std::string> write_diff_run(const std::string& directory, const std:
       backward_compute[size_t(r)] = forward_end + duration(o.backward_ms);
       slowest = std::max(slowest, backward_compute[size_t(r)]);
     }
-    const int64_t backward_end = slowest + ns(o.allreduce_ms);
-    int64_t step_end = backward_end;
-    std::vector<int64_t> optimizer_end(static_cast<size_t>(R));
+    auto allreduce_cost = [&](uint64_t bytes) {
+      return ns(o.allreduce_ms + double(bytes) / kBytesPerMiB * o.allreduce_ms_per_mib);
+    };
+    int64_t backward_end = slowest + allreduce_cost(o.allreduce_bytes);
     for (int r = 0; r < R; ++r) {
       comm_op(out[size_t(r)], backward_compute[size_t(r)], backward_end, kAllReduce, 1, r, R,
               sequence, {}, o.allreduce_bytes);
+    }
+    ++sequence;
+    // More all-reduces back to back: statistics, then the replicas' gradients.
+    std::vector<std::pair<uint32_t, uint64_t>> more;
+    if (o.allreduce_ms_per_mib > 0) more.push_back({kStatisticsName, o.statistics_bytes});
+    for (int k = 0; k < o.replica_sync_ops; ++k)
+      more.push_back({kReplicaSyncName, o.replica_sync_bytes});
+    for (const auto& [name, bytes] : more) {
+      const int64_t end = backward_end + allreduce_cost(bytes);
+      for (int r = 0; r < R; ++r) {
+        comm_op(out[size_t(r)], backward_end, end, name, 1, r, R, sequence, {}, bytes);
+      }
+      ++sequence;
+      backward_end = end;
+    }
+    int64_t step_end = backward_end;
+    std::vector<int64_t> optimizer_end(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
       span_end(r, backward_end);
       span_begin(r, backward_end, kOptimizer, kPhaseDomain);
       optimizer_end[size_t(r)] = backward_end + duration(o.optimizer_ms);
       span_end(r, optimizer_end[size_t(r)]);
       step_end = std::max(step_end, optimizer_end[size_t(r)]);
     }
-    ++sequence;
+    if (o.rebalance_every > 0 && step % o.rebalance_every == o.rebalance_every - 1) {
+      const int index = step / o.rebalance_every;
+      const uint64_t bytes = o.migration_bytes * uint64_t(1 + index % 3);
+      const double ms = o.migration_ms + double(bytes) / kBytesPerMiB * o.migration_ms_per_mib;
+      for (int r = 0; r < R; ++r) {
+        for (int layer = 0; layer < L; ++layer) {
+          auto& decision = out[size_t(r)].append<trace::RebalanceRecord>(RecordKind::kRebalance,
+                                                                         uint64_t(step_end));
+          decision.step = step;
+          decision.layer = uint32_t(layer);
+          decision.rank = r;
+          decision.imbalance_before = 1.5f;
+          decision.imbalance_after = 1.0f;
+          decision.bytes_moved = bytes;
+          decision.duration_ns = uint64_t(ns(ms));
+          decision.applied = 1;
+        }
+      }
+      step_end += ns(ms) * L;
+    }
     now = step_end + ns(0.01);
   }
   std::vector<std::string> paths;
@@ -203,9 +250,9 @@ std::vector<std::string> write_diff_run(const std::string& directory, const std:
     }
     writer.write_chunk(1, out[size_t(r)].bytes());
     RecordBuffer strings;
-    const char* const kFixed[] = {"",           "moescope.phase", "moescope.module",
-                                  "forward",    "backward",       "optimizer",
-                                  "all_to_all", "all_reduce",     "main"};
+    const char* const kFixed[] = {"",         "moescope.phase", "moescope.module", "forward",
+                                  "backward", "optimizer",      "all_to_all",      "all_reduce",
+                                  "main",     "ar.statistics",  "ar.replica_sync"};
     for (uint32_t id = 1; id < kFirstLayerName; ++id) strings.define_string(id, kFixed[id]);
     for (int layer = 0; layer < L; ++layer) {
       strings.define_string(kFirstLayerName + uint32_t(layer),

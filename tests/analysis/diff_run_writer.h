@@ -34,6 +34,23 @@ struct DiffRunOptions {
   int hot_layer = -1;           // on this layer, expert 0 gets hot_factor x its tokens
   double hot_factor = 1.0;
   bool balanced_rows = false;  // every rank computes the same rows (a balanced placement)
+  // Known communication costs (step cost model tests; 0 keeps the runs above unchanged).
+  // All-to-all: after the last rank arrives, a2a_ms + bytes x a2a_ms_per_mib, the bytes (when
+  // a2a_ms_per_mib > 0) those of the rows the rank's experts computed (the combine's).
+  double a2a_ms_per_mib = 0;
+  // All-reduce: when > 0 each costs allreduce_ms + bytes x allreduce_ms_per_mib, and a small
+  // one of statistics_bytes follows the gradient's (two sizes: the fit sees both).
+  double allreduce_ms_per_mib = 0;
+  uint64_t statistics_bytes = 4096;
+  int replica_sync_ops = 0;  // more all-reduces per step of replica_sync_bytes (replicas)
+  uint64_t replica_sync_bytes = 0;
+  // Rebalances: every rebalance_every steps (last step of each window) a migration of
+  // migration_bytes x (1 + its index % 3) taking migration_ms + bytes x migration_ms_per_mib,
+  // recorded as applied rebalance records (one per layer) and added to that step.
+  int rebalance_every = 0;
+  uint64_t migration_bytes = 0;
+  double migration_ms = 0;
+  double migration_ms_per_mib = 0;
 };
 
 // One file per rank, `<directory>/<stem>.<rank>.moetrace`; returns the paths.

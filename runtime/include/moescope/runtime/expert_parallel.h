@@ -57,7 +57,9 @@ at::Tensor all_to_all_rows(const at::Tensor& input, const std::vector<int64_t>& 
                            const ExpertParallelGroup& group, const char* trace_name,
                            DispatchBufferPool* receive_pool = nullptr);
 
-/// Sum of `tensor` over the group, in place and returned (no autograd).
-at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group);
+/// Sum of `tensor` over the group, in place and returned (no autograd). Recorded in the trace
+/// as an all-reduce named `trace_name` (its bytes and time).
+at::Tensor all_reduce_sum(at::Tensor tensor, const ExpertParallelGroup& group,
+                          const char* trace_name = "ar.sum");
 
 }  // namespace moescope::runtime

@@ -55,6 +55,9 @@ class CommunicationRecord {
   CommunicationRecord(const char* name, int rank, int num_ranks,
                       const std::vector<int64_t>& split_rows, int64_t row_bytes,
                       const at::Tensor& like);
+  /// An all-reduce of `tensor` (bytes: its size), so that the trace holds the all-reduce's
+  /// bandwidth (the step cost model fits the replicas' gradient sync from it).
+  CommunicationRecord(const char* name, int rank, int num_ranks, const at::Tensor& tensor);
   void finish();
 
  private:
@@ -62,6 +65,9 @@ class CommunicationRecord {
   const char* name_;
   int rank_, num_ranks_;
   std::vector<uint64_t> split_bytes_;
+  uint32_t kind_ = 0;          // moescope_comm_kind (all-to-all unless the all-reduce constructor)
+  uint64_t reduce_bytes_ = 0;  // all-reduce only
+  uint64_t count_ = 0;
   uint32_t dtype_ = 0;
   int32_t device_ = -1;
   uint64_t start_ns_ = 0;

@@ -15,14 +15,18 @@
 //   busy_ms_after(g)   = busy_ms_before(g) + ms_per_row * (rows_after(g) - rows_before(g))
 //   step change        = ms_per_row * sum over layers of (max_g load_after - max_r rows_before)
 // Every rank waits for the busiest one at each layer's all-to-all, so a layer costs its busiest
-// rank's expert time; rows_before(r, layer) is the measured mean per step. Not modelled:
-// communication volume, replica synchronization and migration costs, noise in the per-step max.
+// rank's expert time; rows_before(r, layer) is the measured mean per step.
+// With PlacementChangeCosts (step_cost_terms.h) the change also counts the all-to-all bytes,
+// the replicas' gradient all-reduce, the migration and the rebalancer's own time, each a term
+// fitted from the trace; step_ms_change is then their net sum. Not modelled: noise in the
+// per-step max.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "moescope/analysis/step_cost_terms.h"
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
@@ -38,6 +42,7 @@ struct ExpertCostModel {
   std::string problem;  // why not valid
   double fixed_ms = 0;
   double ms_per_row = 0;
+  double ms_per_row_stderr = 0;  // standard error of the slope
   double r_squared = 0;
   size_t samples = 0;  // (rank, step) pairs fitted
 };
@@ -63,17 +68,27 @@ struct PlacementPrediction {
   std::vector<uint32_t> layers;  // trace layer ids, in the plan's layer order
   std::vector<RankPrediction> ranks;
   double step_ms_before = 0;  // measured mean per step (mean over ranks)
-  double step_ms_change = 0;  // predicted
+  double step_ms_change = 0;  // predicted: the sum of the terms
+  // Every cost the change adds or saves per step: "expert compute" first, then (with
+  // PlacementChangeCosts) all-to-all, replica grad sync, migration, rebalance.
+  std::vector<StepCostTerm> terms;
+  double step_ms_change_stderr = 0;  // sqrt of the terms' squared errors summed
+  double window_steps = 0;           // the migration is amortised over it (0: no costs given)
   double step_ms_after() const { return step_ms_before + step_ms_change; }
+  // The 95% interval of the change.
+  double change_low() const { return step_ms_change - 1.959964 * step_ms_change_stderr; }
+  double change_high() const { return step_ms_change + 1.959964 * step_ms_change_stderr; }
 };
 
 // `gpu_loads_after[layer][gpu]` in the plan's layer order (the trace's layer ids ascending).
 // Throws std::invalid_argument when the plan's GPUs are not the trace's ranks, its layers are
-// not the trace's, or the cost model is not valid.
+// not the trace's, or the cost model is not valid. `costs`: count the terms besides expert
+// compute (step_cost_terms.h); null: expert compute only.
 PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
                                       size_t skip_steps = 1,
-                                      const TimeBreakdown* breakdown = nullptr);
+                                      const TimeBreakdown* breakdown = nullptr,
+                                      const PlacementChangeCosts* costs = nullptr);
 
 // JSON object text (the "prediction" of `moescope plan --json`) and back. The parser throws
 // std::invalid_argument naming what is missing.

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Does rebalancing pay, and does the plan say so beforehand? (docs/performance.md, "Step time
+# prediction of a placement: every cost"; issue 32.) For each seed: moe_train on 2 CPU ranks
+# (Gloo) under `moescope record` with the demo's model and layer 1's router skewed, once without
+# balancing and once with 2 redundant experts rebalanced every WINDOW steps; then `moescope plan
+# --advise` on the skewed run alone (every cost fitted from it) and `moescope diff --predicted`
+# against the rebalanced run. One table row per pair: predicted net change with its interval,
+# the advice, the measured change with its interval, and whether the prediction lies inside.
+#   bench/rebalance_pairs_bench.sh [BUILD_DIR] [PAIRS] [STEPS]      (default: build 10 200)
+# Environment: MOESCOPE_BENCH_DIR (work folder, default a new temporary one), WINDOW (10),
+# PYTHON (python3 with torch). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
+set -uo pipefail
+build=$(cd "${1:-build}" && pwd)
+pairs=${2:-10}
+steps=${3:-200}
+window=${WINDOW:-10}
+python=${PYTHON:-python3}
+work="${MOESCOPE_BENCH_DIR:-$(mktemp -d)}"
+moescope=$build/bin/moescope
+hidden=64 ffn=128 experts=8
+model=(--layers 2 --experts $experts --top-k 2 --hidden $hidden --heads 4 --ffn-hidden $ffn
+       --batch 16 --seq-len 64 --lr 3e-3)
+train() {  # train OUT SEED ARGS...
+  local out=$1 seed=$2
+  shift 2
+  local port=$((20000 + RANDOM % 20000))
+  mkdir -p "$out"
+  OMP_NUM_THREADS=1 "$moescope" record -o "$out/run.%r.moetrace" -- "$python" -m torch.distributed.run \
+    --no-python --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" "$build/bin/moe_train" \
+    "${model[@]}" --steps "$steps" --threads 1 --gate-skew 3 --skew-layer 1 --log-every 50 \
+    --seed "$seed" --balance none "$@" > "$out/train.log" 2>&1
+}
+echo "work folder: $work"
+echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change |"
+echo "| --- | --- | --- | --- | --- | --- |"
+inside=0 faster=0
+for ((seed = 1; seed <= pairs; seed++)); do
+  dir="$work/pair$seed"
+  train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
+  train "$dir/rebalanced" "$seed" --redundant-experts 2 --rebalance-every "$window" \
+    --rebalance-threshold 1.05 --dispatch-pool || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
+  "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
+    --expert-bytes $((3 * hidden * ffn * 4)) --advise --json "$dir/plan.json" \
+    "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
+  "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \
+    --skip-steps "$window" --predicted "$dir/plan.json" --format json -o "$dir/diff.json" > /dev/null 2>&1
+  "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" <<'PY'
+import json, sys
+plan, diff, seed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+p, check = plan["prediction"], diff["prediction"]
+sync = next((t["ms"] for t in p["terms"] if t["name"] == "replica grad sync"), 0.0)
+allreduce = next((r for r in diff["rows"] if r["name"] == "all_reduce time"), None)
+measured_ar = "%+.2f" % allreduce["difference"] if allreduce else "-"
+print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s |" % (
+    seed, p["step_ms_change"], p["step_ms_change_low"], p["step_ms_change_high"],
+    "rebalance" if plan["advice"]["rebalance"] else "keep", check["measured_step_ms_change"],
+    check["measured_low"], check["measured_high"],
+    "yes" if check["inside_interval"] else "no", sync, measured_ar))
+PY
+done
