@@ -39,6 +39,9 @@ foreach(t moescope moescope-view)
     add_dependencies(moescope_wheel ${t})
   endif()
 endforeach()
+if(SKBUILD AND MOESCOPE_WHEEL_RUNTIME AND TARGET moescope_runtime_torch_ops)
+  add_dependencies(moescope_wheel moescope_runtime_torch_ops moescope_runtime moescope_recorder)
+endif()
 install(TARGETS moescope_inject moescope_inject_no_nccl
         LIBRARY DESTINATION ${_wheel_root}${CMAKE_INSTALL_LIBDIR} COMPONENT wheel)
 # The manylinux wheel (MOESCOPE_BUNDLE_GLFW, set by its toolchain) carries the one shared
