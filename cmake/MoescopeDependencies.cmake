@@ -5,8 +5,21 @@ find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
-find_package(ZLIB REQUIRED)
-pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# zlib and zstd: shared, or static where the binaries must not depend on the build machine's
+# copies (MOESCOPE_STATIC_COMPRESSION, set by the wheel's manylinux toolchain). Either way the
+# targets are ZLIB::ZLIB and PkgConfig::ZSTD.
+if(MOESCOPE_STATIC_COMPRESSION)
+  set(ZLIB_USE_STATIC_LIBS ON)
+  find_package(ZLIB REQUIRED)
+  find_library(MOESCOPE_ZSTD_STATIC_LIBRARY NAMES libzstd.a REQUIRED)
+  find_path(MOESCOPE_ZSTD_INCLUDE_DIR zstd.h REQUIRED)
+  add_library(PkgConfig::ZSTD STATIC IMPORTED)
+  set_target_properties(PkgConfig::ZSTD PROPERTIES IMPORTED_LOCATION ${MOESCOPE_ZSTD_STATIC_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES ${MOESCOPE_ZSTD_INCLUDE_DIR})
+else()
+  find_package(ZLIB REQUIRED)
+  pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+endif()
 
 # Resolves an AUTO/ON/OFF switch into MOESCOPE_HAVE_<part> and MOESCOPE_WHY_<part>: ON fails
 # loudly when the part is missing, OFF turns it off, AUTO follows what was found.
@@ -166,12 +179,21 @@ if(MOESCOPE_HAVE_TORCH)
 endif()
 
 # Viewer: Debian's libimgui-dev (with GLFW + OpenGL3 backends inside libimgui.a) and GLFW.
-pkg_check_modules(IMGUI QUIET IMPORTED_TARGET imgui)
+# Debian's imgui.pc also links libstb.so for stb_truetype/stb_rect_pack; the viewer compiles
+# those from stb's headers instead (viewer/app/stb_font_implementations.cpp), so it links
+# libimgui.a alone: one fewer shared library, and none newer than glibc 2.28 in the wheel.
+pkg_check_modules(IMGUI QUIET imgui)
 pkg_check_modules(GLFW QUIET IMPORTED_TARGET glfw3)
 find_package(OpenGL QUIET)
-find_path(MOESCOPE_STB_INCLUDE_DIR stb/stb_image_write.h)
+find_path(MOESCOPE_STB_INCLUDE_DIR stb/stb_truetype.h)
+find_library(MOESCOPE_IMGUI_LIBRARY NAMES libimgui.a HINTS ${IMGUI_LIBRARY_DIRS})
+if(IMGUI_FOUND AND MOESCOPE_IMGUI_LIBRARY AND NOT TARGET moescope_imgui)
+  add_library(moescope_imgui STATIC IMPORTED)
+  set_target_properties(moescope_imgui PROPERTIES IMPORTED_LOCATION ${MOESCOPE_IMGUI_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES "${IMGUI_INCLUDE_DIRS}")
+endif()
 set(_viewer_missing "")
-foreach(part IMGUI GLFW OpenGL MOESCOPE_STB_INCLUDE_DIR)
+foreach(part IMGUI MOESCOPE_IMGUI_LIBRARY GLFW OpenGL MOESCOPE_STB_INCLUDE_DIR)
   if(NOT ${part}_FOUND AND NOT ${part})
     list(APPEND _viewer_missing ${part})
   endif()

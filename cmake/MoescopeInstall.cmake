@@ -30,13 +30,32 @@ set(_wheel_root "")
 if(SKBUILD)
   set(_wheel_root "${SKBUILD_DATA_DIR}/")
 endif()
+# `moescope_wheel` builds just what the component holds (pyproject.toml's build.targets).
+add_custom_target(moescope_wheel)
+add_dependencies(moescope_wheel moescope_inject moescope_inject_no_nccl)
 foreach(t moescope moescope-view)
   if(TARGET ${t})
     install(TARGETS ${t} RUNTIME DESTINATION ${_wheel_root}${CMAKE_INSTALL_BINDIR} COMPONENT wheel)
+    add_dependencies(moescope_wheel ${t})
   endif()
 endforeach()
+if(SKBUILD AND MOESCOPE_WHEEL_RUNTIME AND TARGET moescope_runtime_torch_ops)
+  add_dependencies(moescope_wheel moescope_runtime_torch_ops moescope_runtime moescope_recorder)
+endif()
 install(TARGETS moescope_inject moescope_inject_no_nccl
         LIBRARY DESTINATION ${_wheel_root}${CMAKE_INSTALL_LIBDIR} COMPONENT wheel)
+# The manylinux wheel (MOESCOPE_BUNDLE_GLFW, set by its toolchain) carries the one shared
+# library the viewer needs beyond the manylinux policy's system libraries: GLFW (glibc <= 2.27,
+# X11 and libGL from the system). It goes next to the shims, and the viewer finds it through its
+# RPATH. (auditwheel repair would graft it too, but its RPATH for binaries in the wheel's data
+# folder points into the wheel's layout, not the installed one.)
+if(MOESCOPE_BUNDLE_GLFW AND TARGET moescope-view)
+  list(GET GLFW_LINK_LIBRARIES 0 _glfw_link_library)
+  file(REAL_PATH "${_glfw_link_library}" _glfw_library)
+  install(FILES ${_glfw_library} DESTINATION ${_wheel_root}${CMAKE_INSTALL_LIBDIR}
+          RENAME libglfw.so.3 COMPONENT wheel)  # GLFW 3's SONAME
+  set_target_properties(moescope-view PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+endif()
 
 # The Python annotation module (ctypes, no build step) with a generated _install_layout.py
 # telling it where the shim is relative to itself, and moescope_startup (the sitecustomize that

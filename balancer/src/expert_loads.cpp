@@ -1,6 +1,8 @@
 #include "moescope/balancer/expert_loads.h"
 
-#include <charconv>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -63,8 +65,20 @@ std::string_view trim(std::string_view text) {
 bool parse_number(std::string_view field, double& value) {
   if (field.empty()) return false;
   if (field.front() == '+') field.remove_prefix(1);
-  const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
-  return error == std::errc() && end == field.data() + field.size();
+  // strtod, not std::from_chars: the libc++ of the manylinux wheel's toolchain has no
+  // floating-point from_chars. What from_chars would refuse, refused here too: leading space,
+  // hexadecimal, out of range. (Nothing here calls setlocale: the decimal point is '.'.)
+  if (field.empty() || std::isspace(static_cast<unsigned char>(field.front())) ||
+      field.find_first_of("xX") != std::string_view::npos) {
+    return false;
+  }
+  const std::string text(field);
+  char* end = nullptr;
+  errno = 0;
+  const double parsed = std::strtod(text.c_str(), &end);
+  if (errno == ERANGE || end != text.c_str() + text.size()) return false;
+  value = parsed;
+  return true;
 }
 
 std::vector<std::string_view> split_fields(std::string_view line) {

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 #include <sstream>
 
 #include "moescope/analysis/comm_analysis.h"
@@ -36,9 +38,19 @@ std::string bytes_text(uint64_t bytes) {
   return text;
 }
 
+// The signal's name (SIGSEGV). A table, not glibc's sigabbrev_np (2.32): the pip wheel's binaries
+// may use nothing newer than glibc 2.28. The signals a crash or a kill of a rank can be.
 std::string signal_text(int code) {
-  const char* name = code > 0 ? sigabbrev_np(code) : nullptr;
-  return name ? std::string("SIG") + name : "signal " + std::to_string(code);
+  static const std::pair<int, const char*> kNames[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+  for (const auto& [number, name] : kNames) {
+    if (number == code) return name;
+  }
+  return "signal " + std::to_string(code);
 }
 
 // Where the trigger fired, in words.

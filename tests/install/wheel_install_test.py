@@ -88,8 +88,20 @@ def build_wheel(source_dir, work, cmake_build_dir):
     wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
     if len(wheels) != 1 or not wheels[0].startswith("moescope-"):
         sys.exit(f"FAILED: expected one moescope wheel in {dist}, found {wheels}")
-    wheel = os.path.join(dist, wheels[0])
-    print(f"built {wheels[0]}: {os.path.getsize(wheel) / 1e6:.1f} MB")
+    # The manylinux check and tag, as a release does it (fails when a binary needs more than
+    # glibc 2.28 or a library outside the policy).
+    result = run([f"{build_bin}/python", "-m", "pip", "install", "-q", "auditwheel", "wheel"])
+    if result.returncode != 0:
+        skip(f"cannot install auditwheel: {result.stderr.strip()[-300:]}")
+    tagged = check(run([f"{build_bin}/python",
+                        os.path.join(source_dir, "scripts", "tag_manylinux_wheel.py"),
+                        os.path.join(dist, wheels[0])]), "the manylinux check of the wheel")
+    print(tagged.stdout)
+    wheel = tagged.stdout.strip().splitlines()[-1]
+    if not re.search(r"-py3-none-manylinux_2_(\d+)_x86_64\.whl$", wheel) or \
+            int(re.search(r"manylinux_2_(\d+)", wheel).group(1)) > 28:
+        sys.exit(f"FAILED: the wheel is not tagged manylinux_2_28 or older: {wheel}")
+    print(f"built {os.path.basename(wheel)}: {os.path.getsize(wheel) / 1e6:.1f} MB")
     return wheel
 
 
@@ -162,7 +174,33 @@ def main():
     if summary["steps"] != TRAINING_STEPS or "marker" not in summary["step_source"]:
         sys.exit(f"FAILED: expected {TRAINING_STEPS} steps from step markers, "
                  f"found {summary['steps']} ({summary['step_source']})")
+    check_viewer(user, work, traces[0], environment)
     print(f"OK: the installed moescope recorded {summary['steps']} steps")
+
+
+def check_viewer(user, work, trace, environment):
+    """The wheel's viewer uses the GLFW the wheel carries (not the build machine's), and draws
+    the recorded trace in a real window (under xvfb-run, when this machine has it)."""
+    viewer = os.path.join(user, "bin", "moescope-view")
+    if not os.path.exists(viewer):
+        print("the wheel has no viewer (built without Dear ImGui/GLFW): not checked")
+        return
+    bundled = os.path.join(user, "lib", "libglfw.so.3")
+    if not os.path.exists(bundled):
+        sys.exit(f"FAILED: the wheel's viewer came without its GLFW ({bundled})")
+    linked = check(run(["ldd", viewer], env=environment), "ldd of the viewer").stdout
+    glfw = re.search(r"libglfw\.so\.3 => (\S+)", linked)
+    if not glfw or os.path.realpath(glfw.group(1)) != os.path.realpath(bundled):
+        sys.exit(f"FAILED: the viewer does not load the wheel's GLFW:\n{linked}")
+    if not shutil.which("xvfb-run"):
+        print("no xvfb-run: the viewer's window is not drawn here")
+        return
+    picture = os.path.join(work, "viewer.png")
+    check(run(["xvfb-run", "-a", viewer, trace, "--screenshot", picture], env=environment,
+              cwd=work, timeout=300), "the wheel's viewer drawing the trace")
+    if not os.path.exists(picture) or os.path.getsize(picture) < 1000:
+        sys.exit(f"FAILED: the wheel's viewer wrote no screenshot ({picture})")
+    print(f"the wheel's viewer drew {trace} with its own GLFW ({glfw.group(1)})")
 
 
 if __name__ == "__main__":

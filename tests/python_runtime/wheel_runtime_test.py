@@ -51,6 +51,9 @@ def main():
                    "-C", "cmake.define.MOESCOPE_WHEEL_RUNTIME=ON",
                    "-C", "cmake.define.MOESCOPE_WITH_CUDA=ON",  # the main build's flags
                    "-C", "cmake.define.MOESCOPE_WITH_VIEWER=OFF",
+                   # The extension links libtorch (libstdc++): the system compiler, not
+                   # the manylinux wheel's zig toolchain (pyproject.toml).
+                   "-C", "cmake.define.CMAKE_TOOLCHAIN_FILE=",
                    # ccache hashes the compiler's name: the main build's `c++`, not g++
                    "-C", f"cmake.define.CMAKE_CXX_COMPILER={shutil.which('c++') or 'c++'}",
                    "-C", f"cmake.define.CMAKE_C_COMPILER={shutil.which('cc') or 'cc'}",
