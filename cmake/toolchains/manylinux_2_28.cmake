@@ -9,8 +9,7 @@
 # Zig's own glibc 2.28 headers come first; the build machine's /usr/include is searched after
 # them (-idirafter), for third-party headers only (nlohmann/json, CLI11, zstd, ImGui, GLFW, GL).
 #
-# The zig binary: $MOESCOPE_ZIG, else the `ziglang` package of the Python on PATH (pip's build
-# environment). CMake wants one executable per compiler, so thin wrappers are written next to
+# The zig binary: $MOESCOPE_ZIG, else the `ziglang` package of the Python building the wheel. CMake wants one executable per compiler, so thin wrappers are written next to
 # the build.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR x86_64)
@@ -21,7 +20,13 @@ set(MOESCOPE_GLIBC_TARGET x86_64-linux-gnu.2.28)
 if(DEFINED ENV{MOESCOPE_ZIG})
   set(_zig $ENV{MOESCOPE_ZIG})
 else()
-  find_program(_python NAMES python3 python REQUIRED)
+  # The Python pip builds with (scikit-build-core puts it in the initial cache), which has the
+  # build requirements; else the first on PATH.
+  if(Python_EXECUTABLE)
+    set(_python ${Python_EXECUTABLE})
+  else()
+    find_program(_python NAMES python3 python REQUIRED)
+  endif()
   execute_process(
     COMMAND ${_python} -c
             "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))"
