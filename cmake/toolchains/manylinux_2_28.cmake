@@ -17,9 +17,13 @@ set(CMAKE_SYSTEM_PROCESSOR x86_64)
 set(CMAKE_LIBRARY_ARCHITECTURE x86_64-linux-gnu)
 set(MOESCOPE_GLIBC_TARGET x86_64-linux-gnu.2.28)
 
-if(DEFINED ENV{MOESCOPE_ZIG})
-  set(_zig $ENV{MOESCOPE_ZIG})
-else()
+# Found once, in the project's own configure; CMake's compiler checks (try_compile projects, which
+# read this file again without the project's cache) get it through
+# CMAKE_TRY_COMPILE_PLATFORM_VARIABLES.
+if(NOT MOESCOPE_ZIG AND DEFINED ENV{MOESCOPE_ZIG})
+  set(MOESCOPE_ZIG $ENV{MOESCOPE_ZIG})
+endif()
+if(NOT MOESCOPE_ZIG)
   # The Python pip builds with (scikit-build-core puts it in the initial cache), which has the
   # build requirements; else the first on PATH.
   if(Python_EXECUTABLE)
@@ -30,11 +34,14 @@ else()
   execute_process(
     COMMAND ${_python} -c
             "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))"
-    OUTPUT_VARIABLE _zig OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _found)
+    OUTPUT_VARIABLE MOESCOPE_ZIG OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _found)
   if(NOT _found EQUAL 0)
-    message(FATAL_ERROR "manylinux_2_28 toolchain: no zig (pip install ziglang, or set MOESCOPE_ZIG)")
+    message(FATAL_ERROR "manylinux_2_28 toolchain: no zig in ${_python} "
+                        "(pip install ziglang, or set MOESCOPE_ZIG)")
   endif()
 endif()
+list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES MOESCOPE_ZIG)
+set(_zig ${MOESCOPE_ZIG})
 
 set(_wrappers ${CMAKE_CURRENT_LIST_DIR}/../../.zig-wrappers)
 if(DEFINED CMAKE_BINARY_DIR AND NOT CMAKE_BINARY_DIR STREQUAL "")
