@@ -8,8 +8,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 #include "moescope/analysis/comm_analysis.h"
 
