@@ -393,6 +393,17 @@ class MoetraceFileLoader {
   uint32_t sync_names_[6] = {};
 };
 
+// Counts a read chunk in the process's chunk and stream totals (streams past 2^20 are not
+// counted: a hostile id must not size the seen-set).
+void count_chunk(const trace::Chunk& chunk, ProcessTrack& process,
+                 std::vector<bool>& seen_streams) {
+  ++process.chunks;
+  if (chunk.stream >= (1u << 20)) return;
+  if (chunk.stream >= seen_streams.size()) seen_streams.resize(chunk.stream + 1);
+  if (!seen_streams[chunk.stream]) ++process.streams;
+  seen_streams[chunk.stream] = true;
+}
+
 }  // namespace
 
 uint32_t FileLoad::intern_extra(std::string_view text) {
@@ -424,12 +435,7 @@ FileLoad read_moetrace_file(const std::string& path, const BytesProgress& progre
         next_checkpoint = next_checkpoint < reader.file_size() / 4 ? reader.file_size() / 4 : 0;
       }
       loader.read_chunk(chunk);
-      ++out.process.chunks;
-      if (chunk.stream < (1u << 20)) {
-        if (chunk.stream >= seen_streams.size()) seen_streams.resize(chunk.stream + 1);
-        if (!seen_streams[chunk.stream]) ++out.process.streams;
-        seen_streams[chunk.stream] = true;
-      }
+      count_chunk(chunk, out.process, seen_streams);
     };
     auto enough = [&] { return options.max_events && out.process.events >= options.max_events; };
     trace::Chunk chunk;
@@ -473,12 +479,7 @@ FileLoad load_moetrace_chunks(const std::string& path, const std::string& metada
   std::vector<bool> seen_streams;
   for (const trace::Chunk& chunk : chunks) {
     loader.read_chunk(chunk);
-    ++out.process.chunks;
-    if (chunk.stream < (1u << 20)) {
-      if (chunk.stream >= seen_streams.size()) seen_streams.resize(chunk.stream + 1);
-      if (!seen_streams[chunk.stream]) ++out.process.streams;
-      seen_streams[chunk.stream] = true;
-    }
+    count_chunk(chunk, out.process, seen_streams);
   }
   loader.finish();
   out.process.complete = complete;
