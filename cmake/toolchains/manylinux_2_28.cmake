@@ -43,10 +43,7 @@ endif()
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES MOESCOPE_ZIG)
 set(_zig ${MOESCOPE_ZIG})
 
-set(_wrappers ${CMAKE_CURRENT_LIST_DIR}/../../.zig-wrappers)
-if(DEFINED CMAKE_BINARY_DIR AND NOT CMAKE_BINARY_DIR STREQUAL "")
-  set(_wrappers ${CMAKE_BINARY_DIR}/zig-wrappers)
-endif()
+set(_wrappers ${CMAKE_BINARY_DIR}/zig-wrappers)
 foreach(_tool cc c++)
   file(WRITE ${_wrappers}/zig-${_tool}.in
        "#!/bin/sh\nexec \"${_zig}\" ${_tool} -target ${MOESCOPE_GLIBC_TARGET} \"$@\" -idirafter /usr/include\n")
