@@ -166,16 +166,6 @@ if(MOESCOPE_HAVE_TORCH)
   add_library(moescope_torch INTERFACE)
   target_link_libraries(moescope_torch INTERFACE ${TORCH_LIBRARIES})
   target_compile_options(moescope_torch INTERFACE ${TORCH_CXX_FLAGS})
-  # Full debug info doubles the compile time of a translation unit that includes torch's headers
-  # (runtime/src/router.cpp: 50 s with -O2 -g, 25 s with -O2 -g1; docs/performance.md), and there
-  # are some 35 of them in `make demo`. Line tables (-g1) keep backtraces and file:line in
-  # profilers and debuggers; MOESCOPE_TORCH_DEBUG_INFO=full (or a Debug build) gives variables.
-  set(MOESCOPE_TORCH_DEBUG_INFO lines CACHE STRING
-      "Debug info of torch translation units in RelWithDebInfo builds: lines (-g1) or full (-g)")
-  if(MOESCOPE_TORCH_DEBUG_INFO STREQUAL "lines")
-    target_compile_options(moescope_torch INTERFACE
-      $<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:CXX>>:-g1>)
-  endif()
 endif()
 
 # Viewer: Debian's libimgui-dev (with GLFW + OpenGL3 backends inside libimgui.a) and GLFW.

@@ -70,3 +70,6 @@ if(NOT expert_loads EQUAL 1 OR NOT steps EQUAL 1)
   message(FATAL_ERROR "the installed module's events are not in the trace:\n${out}")
 endif()
 message("python module: expert_load=${expert_loads} step=${steps}")
+# Passed: the install and the consumer's build go (hundreds of MB; CI's disk is small). A
+# failure above stops before this and keeps them to be read.
+file(REMOVE_RECURSE ${WORK_DIR})

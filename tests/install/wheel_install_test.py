@@ -43,6 +43,14 @@ def check(result, what):
     return result
 
 
+def remove_when_passed(*paths):
+    """A passed test leaves no build behind: the virtual environments, the wheel's CMake build
+    and zig's cache take GBs, and CI's disk is small (a full one failed CI). A failed test
+    keeps them to be read."""
+    for path in filter(None, paths):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def build_requirements(source_dir):
     """The [build-system] requires list of pyproject.toml."""
     with open(os.path.join(source_dir, "pyproject.toml"), "rb") as pyproject:
@@ -82,9 +90,13 @@ def build_wheel(source_dir, work, cmake_build_dir):
         skip(f"cannot install the build backend ({' '.join(requirements)}): "
              f"{result.stderr.strip()[-300:]}")
     dist = os.path.join(work, "dist")
+    # zig's cache (the C++ runtime and glibc stubs it builds for the manylinux target) goes
+    # with the CMake build, so remove_when_passed takes it too; never the user's ~/.cache/zig.
+    zig_cache = os.path.join(cmake_build_dir, "zig-cache")
+    environment = dict(os.environ, ZIG_GLOBAL_CACHE_DIR=zig_cache, ZIG_LOCAL_CACHE_DIR=zig_cache)
     check(run([f"{build_bin}/python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-               "-w", dist, f"--config-settings=build-dir={cmake_build_dir}", source_dir]),
-          "pip wheel")
+               "-w", dist, f"--config-settings=build-dir={cmake_build_dir}", source_dir],
+              env=environment), "pip wheel")
     wheels = [name for name in os.listdir(dist) if name.endswith(".whl")]
     if len(wheels) != 1 or not wheels[0].startswith("moescope-"):
         sys.exit(f"FAILED: expected one moescope wheel in {dist}, found {wheels}")
@@ -176,6 +188,7 @@ def main():
                  f"found {summary['steps']} ({summary['step_source']})")
     check_viewer(user, work, traces[0], environment)
     print(f"OK: the installed moescope recorded {summary['steps']} steps")
+    remove_when_passed(work)  # the CMake build stays for wheel_torch_capture_test.py
 
 
 def check_viewer(user, work, trace, environment):

@@ -22,7 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from wheel_install_test import build_wheel, check, install_wheel, prepare, run  # noqa: E402
+from wheel_install_test import (build_wheel, check, install_wheel, prepare,  # noqa: E402
+                                remove_when_passed, run)
 
 NOT_RECORDING = "moescope: not being recorded"
 DDP_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs",
@@ -137,6 +138,7 @@ def main():
         fail(f"the recording with the capture still reports the DDP gap: {gaps}")
     print("OK: the pip-installed moescope built its C++ capture for this torch and recorded "
           "DDP's gradient all-reduces")
+    remove_when_passed(work, cmake_build_dir)  # the last of the two tests on that build
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "install"))
-from wheel_install_test import build_requirements, check, make_venv, run, skip  # noqa: E402
+from wheel_install_test import (build_requirements, check, make_venv,  # noqa: E402
+                                remove_when_passed, run, skip)
 
 
 def main():
@@ -37,6 +38,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     wheel = arguments.wheel
+    build_dir = ""
     if not wheel:
         build_bin = make_venv(os.path.join(work, "build-env"))
         requirements = build_requirements(source_dir)
@@ -92,6 +94,7 @@ def main():
                       env=environment, cwd=work), "test_replace_hf.py against the installed wheel")
     print(tests.stdout[-1500:])
     print("OK: the wheel's runtime extension passed test_replace_hf.py")
+    remove_when_passed(work, build_dir)
 
 
 if __name__ == "__main__":
