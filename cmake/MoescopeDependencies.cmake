@@ -223,3 +223,16 @@ find_package(benchmark QUIET)
 find_program(MOESCOPE_XVFB_RUN xvfb-run)
 moescope_detected(XVFB MOESCOPE_XVFB_RUN "${MOESCOPE_XVFB_RUN}: the viewer's screenshot tests run"
   "no xvfb-run (apt-get install xvfb): the viewer's screenshot tests are skipped")
+
+# torch.__version__ of the build's Python (the whole string, with its +cu tag) into `out`: the
+# torch-linked libraries write it beside themselves so that the Python loader refuses another
+# torch (C++ ABI) before loading them. Unreadable: `out` is empty and `warning` is shown.
+function(moescope_python_torch_version out warning)
+  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.__version__)"
+                  OUTPUT_VARIABLE version OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR version STREQUAL "")
+    message(WARNING "${warning}")
+    set(version "")
+  endif()
+  set(${out} "${version}" PARENT_SCOPE)
+endfunction()

@@ -160,15 +160,9 @@ int32_t finding_rank(const TraceModel& model, const Finding& finding) {
 }
 
 const char* severity_name(Severity severity) {
-  switch (severity) {
-    case Severity::kInfo:
-      return "info";
-    case Severity::kWarning:
-      return "warning";
-    case Severity::kCritical:
-      return "critical";
-  }
-  return "?";
+  static const char* const kNames[] = {"info", "warning", "critical"};  // in Severity order
+  const auto index = static_cast<size_t>(severity);
+  return index < sizeof(kNames) / sizeof(kNames[0]) ? kNames[index] : "?";
 }
 
 std::vector<Finding> find_bottlenecks(const TraceModel& model, const TimeBreakdown& breakdown,

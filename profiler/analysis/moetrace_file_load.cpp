@@ -368,18 +368,10 @@ class MoetraceFileLoader {
     return op.copy_kind < 6 ? kNames[op.copy_kind] : "Memcpy";
   }
   static const char* sync_name(uint32_t sync_kind) {
-    switch (sync_kind) {
-      case 1:
-        return "cudaDeviceSynchronize";
-      case 2:
-        return "cudaStreamSynchronize";
-      case 3:
-        return "cudaEventSynchronize";
-      case 4:
-        return "cudaStreamWaitEvent";
-      default:
-        return "Synchronize";
-    }
+    static const char* const kNames[] = {"Synchronize", "cudaDeviceSynchronize",
+                                         "cudaStreamSynchronize", "cudaEventSynchronize",
+                                         "cudaStreamWaitEvent"};  // 0: not known
+    return sync_kind < 5 ? kNames[sync_kind] : "Synchronize";
   }
 
   FileLoad& out_;

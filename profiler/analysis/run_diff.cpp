@@ -124,12 +124,7 @@ class MetricCollector {
         {"idle", [](const StepBreakdown& s) { return s.idle_ms; }},
         {"host sync", [](const StepBreakdown& s) { return s.host_sync_ms; }},
     };
-    std::map<int64_t, std::vector<const StepBreakdown*>> by_step;
-    for (const RankBreakdown& rank : breakdown.ranks) {
-      for (const StepBreakdown& step : rank.steps) {
-        if (step.step >= 0) by_step[step.step].push_back(&step);
-      }
-    }
+    const std::map<int64_t, std::vector<const StepBreakdown*>> by_step = steps_by_number(breakdown);
     std::vector<int64_t> steps;
     for (const auto& [step, entries] : by_step) steps.push_back(step);
     for (const Part& part : kParts) {

@@ -153,12 +153,7 @@ std::vector<StepMetrics> compute_step_metrics(const TraceModel& model,
     if (rows.step >= 0) rank_rows[rows.step][rows.layer].push_back(rows.rows);
   }
   TimeBreakdown breakdown = compute_time_breakdown(model);
-  std::map<int64_t, std::vector<const StepBreakdown*>> times;
-  for (const RankBreakdown& rank : breakdown.ranks) {
-    for (const StepBreakdown& step : rank.steps) {
-      if (step.step >= 0) times[step.step].push_back(&step);
-    }
-  }
+  const std::map<int64_t, std::vector<const StepBreakdown*>> times = steps_by_number(breakdown);
   std::set<int64_t> steps;
   for (const auto& [step, layers] : by_step) steps.insert(step);
   for (const auto& [step, ranks] : times) steps.insert(step);

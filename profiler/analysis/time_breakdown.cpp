@@ -185,6 +185,17 @@ RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack
   return rank;
 }
 
+std::map<int64_t, std::vector<const StepBreakdown*>> steps_by_number(
+    const TimeBreakdown& breakdown) {
+  std::map<int64_t, std::vector<const StepBreakdown*>> by_step;
+  for (const RankBreakdown& rank : breakdown.ranks) {
+    for (const StepBreakdown& step : rank.steps) {
+      if (step.step >= 0) by_step[step.step].push_back(&step);
+    }
+  }
+  return by_step;
+}
+
 std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ranks,
                                             const std::vector<bool>& has_steps) {
   std::map<int64_t, std::vector<std::pair<int32_t, const StepBreakdown*>>> by_step;

@@ -1,20 +1,22 @@
 // Names of the model's enums, for reports, exports and the viewer.
 #include "moescope/analysis/trace_model.h"
 
+#include <cstddef>
+
 namespace moescope::analysis {
+namespace {
+
+// names[index], or `unknown` past the end: each enum's names are one array in value order.
+template <size_t N>
+const char* name_at(const char* const (&names)[N], size_t index, const char* unknown) {
+  return index < N ? names[index] : unknown;
+}
+
+}  // namespace
 
 const char* gpu_op_kind_name(GpuOpKind kind) {
-  switch (kind) {
-    case GpuOpKind::kKernel:
-      return "kernel";
-    case GpuOpKind::kMemcpy:
-      return "memcpy";
-    case GpuOpKind::kMemset:
-      return "memset";
-    case GpuOpKind::kSync:
-      return "sync";
-  }
-  return "?";
+  static const char* const kNames[] = {"kernel", "memcpy", "memset", "sync"};
+  return name_at(kNames, static_cast<size_t>(kind), "?");
 }
 
 const char* memory_category_name(int category) {
@@ -25,35 +27,15 @@ const char* memory_category_name(int category) {
 }
 
 const char* clock_alignment_method_name(ClockAlignmentMethod method) {
-  switch (method) {
-    case ClockAlignmentMethod::kSingleHost:
-      return "single host";
-    case ClockAlignmentMethod::kClockSync:
-      return "clock-sync points";
-    case ClockAlignmentMethod::kCollectiveEnds:
-      return "collective ends";
-    case ClockAlignmentMethod::kWallClock:
-      return "wall clock";
-    case ClockAlignmentMethod::kNone:
-      return "none";
-  }
-  return "?";
+  static const char* const kNames[] = {"single host", "clock-sync points", "collective ends",
+                                       "wall clock", "none"};
+  return name_at(kNames, static_cast<size_t>(method), "?");
 }
 
 const char* step_source_name(StepSource source) {
-  switch (source) {
-    case StepSource::kNone:
-      return "none";
-    case StepSource::kMarkers:
-      return "step markers";
-    case StepSource::kRepeatingRange:
-      return "repeating range";
-    case StepSource::kProfilerSteps:
-      return "ProfilerStep ranges";
-    case StepSource::kOptimizerSteps:
-      return "optimizer steps";
-  }
-  return "?";
+  static const char* const kNames[] = {"none", "step markers", "repeating range",
+                                       "ProfilerStep ranges", "optimizer steps"};
+  return name_at(kNames, static_cast<size_t>(source), "?");
 }
 
 }  // namespace moescope::analysis

@@ -59,19 +59,10 @@ class ControlLock {
 };
 
 const char* state_name(CaptureState state) {
-  switch (state) {
-    case CaptureState::kOff:
-      return "off";
-    case CaptureState::kNoDriver:
-      return "no CUDA driver";
-    case CaptureState::kWaitingForCuInit:
-      return "waiting for cuInit";
-    case CaptureState::kOn:
-      return "on";
-    case CaptureState::kFailed:
-      return "failed";
-  }
-  return "off";
+  static const char* const kNames[] = {"off", "no CUDA driver", "waiting for cuInit", "on",
+                                       "failed"};  // in CaptureState order
+  const auto index = static_cast<size_t>(state);
+  return index < sizeof(kNames) / sizeof(kNames[0]) ? kNames[index] : "off";
 }
 
 std::string json_escaped(const std::string& text) {

@@ -1,11 +1,9 @@
 #include "flight_monitor.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,15 +11,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "moescope/recorder.h"
+#include "python_stack_file.h"
 #include "recorder.h"
 #include "run_folder.h"
 #include "shim_options.h"
@@ -51,15 +48,13 @@ struct Monitor {
   int64_t pid = 0;
   uint64_t hang_timeout_ns = 0;
   double slow_step_factor = 0;
-  std::string run_dir, trigger_path, scratch_path, stack_path;
+  std::string run_dir, trigger_path, scratch_path;
   uint64_t seen_sequence = 0;      // latest run-folder trigger seen (under trigger_mutex)
   uint64_t hang_fired_at = 0;      // the progress time a hang was reported for
   uint64_t slow_fired_step = 0;    // the step start a slow step was reported for
   std::vector<std::string> dumps;  // paths written
   uint64_t last_dump_ns = 0;
-  // faulthandler's SIGUSR2 handler, as first seen once flight_hooks.py made the stack file: a
-  // dump sends SIGUSR2 only while that very handler is installed (never to the program's own).
-  std::atomic<void*> stack_handler{nullptr};
+  PythonStackFile python_stacks;  // Python processes: every thread's stack in a dump
   std::atomic<bool> crashing{false};
   bool handlers_installed = false;
 };
@@ -86,38 +81,6 @@ void write_process_entry_now(bool exited) {
   write_process_entry(m.run_dir, m.pid, entry.dump());
 }
 
-// Every Python thread's stack, written by faulthandler on SIGUSR2 (flight_hooks.py registers
-// it only in Python processes, where the file exists). "" elsewhere.
-std::string python_stacks() {
-  Monitor& m = monitor();
-  struct stat before;
-  if (m.stack_path.empty() || ::stat(m.stack_path.c_str(), &before) != 0) return {};
-  // Only while faulthandler's handler is installed (Python removes it when it finalizes, and
-  // the program may install its own later).
-  struct sigaction current;
-  if (::sigaction(SIGUSR2, nullptr, &current) != 0 ||
-      reinterpret_cast<void*>(current.sa_handler) != m.stack_handler.load() ||
-      current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN) {
-    return {};
-  }
-  if (::kill(::getpid(), SIGUSR2) != 0) return {};
-  off_t size = before.st_size;
-  struct timespec pause = {0, 10 * 1000 * 1000};
-  for (int waited = 0, stable = 0; waited < 50 && stable < 3; ++waited) {
-    nanosleep(&pause, nullptr);
-    struct stat now;
-    if (::stat(m.stack_path.c_str(), &now) != 0) return {};
-    stable = now.st_size == size && size > before.st_size ? stable + 1 : 0;
-    size = now.st_size;
-  }
-  std::ifstream file(m.stack_path);
-  if (!file) return {};
-  file.seekg(before.st_size);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str().substr(0, 64 * 1024);
-}
-
 std::string dump_metadata(const moescope_trigger_info& trigger, uint32_t origin_reason) {
   Monitor& m = monitor();
   uint64_t now = monotonic_ns();
@@ -132,7 +95,8 @@ std::string dump_metadata(const moescope_trigger_info& trigger, uint32_t origin_
   uint64_t progress = last_progress_ns();
   if (progress) flight["last_progress_ago_ns"] = now > progress ? now - progress : 0;
   if (m.hang_timeout_ns) flight["hang_timeout_s"] = m.hang_timeout_ns * 1e-9;
-  if (std::string stacks = python_stacks(); !stacks.empty()) flight["python_stacks"] = stacks;
+  if (std::string stacks = m.python_stacks.read_all_threads(); !stacks.empty())
+    flight["python_stacks"] = stacks;
   return nlohmann::json{{"flight_recorder", flight}}.dump(-1, ' ', false,
                                                           nlohmann::json::error_handler_t::replace);
 }
@@ -160,24 +124,6 @@ const char* reason_text(uint32_t reason) {
   }
 }
 
-// True when some process of the run with a rank registered in the run folder: a process
-// without one (torchrun's launcher) then leaves the dumping to the ranks.
-bool run_has_ranks(const std::string& run_dir) {
-  std::string folder = run_dir + "/procs";
-  DIR* dir = ::opendir(folder.c_str());
-  if (!dir) return false;
-  bool found = false;
-  while (dirent* entry = ::readdir(dir)) {
-    std::string name = entry->d_name;
-    if (found || name.size() < 6 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
-    std::ifstream file(folder + "/" + name);
-    nlohmann::json parsed = nlohmann::json::parse(file, nullptr, false);
-    found = parsed.is_object() && parsed.value("rank", -1) >= 0;
-  }
-  ::closedir(dir);
-  return found;
-}
-
 // Writes the ring for `trigger`; a trigger of this process is announced to the job first, so the
 // other ranks dump while this one writes. `origin_reason`: what the origin of a peer trigger saw.
 void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
@@ -193,7 +139,7 @@ void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
   }
   // A launcher (no rank) in a job of ranks: its own failure is the ranks' story, told by them.
   if (m.rank < 0 && trigger.reason != MOESCOPE_TRIGGER_SIGNAL && !m.run_dir.empty() &&
-      run_has_ranks(m.run_dir)) {
+      run_has_ranked_process(m.run_dir)) {
     return;
   }
   if (trigger.reason != MOESCOPE_TRIGGER_PEER) {
@@ -247,7 +193,7 @@ void serve_run_trigger() {
   }
   if (seen.origin_pid == m.pid) return;
   // A process without a rank (the launcher) does not dump where ranks do.
-  if (m.rank < 0 && (seen.origin_rank >= 0 || run_has_ranks(m.run_dir))) return;
+  if (m.rank < 0 && (seen.origin_rank >= 0 || run_has_ranked_process(m.run_dir))) return;
   if (seen.origin_rank < 0 && seen.reason == MOESCOPE_TRIGGER_SIGNAL) {
     // `moescope dump`: asked of every process alike, not a peer's trigger.
     moescope_trigger_info asked = make_trigger(MOESCOPE_TRIGGER_SIGNAL, -1, seen.code);
@@ -269,21 +215,6 @@ void serve_run_trigger() {
     return;
   }
   dump_for(make_trigger(MOESCOPE_TRIGGER_PEER, seen.origin_rank, 0), seen.reason);
-}
-
-// Remembers faulthandler's SIGUSR2 handler once flight_hooks.py registered it (the stack file
-// exists then).
-void note_stack_handler() {
-  Monitor& m = monitor();
-  if (m.stack_handler.load() || m.stack_path.empty()) return;
-  struct stat file;
-  struct sigaction current;
-  if (::stat(m.stack_path.c_str(), &file) != 0 || ::sigaction(SIGUSR2, nullptr, &current) != 0) {
-    return;
-  }
-  if (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN) {
-    m.stack_handler = reinterpret_cast<void*>(current.sa_handler);
-  }
 }
 
 void check_watchdogs() {
@@ -348,7 +279,7 @@ void* monitor_main(void*) {
       register_exit_trigger_once();
     }
     try {
-      note_stack_handler();
+      m.python_stacks.note_handler();
       serve_run_trigger();
       check_watchdogs();
     } catch (...) {
@@ -424,11 +355,11 @@ void start_flight_monitor() {
   m.dumps.clear();
   m.stop_requested = false;
   m.hang_fired_at = m.slow_fired_step = 0;
-  m.stack_handler = nullptr;
+  m.python_stacks.handler = nullptr;
   if (!m.run_dir.empty()) {
     m.trigger_path = m.run_dir + "/trigger";
     m.scratch_path = m.trigger_path + "." + std::to_string(m.pid);
-    m.stack_path = m.run_dir + "/stack." + std::to_string(m.pid) + ".txt";
+    m.python_stacks.path = m.run_dir + "/stack." + std::to_string(m.pid) + ".txt";
     RunTrigger latest;  // triggers from before this process started are not its business
     m.seen_sequence = read_run_trigger(m.run_dir, latest) ? latest.sequence : 0;
     write_process_entry_now(false);

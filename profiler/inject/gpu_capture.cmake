@@ -49,6 +49,7 @@ add_library(moescope_gpu_capture OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/nccl_op_recorder.cpp)
 add_library(moescope_nccl_interposer OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/nccl_library.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_capture.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose.cpp)
 foreach(part moescope_gpu_capture moescope_nccl_interposer)
   target_include_directories(${part} PUBLIC

@@ -1,5 +1,6 @@
 #include "run_folder.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace moescope::inject {
 namespace {
@@ -113,6 +116,22 @@ void write_process_entry(const std::string& run_dir, int64_t pid, const std::str
 void remove_process_entry(const std::string& run_dir, int64_t pid) {
   std::string path = run_dir + "/procs/" + std::to_string(pid) + ".json";
   ::unlink(path.c_str());
+}
+
+bool run_has_ranked_process(const std::string& run_dir) {
+  std::string folder = run_dir + "/procs";
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return false;
+  bool found = false;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (found || name.size() < 6 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
+    std::ifstream file(folder + "/" + name);
+    nlohmann::json parsed = nlohmann::json::parse(file, nullptr, false);
+    found = parsed.is_object() && parsed.value("rank", -1) >= 0;
+  }
+  ::closedir(dir);
+  return found;
 }
 
 }  // namespace moescope::inject

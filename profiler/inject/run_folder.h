@@ -43,4 +43,8 @@ void announce_run_trigger_from_signal_handler(const char* trigger_path, const ch
 void write_process_entry(const std::string& run_dir, int64_t pid, const std::string& json);
 void remove_process_entry(const std::string& run_dir, int64_t pid);
 
+// True when some process of the run registered itself with a rank (procs/PID.json): a process
+// without one (torchrun's launcher) then leaves the dumping to the ranks.
+bool run_has_ranked_process(const std::string& run_dir);
+
 }  // namespace moescope::inject

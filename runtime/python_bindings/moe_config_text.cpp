@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include "moescope/runtime/receive_cap.h"
+
 namespace moescope::runtime::python {
 namespace {
 
@@ -44,50 +46,67 @@ Enum parse_enum(const std::string& field, const std::string& value,
   return found->second;
 }
 
+// Value -> name is the enum's own name function (for values 0..count-1); this is the other way,
+// so both read one list of names.
+template <typename Enum>
+std::map<std::string, Enum> names_of(const char* (*name_of)(Enum), int count) {
+  std::map<std::string, Enum> names;
+  for (int value = 0; value < count; ++value) {
+    names.emplace(name_of(static_cast<Enum>(value)), static_cast<Enum>(value));
+  }
+  return names;
+}
+
+void parse_value(const std::string& field, const std::string& value, int64_t& out) {
+  out = parse_int(field, value);
+}
+void parse_value(const std::string& field, const std::string& value, double& out) {
+  out = parse_double(field, value);
+}
+void parse_value(const std::string& field, const std::string& value, bool& out) {
+  out = parse_bool(field, value);
+}
+
 using Setter = std::function<void(MoEConfig&, const std::string& field, const std::string&)>;
 
-Setter int_field(int64_t MoEConfig::*member) {
+// The setter of a plain field: parsed by the field's type (int64_t, double or bool).
+template <typename Value>
+Setter plain_field(Value MoEConfig::*member) {
   return [member](MoEConfig& c, const std::string& f, const std::string& v) {
-    c.*member = parse_int(f, v);
+    parse_value(f, v, c.*member);
   };
 }
-Setter double_field(double MoEConfig::*member) {
-  return [member](MoEConfig& c, const std::string& f, const std::string& v) {
-    c.*member = parse_double(f, v);
-  };
-}
-Setter bool_field(bool MoEConfig::*member) {
-  return [member](MoEConfig& c, const std::string& f, const std::string& v) {
-    c.*member = parse_bool(f, v);
-  };
+
+// The setter of an enum field, by name.
+template <typename Enum>
+Setter enum_field(Enum MoEConfig::*member, std::map<std::string, Enum> names) {
+  return
+      [member, names = std::move(names)](MoEConfig& c, const std::string& f, const std::string& v) {
+        c.*member = parse_enum<Enum>(f, v, names);
+      };
 }
 
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
-      {"hidden_size", int_field(&MoEConfig::hidden_size)},
-      {"ffn_hidden_size", int_field(&MoEConfig::ffn_hidden_size)},
-      {"num_experts", int_field(&MoEConfig::num_experts)},
-      {"top_k", int_field(&MoEConfig::top_k)},
+      {"hidden_size", plain_field(&MoEConfig::hidden_size)},
+      {"ffn_hidden_size", plain_field(&MoEConfig::ffn_hidden_size)},
+      {"num_experts", plain_field(&MoEConfig::num_experts)},
+      {"top_k", plain_field(&MoEConfig::top_k)},
       {"score_function",
-       [](MoEConfig& c, const std::string& f, const std::string& v) {
-         c.score_function = parse_enum<ScoreFunction>(
-             f, v, {{"softmax", ScoreFunction::kSoftmax}, {"sigmoid", ScoreFunction::kSigmoid}});
-       }},
-      {"normalize_top_k_weights", bool_field(&MoEConfig::normalize_top_k_weights)},
-      {"routed_scaling_factor", double_field(&MoEConfig::routed_scaling_factor)},
-      {"num_groups", int_field(&MoEConfig::num_groups)},
-      {"group_top_k", int_field(&MoEConfig::group_top_k)},
+       enum_field(&MoEConfig::score_function,
+                  {{"softmax", ScoreFunction::kSoftmax}, {"sigmoid", ScoreFunction::kSigmoid}})},
+      {"normalize_top_k_weights", plain_field(&MoEConfig::normalize_top_k_weights)},
+      {"routed_scaling_factor", plain_field(&MoEConfig::routed_scaling_factor)},
+      {"num_groups", plain_field(&MoEConfig::num_groups)},
+      {"group_top_k", plain_field(&MoEConfig::group_top_k)},
       {"nonfinite_policy",
-       [](MoEConfig& c, const std::string& f, const std::string& v) {
-         c.nonfinite_policy = parse_enum<NonFinitePolicy>(
-             f, v,
-             {{"error", NonFinitePolicy::kError}, {"dont_check", NonFinitePolicy::kDontCheck}});
-       }},
-      {"aux_loss_coeff", double_field(&MoEConfig::aux_loss_coeff)},
-      {"seq_aux_loss_coeff", double_field(&MoEConfig::seq_aux_loss_coeff)},
-      {"z_loss_coeff", double_field(&MoEConfig::z_loss_coeff)},
-      {"enable_expert_bias", bool_field(&MoEConfig::enable_expert_bias)},
-      {"expert_bias_update_rate", double_field(&MoEConfig::expert_bias_update_rate)},
+       enum_field(&MoEConfig::nonfinite_policy, {{"error", NonFinitePolicy::kError},
+                                                 {"dont_check", NonFinitePolicy::kDontCheck}})},
+      {"aux_loss_coeff", plain_field(&MoEConfig::aux_loss_coeff)},
+      {"seq_aux_loss_coeff", plain_field(&MoEConfig::seq_aux_loss_coeff)},
+      {"z_loss_coeff", plain_field(&MoEConfig::z_loss_coeff)},
+      {"enable_expert_bias", plain_field(&MoEConfig::enable_expert_bias)},
+      {"expert_bias_update_rate", plain_field(&MoEConfig::expert_bias_update_rate)},
       {"gate_logit_skew",
        [](MoEConfig& c, const std::string& f, const std::string& v) {
          c.gate_logit_skew.clear();
@@ -96,32 +115,24 @@ const std::map<std::string, Setter>& setters() {
            c.gate_logit_skew.push_back(parse_double(f, item));
          }
        }},
-      {"force_uniform_routing", bool_field(&MoEConfig::force_uniform_routing)},
-      {"capacity_factor", double_field(&MoEConfig::capacity_factor)},
+      {"force_uniform_routing", plain_field(&MoEConfig::force_uniform_routing)},
+      {"capacity_factor", plain_field(&MoEConfig::capacity_factor)},
       {"drop_policy",
-       [](MoEConfig& c, const std::string& f, const std::string& v) {
-         c.drop_policy = parse_enum<DropPolicy>(f, v,
-                                                {{"by_probability", DropPolicy::kByProbability},
-                                                 {"by_position", DropPolicy::kByPosition}});
-       }},
-      {"num_redundant_experts", int_field(&MoEConfig::num_redundant_experts)},
-      {"receive_cap_rows", int_field(&MoEConfig::receive_cap_rows)},
+       enum_field(&MoEConfig::drop_policy, {{"by_probability", DropPolicy::kByProbability},
+                                            {"by_position", DropPolicy::kByPosition}})},
+      {"num_redundant_experts", plain_field(&MoEConfig::num_redundant_experts)},
+      {"receive_cap_rows", plain_field(&MoEConfig::receive_cap_rows)},
       {"receive_cap_policy",
-       [](MoEConfig& c, const std::string& f, const std::string& v) {
-         c.receive_cap_policy = parse_enum<ReceiveCapPolicy>(
-             f, v,
-             {{"drop_lowest_probability", ReceiveCapPolicy::kDropLowestProbability},
-              {"drop_latest_position", ReceiveCapPolicy::kDropLatestPosition},
-              {"fail", ReceiveCapPolicy::kFail}});
-       }},
-      {"use_dispatch_buffer_pool", bool_field(&MoEConfig::use_dispatch_buffer_pool)},
-      {"dispatch_buffer_headroom", double_field(&MoEConfig::dispatch_buffer_headroom)},
-      {"num_shared_experts", int_field(&MoEConfig::num_shared_experts)},
-      {"shared_ffn_hidden_size", int_field(&MoEConfig::shared_ffn_hidden_size)},
-      {"use_fused_kernels", bool_field(&MoEConfig::use_fused_kernels)},
-      {"recompute_expert_activation", bool_field(&MoEConfig::recompute_expert_activation)},
-      {"layer_index", int_field(&MoEConfig::layer_index)},
-      {"init_std", double_field(&MoEConfig::init_std)},
+       enum_field(&MoEConfig::receive_cap_policy,
+                  names_of(&receive_cap_policy_name, kNumReceiveCapPolicies))},
+      {"use_dispatch_buffer_pool", plain_field(&MoEConfig::use_dispatch_buffer_pool)},
+      {"dispatch_buffer_headroom", plain_field(&MoEConfig::dispatch_buffer_headroom)},
+      {"num_shared_experts", plain_field(&MoEConfig::num_shared_experts)},
+      {"shared_ffn_hidden_size", plain_field(&MoEConfig::shared_ffn_hidden_size)},
+      {"use_fused_kernels", plain_field(&MoEConfig::use_fused_kernels)},
+      {"recompute_expert_activation", plain_field(&MoEConfig::recompute_expert_activation)},
+      {"layer_index", plain_field(&MoEConfig::layer_index)},
+      {"init_std", plain_field(&MoEConfig::init_std)},
   };
   return table;
 }

@@ -5,11 +5,9 @@
 
 # The torch it is compiled against, written next to it: the Python loader refuses another torch
 # (C++ ABI) with a clear message instead of a crash or an undefined symbol.
-execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.__version__)"
-                OUTPUT_VARIABLE MOESCOPE_RUNTIME_OPS_BUILT_FOR
-                OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _runtime_ops_torch_rc)
-if(NOT _runtime_ops_torch_rc EQUAL 0 OR MOESCOPE_RUNTIME_OPS_BUILT_FOR STREQUAL "")
-  message(WARNING "moescope_runtime_torch_ops: torch.__version__ unreadable; not built")
+moescope_python_torch_version(MOESCOPE_RUNTIME_OPS_BUILT_FOR
+  "moescope_runtime_torch_ops: torch.__version__ unreadable; not built")
+if(NOT MOESCOPE_RUNTIME_OPS_BUILT_FOR)
   return()
 endif()
 

@@ -25,17 +25,10 @@ void report_buffer(const at::Tensor& buffer, int is_free) {
 }  // namespace
 
 const char* dispatch_buffer_kind_name(DispatchBufferKind kind) {
-  switch (kind) {
-    case DispatchBufferKind::kDispatchSend:
-      return "dispatch_send";
-    case DispatchBufferKind::kDispatchReceive:
-      return "dispatch_receive";
-    case DispatchBufferKind::kCombineSend:
-      return "combine_send";
-    case DispatchBufferKind::kCombineReceive:
-      return "combine_receive";
-  }
-  return "unknown";
+  static constexpr const char* kNames[kNumDispatchBufferKinds] = {
+      "dispatch_send", "dispatch_receive", "combine_send", "combine_receive"};
+  const int index = static_cast<int>(kind);
+  return index >= 0 && index < kNumDispatchBufferKinds ? kNames[index] : "unknown";
 }
 
 DispatchBufferPool::DispatchBufferPool(const DispatchBufferPoolOptions& options)

@@ -36,6 +36,17 @@ void visit_state(torch::optim::Optimizer& optimizer, const at::Tensor& param, Fn
   }
 }
 
+/// Adam's or AdamW's options (torch::optim::AdamOptions / AdamWOptions) from `options`: the
+/// two take the same settings.
+template <typename AdamOptions>
+AdamOptions adam_options(const ExpertOptimizerOptions& options) {
+  return AdamOptions(options.lr)
+      .betas(std::make_tuple(options.beta1, options.beta2))
+      .eps(options.eps)
+      .weight_decay(options.weight_decay)
+      .amsgrad(options.amsgrad);
+}
+
 template <typename State>
 int64_t state_bytes(const State& state) {
   return bytes_of(state.exp_avg()) + bytes_of(state.exp_avg_sq()) +
@@ -93,21 +104,12 @@ ExpertOptimizerOffload::ExpertOptimizerOffload(std::vector<at::Tensor> expert_pa
       // detach(): the optimizer updates the shared storage in place, outside autograd.
       expert->device_views.push_back(param.detach().select(0, g));
     }
-    const auto betas = std::make_tuple(options.beta1, options.beta2);
     if (options.kind == ExpertOptimizerKind::kAdam) {
       expert->optimizer = std::make_unique<torch::optim::Adam>(
-          expert->device_views, torch::optim::AdamOptions(options.lr)
-                                    .betas(betas)
-                                    .eps(options.eps)
-                                    .weight_decay(options.weight_decay)
-                                    .amsgrad(options.amsgrad));
+          expert->device_views, adam_options<torch::optim::AdamOptions>(options));
     } else {
       expert->optimizer = std::make_unique<torch::optim::AdamW>(
-          expert->device_views, torch::optim::AdamWOptions(options.lr)
-                                    .betas(betas)
-                                    .eps(options.eps)
-                                    .weight_decay(options.weight_decay)
-                                    .amsgrad(options.amsgrad));
+          expert->device_views, adam_options<torch::optim::AdamWOptions>(options));
     }
     experts_.push_back(std::move(expert));
   }

@@ -45,19 +45,11 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer, StorageC
 }  // namespace
 
 const char* memory_counter_name(MemoryCategory category) {
-  switch (category) {
-    case MemoryCategory::kExpertWeights:
-      return "memory.expert_weights";
-    case MemoryCategory::kOptimizerState:
-      return "memory.optimizer_state";
-    case MemoryCategory::kDispatchBuffers:
-      return "memory.dispatch_buffers";
-    case MemoryCategory::kActivations:
-      return "memory.activations";
-    case MemoryCategory::kOther:
-      return "memory.other";
-  }
-  return "memory.unknown";
+  static constexpr const char* kNames[kNumMemoryCategories] = {
+      "memory.expert_weights", "memory.optimizer_state", "memory.dispatch_buffers",
+      "memory.activations", "memory.other"};
+  const int index = static_cast<int>(category);
+  return index >= 0 && index < kNumMemoryCategories ? kNames[index] : "memory.unknown";
 }
 
 int64_t MemoryBreakdown::total() const {

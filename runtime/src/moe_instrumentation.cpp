@@ -20,10 +20,10 @@ nvtxDomainHandle_t nvtx_domain() {
 
 // Registered once per phase so NVTX tools compare handles, not strings.
 nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
-  static nvtxStringHandle_t handles[8] = {};
+  static nvtxStringHandle_t handles[kNumMoEPhases] = {};
   static std::once_flag once;
   std::call_once(once, [] {
-    for (int p = 0; p < 8; ++p) {
+    for (int p = 0; p < kNumMoEPhases; ++p) {
       handles[p] = nvtxDomainRegisterStringA(nvtx_domain(), phase_name(static_cast<MoEPhase>(p)));
     }
   });
@@ -33,25 +33,11 @@ nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
 }  // namespace
 
 const char* phase_name(MoEPhase phase) {
-  switch (phase) {
-    case MoEPhase::kLayer:
-      return "moe.layer";
-    case MoEPhase::kRoute:
-      return "moe.route";
-    case MoEPhase::kPermute:
-      return "moe.permute";
-    case MoEPhase::kDispatchAllToAll:
-      return "moe.dispatch_a2a";
-    case MoEPhase::kExperts:
-      return "moe.experts";
-    case MoEPhase::kSharedExperts:
-      return "moe.shared_experts";
-    case MoEPhase::kCombineAllToAll:
-      return "moe.combine_a2a";
-    case MoEPhase::kUnpermute:
-      return "moe.unpermute";
-  }
-  return "moe.unknown";
+  static constexpr const char* kNames[kNumMoEPhases] = {
+      "moe.layer",   "moe.route",          "moe.permute",     "moe.dispatch_a2a",
+      "moe.experts", "moe.shared_experts", "moe.combine_a2a", "moe.unpermute"};
+  const int index = static_cast<int>(phase);
+  return index >= 0 && index < kNumMoEPhases ? kNames[index] : "moe.unknown";
 }
 
 bool is_trace_recording() {

@@ -33,15 +33,10 @@ void check_row_tensor(const at::Tensor& tensor, const char* name, int64_t num_ro
 }  // namespace
 
 const char* receive_cap_policy_name(ReceiveCapPolicy policy) {
-  switch (policy) {
-    case ReceiveCapPolicy::kDropLowestProbability:
-      return "drop_lowest_probability";
-    case ReceiveCapPolicy::kDropLatestPosition:
-      return "drop_latest_position";
-    case ReceiveCapPolicy::kFail:
-      return "fail";
-  }
-  return "unknown";
+  static constexpr const char* kNames[kNumReceiveCapPolicies] = {"drop_lowest_probability",
+                                                                 "drop_latest_position", "fail"};
+  const int index = static_cast<int>(policy);
+  return index >= 0 && index < kNumReceiveCapPolicies ? kNames[index] : "unknown";
 }
 
 ReceiveCap::ReceiveCap(const ReceiveCapOptions& options) : options_(options) {

@@ -7,16 +7,18 @@
 
 namespace moe_train {
 
+namespace {
+
+// In BalanceMode order: the name of each mode, and what --balance accepts.
+constexpr const char* kBalanceModeNames[] = {"none", "aux", "aux-free"};
+constexpr int kNumBalanceModes = 3;
+static_assert(sizeof(kBalanceModeNames) / sizeof(kBalanceModeNames[0]) == kNumBalanceModes);
+
+}  // namespace
+
 const char* balance_mode_name(BalanceMode mode) {
-  switch (mode) {
-    case BalanceMode::kNone:
-      return "none";
-    case BalanceMode::kAuxLoss:
-      return "aux";
-    case BalanceMode::kAuxFree:
-      return "aux-free";
-  }
-  return "?";
+  const int index = static_cast<int>(mode);
+  return index >= 0 && index < kNumBalanceModes ? kBalanceModeNames[index] : "?";
 }
 
 bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit_code) {
@@ -49,9 +51,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
   app.add_option("--capacity-factor", options.capacity_factor,
                  "Expert capacity factor; <= 0 is dropless");
 
-  const std::map<std::string, BalanceMode> balance_names{{"none", BalanceMode::kNone},
-                                                         {"aux", BalanceMode::kAuxLoss},
-                                                         {"aux-free", BalanceMode::kAuxFree}};
+  std::map<std::string, BalanceMode> balance_names;
+  for (int mode = 0; mode < kNumBalanceModes; ++mode) {
+    balance_names.emplace(kBalanceModeNames[mode], static_cast<BalanceMode>(mode));
+  }
   app.add_option("--balance", options.balance, "Load balancing: none | aux | aux-free")
       ->transform(CLI::CheckedTransformer(balance_names, CLI::ignore_case));
   app.add_option("--aux-loss-coeff", options.aux_loss_coeff, "Coefficient of --balance aux")

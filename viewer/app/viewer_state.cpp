@@ -5,27 +5,16 @@
 
 namespace moescope::viewer {
 
+namespace {
+constexpr int kNumPanels = static_cast<int>(Panel::kCount);
+}  // namespace
+
+// Each panel's name and title: one array per word, in Panel order.
 const char* panel_name(Panel panel) {
-  switch (panel) {
-    case Panel::kOverview:
-      return "overview";
-    case Panel::kTimeline:
-      return "timeline";
-    case Panel::kExperts:
-      return "experts";
-    case Panel::kComm:
-      return "comm";
-    case Panel::kMemory:
-      return "memory";
-    case Panel::kReport:
-      return "report";
-    case Panel::kStats:
-      return "stats";
-    case Panel::kCompare:
-      return "compare";
-    default:
-      return "?";
-  }
+  static const char* const kNames[kNumPanels] = {"overview", "timeline", "experts", "comm",
+                                                 "memory",   "report",   "stats",   "compare"};
+  const int index = static_cast<int>(panel);
+  return index >= 0 && index < kNumPanels ? kNames[index] : "?";
 }
 
 bool parse_panel(const char* text, Panel& panel) {
@@ -39,26 +28,11 @@ bool parse_panel(const char* text, Panel& panel) {
 }
 
 const char* panel_title(Panel panel) {
-  switch (panel) {
-    case Panel::kOverview:
-      return "Job overview";
-    case Panel::kTimeline:
-      return "Timeline";
-    case Panel::kExperts:
-      return "Expert load";
-    case Panel::kComm:
-      return "Communication";
-    case Panel::kMemory:
-      return "Memory";
-    case Panel::kReport:
-      return "Report";
-    case Panel::kStats:
-      return "Statistics";
-    case Panel::kCompare:
-      return "Compare";
-    default:
-      return "?";
-  }
+  static const char* const kTitles[kNumPanels] = {"Job overview",  "Timeline", "Expert load",
+                                                  "Communication", "Memory",   "Report",
+                                                  "Statistics",    "Compare"};
+  const int index = static_cast<int>(panel);
+  return index >= 0 && index < kNumPanels ? kTitles[index] : "?";
 }
 
 }  // namespace moescope::viewer

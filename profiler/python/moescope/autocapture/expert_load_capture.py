@@ -36,7 +36,7 @@ import weakref
 import torch
 
 from ..host_copies import HostCopyQueue
-from .moe_layers import find_moe_layers, warn_once
+from .moe_layers import find_moe_layers, tensors_in, warn_once
 
 __all__ = ["attach", "flush", "detach_all", "ExpertLoadCapture", "compiled_counting",
            "hidden_from_profiler"]
@@ -174,7 +174,7 @@ class ExpertLoadCapture:
             # the graph, nothing else (any other line could break the graph).
             if _is_compiling():
                 if compiled_op is not None:
-                    compiled_op([tensor.detach() for tensor in _tensors_of(output)], key)
+                    compiled_op([tensor.detach() for tensor in tensors_in(output)], key)
                 return None
             try:
                 self._on_router_output(moe_layer, output)
@@ -255,14 +255,6 @@ def _in_backward_recompute():
 def _is_compiling():
     is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     return bool(is_compiling and is_compiling())
-
-
-def _tensors_of(output):
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, (tuple, list)):
-        return [item for item in output if isinstance(item, torch.Tensor)]
-    return []
 
 
 def _on_cuda(output):

@@ -134,7 +134,8 @@ def tokens_per_expert_from_softmax_topk(logits, num_experts, top_k):
     return tokens_per_expert_from_indices(indices, num_experts)
 
 
-def _tensors_in(output):
+def tensors_in(output):
+    """The tensors of a module's output: the output itself, or the tensors of a tuple/list."""
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, (tuple, list)):
@@ -149,7 +150,7 @@ def selected_expert_indices(output):
     ``(logits, scores, indices)``, DeepSeek-V3 4.x ``(indices, weights)``, GPT-OSS 4.x
     ``(scores, indices)``, torchtitan ``(scores, expert_ids, ...)``. Checks dtypes only.
     """
-    for tensor in _tensors_in(output):
+    for tensor in tensors_in(output):
         if not tensor.is_floating_point() and tensor.dtype != torch.bool:
             return tensor
     raise TypeError(f"router output has no integer tensor of expert indices "
@@ -157,7 +158,7 @@ def selected_expert_indices(output):
 
 
 def _routing_map_in(output):
-    for tensor in _tensors_in(output):
+    for tensor in tensors_in(output):
         if tensor.dtype == torch.bool:
             return tensor
     raise TypeError(f"router output has no boolean routing map (got {_describe(output)})")
@@ -200,6 +201,20 @@ def _router_of(module, class_names, package, router_attribute):
         return None
     router = getattr(module, router_attribute, None)
     return router if isinstance(router, torch.nn.Module) else None
+
+
+def _router_and_sizes(module, class_names, package, top_k_attribute):
+    """``(router, num_experts, top_k)`` of a block whose ``router`` submodule holds the expert
+    count (``num_experts``, else on the block) and the top-k (``top_k_attribute``), else None:
+    how torchtitan's and Megatron's blocks are recognised."""
+    router = _router_of(module, class_names, package, "router")
+    if router is None:
+        return None
+    num_experts = _first_int_attribute((router, module), ("num_experts",))
+    top_k = _first_int_attribute((router,), (top_k_attribute,))
+    if num_experts is None or top_k is None:
+        return None
+    return router, num_experts, top_k
 
 
 def _counting_selected_indices(num_experts):
@@ -254,13 +269,10 @@ class TorchtitanAdapter:
     family = "torchtitan"
 
     def match(self, name, module):
-        router = _router_of(module, ("MoE",), "torchtitan", "router")
-        if router is None:
+        found = _router_and_sizes(module, ("MoE",), "torchtitan", "top_k")
+        if found is None:
             return None
-        num_experts = _first_int_attribute((router, module), ("num_experts",))
-        top_k = _first_int_attribute((router,), ("top_k",))
-        if num_experts is None or top_k is None:
-            return None
+        router, num_experts, top_k = found
         return MoeLayer(path=name, layer=decoder_layer_index(name), block=module, router=router,
                         num_experts=num_experts, top_k=top_k, family=self.family,
                         count_tokens=_counting_selected_indices(num_experts))
@@ -277,13 +289,10 @@ class MegatronAdapter:
     family = "megatron"
 
     def match(self, name, module):
-        router = _router_of(module, ("MoELayer",), "megatron", "router")
-        if router is None:
+        found = _router_and_sizes(module, ("MoELayer",), "megatron", "topk")
+        if found is None:
             return None
-        num_experts = _first_int_attribute((router, module), ("num_experts",))
-        top_k = _first_int_attribute((router,), ("topk",))
-        if num_experts is None or top_k is None:
-            return None
+        router, num_experts, top_k = found
         layer_number = getattr(router, "layer_number", None)
         layer = (layer_number - 1 if isinstance(layer_number, int) and layer_number > 0
                  else decoder_layer_index(name))

@@ -22,6 +22,7 @@ enum class ReceiveCapPolicy {
   kDropLatestPosition,     // keep the rows of the earliest tokens
   kFail,                   // throw a c10::Error naming the cap and the load
 };
+inline constexpr int kNumReceiveCapPolicies = 3;
 
 /// Which assignments an over-capacity expert keeps.
 enum class DropPolicy {

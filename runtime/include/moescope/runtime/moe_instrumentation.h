@@ -22,6 +22,7 @@ enum class MoEPhase {
   kCombineAllToAll,   // rows back to their home ranks
   kUnpermute,         // weighted scatter back into tokens
 };
+inline constexpr int kNumMoEPhases = 8;
 
 const char* phase_name(MoEPhase phase);
 

@@ -21,6 +21,8 @@
 
 namespace moescope::runtime {
 
+/// The policy's name in MoEConfig text ("drop_lowest_probability", "drop_latest_position",
+/// "fail"); the Python binding parses the same names through it.
 const char* receive_cap_policy_name(ReceiveCapPolicy policy);
 
 struct ReceiveCapOptions {

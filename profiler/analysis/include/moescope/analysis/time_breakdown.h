@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "moescope/analysis/trace_model.h"
@@ -66,6 +67,11 @@ RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack
 // from detected steps (a rank without them takes part in no step).
 std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ranks,
                                             const std::vector<bool>& has_steps);
+
+// Each numbered step (step >= 0) with every rank's breakdown of it, in rank order. Points into
+// `breakdown`, which must outlive the map.
+std::map<int64_t, std::vector<const StepBreakdown*>> steps_by_number(
+    const TimeBreakdown& breakdown);
 
 // Exclusive breakdown of one process over [t0, t1) (used per step and by tests).
 StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& process, TimeNs t0,
