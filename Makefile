@@ -32,7 +32,12 @@ configure:
 build: setup configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The wheel and install tests build the project again (up to 4 GB while they run, removed when
+# they pass): said before they start rather than as a failure in the middle of the run.
 test: build
+	@free_gb=$$(df -Pk $(BUILD) | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	if [ "$$free_gb" -lt 4 ]; then echo "make test: only $$free_gb GB free beside $(BUILD)/;" \
+	  "the wheel and install tests need about 4 GB while they run (a full disk fails them)" >&2; fi
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # Second CI stage: the torch-free core under AddressSanitizer + UBSan, then the reader fuzzer.
