@@ -177,7 +177,10 @@ report_run aux_free "the aux-free run" "${balanced_traces[@]}"
 # ---- 6. the same run with dynamic expert placement -------------------------------------------
 say "6/6 The same run with redundant experts and periodic rebalancing (--redundant-experts 2 --rebalance-every N)"
 rebalance_every=10
-train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --rebalance-threshold 1.05 --dispatch-pool ||
+# The imbalance rule applies every plan that balances better, so the demo shows migrations
+# within its few steps; each decision still records what the cost rule (moe_train's default)
+# would say: predicted gain, replica sync, migration and net, which `moescope report` prints.
+train rebalanced --balance none --redundant-experts 2 --rebalance-every "$rebalance_every" --rebalance-threshold 1.05 --dispatch-pool --rebalance-rule imbalance ||
   { echo "demo: the rebalancing run failed" >&2; exit 1; }
 mapfile -t rebalanced_traces < <(rank_traces rebalanced)
 report_run rebalanced "the rebalancing run" "${rebalanced_traces[@]}"

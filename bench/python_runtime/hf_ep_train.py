@@ -43,6 +43,8 @@ def parse_arguments():
     parser.add_argument("--skew", type=float, default=4.0, help="logit added to expert 0")
     parser.add_argument("--num-redundant-experts", type=int, default=2)
     parser.add_argument("--interval", type=int, default=10, help="steps between decisions")
+    parser.add_argument("--rule", default="net", choices=["net", "imbalance"],
+                        help="how the balancer judges a planned placement (ExpertBalancer)")
     parser.add_argument("--bias-rate", type=float, default=0.01)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=32)
@@ -85,7 +87,7 @@ def main():
     if arguments.balancer:
         balancer = ExpertBalancer(model, optimizer, interval_steps=arguments.interval,
                                   warmup_steps=arguments.interval, imbalance_threshold=1.05,
-                                  transfer_bytes_per_second=1e9)
+                                  transfer_bytes_per_second=1e9, rule=arguments.rule)
     generator = torch.Generator().manual_seed(1000 + rank)
     losses, applied = [], 0
     start = time.perf_counter()

@@ -1,5 +1,6 @@
 // Expert load statistics per layer (definitions in expert_load_analysis.h).
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/rebalance_decision_text.h"
 #include "moescope/analysis/statistics.h"
 
 #include <algorithm>
@@ -239,6 +240,9 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
     rebalance.bytes_moved += decision.applied ? decision.bytes_moved : 0;
     rebalance.total_duration_ms += double(decision.duration_ns) * 1e-6;
   }
+  rebalance.with_costs = decisions_with_costs(model.rebalances, [&](const RebalanceDecision& d) {
+    return filter.has_step(d.step) && filter.has_rank(d.rank);
+  });
   if (rebalance.decisions) {
     rebalance.mean_imbalance_before /= rebalance.decisions;
     rebalance.mean_imbalance_after /= rebalance.decisions;

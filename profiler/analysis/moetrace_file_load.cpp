@@ -307,11 +307,19 @@ class MoetraceFileLoader {
     process_.step_markers.push_back({step.step, time, step.header.name != 0});
     tracks_.cover(time, time);
   }
-  void on(const trace::RebalanceRecord& rebalance, const RecordView&) {
+  void on(const trace::RebalanceRecord& rebalance, const RecordView& record) {
     RebalanceDecision decision;
     decision.time = count_event(rebalance.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE, decision, rebalance);
     decision.applied = rebalance.applied != 0;
+    // Traces before version 3 hold 0 (their reserved word) and no tail.
+    if (rebalance.num_costs > 0 &&
+        record.tail_bytes<trace::RebalanceRecord>() >= sizeof(trace::RebalanceCosts)) {
+      trace::RebalanceCosts costs;
+      std::memcpy(&costs, record.tail<trace::RebalanceRecord>(), sizeof(costs));
+      MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE_COSTS, decision, costs);
+      decision.has_costs = true;
+    }
     out_.rebalances.push_back(decision);
   }
   void on(const trace::ThreadInfoRecord& info, const RecordView&) {

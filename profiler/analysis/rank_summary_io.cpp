@@ -241,9 +241,13 @@ void visit(IO& io, ModelSampleArrays& s) {
     io(l.time), io(l.step), io(l.layer), io(l.rank), io(l.aux_loss), io(l.z_loss);
     io(l.router_entropy), io(l.max_over_mean), io(l.nonfinite_logits), io(l.nonfinite_outputs);
   });
-  io.list(s.rebalances, 49, [&](RebalanceDecision& r) {
+  io.list(s.rebalances, 86, [&](RebalanceDecision& r) {
     io(r.time), io(r.step), io(r.layer), io(r.rank), io(r.imbalance_before);
     io(r.imbalance_after), io(r.bytes_moved), io(r.duration_ns), io(r.applied);
+    // Version 3: the numbers the decision was taken on.
+    io(r.has_costs), io(r.busiest_rows_before), io(r.busiest_rows_after), io(r.gain_ms);
+    io(r.replica_sync_ms), io(r.migration_ms), io(r.window_steps), io(r.net_ms);
+    io(r.net_stderr_ms), io(r.reason);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moescope/analysis/rebalance_decision_text.h"
 #include "report_renderers.h"
 
 namespace moescope::analysis {
@@ -195,6 +196,21 @@ std::string render_report_json(const TraceModel& model, const Report& report) {
                        {"mean_imbalance_after", rebalances.mean_imbalance_after},
                        {"bytes_moved", rebalances.bytes_moved},
                        {"total_duration_ms", rebalances.total_duration_ms}};
+  // Only traces since format 3 carry a decision's numbers (older reports stay as they were).
+  for (const RebalanceDecision& d : rebalances.with_costs) {
+    out["rebalances"]["with_costs"].push_back({{"step", d.step},
+                                               {"layer", d.layer},
+                                               {"applied", d.applied},
+                                               {"busiest_rows_before", d.busiest_rows_before},
+                                               {"busiest_rows_after", d.busiest_rows_after},
+                                               {"gain_ms", d.gain_ms},
+                                               {"replica_sync_ms", d.replica_sync_ms},
+                                               {"migration_ms", d.migration_ms},
+                                               {"window_steps", d.window_steps},
+                                               {"net_ms", d.net_ms},
+                                               {"net_stderr_ms", d.net_stderr_ms},
+                                               {"reason", rebalance_reason_text(d.reason)}});
+  }
   ordered_json matrices = ordered_json::array();
   for (const auto& matrix : report.communication.all_to_all) {
     ordered_json rows = ordered_json::array();

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "moescope/analysis/finding_links.h"
+#include "rebalance_decision_lines.h"
 #include "report_renderers.h"
 #include "text_writer.h"
 
@@ -196,6 +197,7 @@ std::string render_report_text(const TraceModel& model, const Report& report, bo
              fixed(r.mean_imbalance_before) + " -> " + fixed(r.mean_imbalance_after) + ", " +
              fixed(double(r.bytes_moved) / (1 << 20), 1) + " MiB moved");
     }
+    write_rebalance_decisions(w, r.with_costs);
   }
 
   if (!report.communication.ops.empty()) {

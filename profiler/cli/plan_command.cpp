@@ -22,8 +22,10 @@
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
 #include "moescope/balancer/expert_placement.h"
+#include "moescope/balancer/next_window_placement.h"
 #include "plan_change_costs.h"
 #include "plan_inputs.h"
+#include "plan_next_window.h"
 #include "plan_prediction_output.h"
 #include "run_inputs.h"
 
@@ -99,6 +101,7 @@ struct PlanOptions {
   double window_steps = 50;
   bool advise = false;
   bool static_placement = false;  // applied once: no rebalancer's own time per step
+  bool next_window = false;       // plan for the next --window steps (plan_next_window.h)
 };
 
 struct LayerBalance {
@@ -323,8 +326,13 @@ void run_plan(const PlanOptions& options) {
     }
   }
   const analysis::TraceModel* model = run ? &run->model : nullptr;
-  const balancer::ExpertLoads loads = model ? expert_loads_of_model(*model, options.traces)
-                                            : balancer::read_expert_loads_file(options.loads_file);
+  const std::optional<NextWindowScenarios> next_window = next_window_inputs(
+      options.next_window, model, !options.current_placement.empty(), options.window_steps);
+  // With --next-window the loads shown are the forecast for that window.
+  const balancer::ExpertLoads loads = next_window ? next_window->scenarios.front()
+                                      : model
+                                          ? expert_loads_of_model(*model, options.traces)
+                                          : balancer::read_expert_loads_file(options.loads_file);
 
   balancer::PlacementConfig config;
   config.num_physical_experts = options.num_slots;
@@ -344,6 +352,10 @@ void run_plan(const PlanOptions& options) {
   balancer::ExpertPlacement plan =
       current ? balancer::plan_expert_placement_incremental(loads, config, *current)
               : balancer::plan_expert_placement(loads, config, &report);
+  if (next_window) {  // the search's proof was for the plan of the forecast alone
+    plan = balancer::plan_for_next_window(next_window->scenarios, config);
+    std::fill(report.proven_optimal.begin(), report.proven_optimal.end(), uint8_t{0});
+  }
 
   std::vector<LayerBalance> balances(static_cast<size_t>(plan.num_layers));
   if (current) {
@@ -410,6 +422,7 @@ void run_plan(const PlanOptions& options) {
     no_prediction = "--advise needs TRACE files (the costs are fitted from them)";
   }
   auto print_all = [&](bool with_slots) {
+    if (next_window) std::cout << next_window_note(*next_window, options.window_steps) << "\n";
     print_placement(std::cout, options, plan, balances, with_slots);
     if (prediction) print_prediction(std::cout, *prediction, options.expert_bytes > 0);
     if (advice) print_advice(std::cout, *advice);
@@ -489,6 +502,9 @@ void add_plan_command(CLI::App& app) {
   plan->add_flag("--static", options->static_placement,
                  "the placement is applied once, with no runtime rebalancer: its per-step load "
                  "all-reduce and decisions do not count");
+  plan->add_flag("--next-window", options->next_window,
+                 "from traces: plan for the next --window steps, by the expected max/mean over "
+                 "the load forecast and its recent errors, instead of the recorded mean loads");
   plan->add_flag("--advise", options->advise,
                  "from traces: say whether the change pays over the window (the steps' predicted "
                  "gain beats the move's cost) and record it as \"advice\" in --json");

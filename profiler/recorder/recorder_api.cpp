@@ -34,8 +34,9 @@ __attribute__((always_inline)) inline ThreadBuffer* active_buffer() {
 
 // Fast-path records carry raw CPU ticks; the flush thread converts them to ns.
 template <typename Record>
-Record* begin_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name) {
-  Record* record = begin_record<Record>(buffer, kind, name);
+Record* begin_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name,
+                  uint32_t bytes = sizeof(Record)) {
+  Record* record = begin_record<Record>(buffer, kind, name, bytes);
   if (record) {
     record->header.flags = trace::kRecordRawTicks;
     record->header.time = read_ticks();
@@ -283,13 +284,29 @@ void moescope_layer_stats_record(const moescope_layer_stats* stats) {
 }
 
 void moescope_rebalance(const moescope_rebalance_info* info) {
+  moescope_rebalance_decision(info, nullptr);
+}
+
+void moescope_rebalance_decision(const moescope_rebalance_info* info,
+                                 const moescope_rebalance_costs* costs) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || !info) return;
-  auto* record = begin_now<trace::RebalanceRecord>(buffer, trace::RecordKind::kRebalance, 0);
+  const uint32_t num_costs = costs ? 1 : 0;
+  const uint32_t bytes = trace::padded_to_8(static_cast<uint32_t>(
+      sizeof(trace::RebalanceRecord) + num_costs * sizeof(trace::RebalanceCosts)));
+  auto* record = begin_now<trace::RebalanceRecord>(buffer, trace::RecordKind::kRebalance, 0, bytes);
   if (!record) return;
   MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE, *record, *info);
   record->applied = info->applied;
-  commit<trace::RebalanceRecord>(buffer);
+  record->num_costs = num_costs;
+  if (costs) {
+    trace::RebalanceCosts tail{};
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_REBALANCE_COSTS, tail, *costs);
+    uint8_t* tail_bytes = reinterpret_cast<uint8_t*>(record) + sizeof(trace::RebalanceRecord);
+    std::memset(tail_bytes, 0, bytes - sizeof(trace::RebalanceRecord));  // the padding too
+    std::memcpy(tail_bytes, &tail, sizeof(tail));
+  }
+  buffer->commit(bytes);
 }
 
 void moescope_comm_op(const moescope_comm_op_info* op) {

@@ -169,6 +169,11 @@ class RebalancerHolder : public torch::CustomClassHolder {
           options_.predictor.kind = balancer::LoadPredictorConfig::Kind::kWindow;
           options_.predictor.window_steps = static_cast<int>(value);
         }
+      } else if (key == "imbalance_rule") {  // 1: RebalanceRule::kImbalanceGain
+        options_.rule =
+            value != 0 ? RebalanceRule::kImbalanceGain : RebalanceRule::kPredictedNetGain;
+      } else if (key == "decision_window_steps") {
+        options_.window_steps = static_cast<int64_t>(value);
       } else if (key == "accuracy_horizon_steps") {
         options_.accuracy_horizon_steps = static_cast<int>(value);
       } else {
@@ -187,7 +192,9 @@ class RebalancerHolder : public torch::CustomClassHolder {
   }
 
   /// One dict per layer decided at this step: step, layer, imbalance_before/after, gain/cost
-  /// seconds, bytes_to_move, applied, bytes_sent/received, experts_received, moves, seconds.
+  /// seconds, bytes_to_move, applied, bytes_sent/received, experts_received, moves, seconds,
+  /// and the cost rule's gain_ms, replica_sync_ms, migration_ms, window_steps, net_ms,
+  /// net_stderr_ms, reason (moescope_rebalance_reason).
   c10::List<c10::Dict<std::string, double>> after_step(int64_t step, double step_seconds) {
     c10::List<c10::Dict<std::string, double>> out;
     for (const RebalanceDecision& decision : rebalancer().after_step(step, step_seconds)) {
@@ -205,6 +212,14 @@ class RebalancerHolder : public torch::CustomClassHolder {
       d.insert("experts_received", static_cast<double>(decision.change.migration.experts_received));
       d.insert("moves", static_cast<double>(decision.change.moves));
       d.insert("seconds", decision.change.seconds);
+      // The cost rule's numbers (ms; net = gain - replica sync - migration / window).
+      d.insert("gain_ms", decision.verdict.gain_ms);
+      d.insert("replica_sync_ms", decision.verdict.replica_sync_ms);
+      d.insert("migration_ms", decision.verdict.migration_ms);
+      d.insert("window_steps", decision.verdict.window_steps);
+      d.insert("net_ms", decision.verdict.net_ms);
+      d.insert("net_stderr_ms", decision.verdict.net_stderr_ms);
+      d.insert("reason", static_cast<double>(decision.verdict.reason));
       out.push_back(std::move(d));
     }
     return out;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "moescope/recorder.h"
@@ -65,23 +67,104 @@ void ExpertRebalancer::set_extra_slot_state(size_t layer_position,
   extra_slot_state_[layer_position] = std::move(tensors);
 }
 
+namespace {
+
+// The trace's reason codes are the balancer's.
+static_assert(static_cast<uint32_t>(balancer::RebalanceReason::kPays) == MOESCOPE_REBALANCE_PAYS &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kCostsExceedGain) ==
+                  MOESCOPE_REBALANCE_COSTS_EXCEED_GAIN &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kWithinUncertainty) ==
+                  MOESCOPE_REBALANCE_WITHIN_UNCERTAINTY &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kBalanced) ==
+                  MOESCOPE_REBALANCE_BALANCED &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kNoMove) ==
+                  MOESCOPE_REBALANCE_NO_MOVE &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kImbalanceRuleApplied) ==
+                  MOESCOPE_REBALANCE_IMBALANCE_RULE_APPLIED &&
+              static_cast<uint32_t>(balancer::RebalanceReason::kImbalanceRuleKept) ==
+                  MOESCOPE_REBALANCE_IMBALANCE_RULE_KEPT);
+
+constexpr size_t kNumCostFits = 4;  // compute, dispatch, all-reduce, migration
+constexpr size_t kCostSums = kNumCostFits * balancer::RunningLineFit::kNumSums;
+
+// Rows of the busiest rank per step of `loads` [E] under `placement`.
+double busiest_rows(std::span<const double> loads, const balancer::ExpertPlacement& placement) {
+  return balancer::summarize_gpu_loads(balancer::gpu_loads_of_placement(loads, placement, 0))
+      .max_gpu_load;
+}
+
+int replicated_experts(const balancer::ExpertPlacement& placement) {
+  int replicated = 0;
+  for (const int count : placement.logcnt(0)) replicated += count > 1 ? 1 : 0;
+  return replicated;
+}
+
+}  // namespace
+
+std::vector<double> ExpertRebalancer::take_local_cost_sums() {
+  balancer::RunningLineFit compute, dispatch, all_reduce;
+  for (MoELayer& layer : layers_) {
+    const LayerCostSamples samples = layer->take_cost_samples();
+    compute.merge(samples.expert_compute.sums());
+    dispatch.merge(samples.dispatch.sums());
+    all_reduce.merge(samples.all_reduce.sums());
+  }
+  all_reduce.merge(own_all_reduce_.sums());
+  std::vector<double> sums;
+  sums.reserve(kCostSums);
+  for (const balancer::RunningLineFit* fit : {&compute, &dispatch, &all_reduce, &own_migrations_}) {
+    sums.insert(sums.end(), fit->sums().begin(), fit->sums().end());
+  }
+  own_all_reduce_ = {};
+  own_migrations_ = {};
+  return sums;
+}
+
+balancer::RebalanceCostRates ExpertRebalancer::cost_rates(double assumed_ms_per_row) const {
+  balancer::RebalanceCostRates rates;
+  rates.compute = compute_fit_.estimate();
+  rates.all_to_all = dispatch_fit_.estimate();
+  rates.all_reduce = all_reduce_fit_.estimate();
+  rates.migration = migration_fit_.estimate();
+  rates.compute_passes_per_step = options_.compute_passes_per_step;
+  rates.all_to_alls_per_step = options_.all_to_alls_per_step;
+  rates.assumed_ms_per_row = assumed_ms_per_row;
+  rates.assumed_bytes_per_ms = options_.transfer_bytes_per_second / 1e3;
+  return rates;
+}
+
 std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double step_seconds) {
   const auto num_layers = static_cast<int64_t>(layers_.size());
   const int64_t num_experts = forecaster_.num_experts();
-  // [layers * experts] loads, then the step time: one all-reduce for everything.
-  at::Tensor summed = at::zeros({num_layers * num_experts + 1}, at::kDouble);
+  // [layers * experts] loads, the step time, then the cost fits' sums: one all-reduce for all.
+  const int64_t time_at = num_layers * num_experts, costs_at = time_at + 1;
+  at::Tensor summed = at::zeros({costs_at + static_cast<int64_t>(kCostSums)}, at::kDouble);
   for (int64_t l = 0; l < num_layers; ++l) {
     const at::Tensor& tokens = layers_[l]->last_tokens_per_expert();
     TORCH_CHECK(tokens.defined(), "ExpertRebalancer::after_step: layer ",
                 layers_[l]->config().layer_index, " has not run forward yet");
     summed.narrow(0, l * num_experts, num_experts).copy_(tokens.to(at::kCPU, at::kDouble));
   }
-  summed[num_layers * num_experts] = step_seconds;
+  summed[time_at] = step_seconds;
+  const std::vector<double> local_costs = take_local_cost_sums();
+  std::copy(local_costs.begin(), local_costs.end(), summed.data_ptr<double>() + costs_at);
   // Gloo sums CPU tensors; NCCL needs them on the device.
   const at::Device device = layers_.front()->experts->w_gate_up.device();
+  const auto reduce_start = std::chrono::steady_clock::now();
   summed = all_reduce_sum(summed.to(device), layers_.front()->group(), "ar.rebalance_loads")
                .to(at::kCPU);
+  if (device.is_cpu() && layers_.front()->group().is_distributed()) {
+    own_all_reduce_.add(static_cast<double>(summed.numel()) * sizeof(double),
+                        milliseconds_since(reduce_start));
+  }
   const double* values = summed.data_ptr<double>();
+  balancer::RunningLineFit* fits[kNumCostFits] = {&compute_fit_, &dispatch_fit_, &all_reduce_fit_,
+                                                  &migration_fit_};
+  for (size_t f = 0; f < kNumCostFits; ++f) {
+    balancer::RunningLineFit::Sums sums;
+    std::copy_n(values + costs_at + f * sums.size(), sums.size(), sums.begin());
+    fits[f]->merge(sums);
+  }
 
   for (int64_t l = 0; l < num_layers; ++l) {
     const std::span<const double> loads(values + l * num_experts, static_cast<size_t>(num_experts));
@@ -94,23 +177,30 @@ std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double
   }
   ++observed_steps_;
   ++steps_since_decision_;
-  step_seconds_sum_ +=
-      values[num_layers * num_experts] / static_cast<double>(layers_.front()->group().size());
+  step_seconds_sum_ += values[time_at] / static_cast<double>(layers_.front()->group().size());
 
   std::vector<RebalanceDecision> decisions;
   if (observed_steps_ < options_.warmup_steps || steps_since_decision_ < options_.interval_steps) {
     return decisions;
   }
   const double mean_step_seconds = step_seconds_sum_ / static_cast<double>(steps_since_decision_);
+  // Until the compute is measured: the whole step grows with the busiest rank's rows, summed
+  // over the layers (the assumption of the imbalance rule; an upper bound).
+  double rows = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    rows += busiest_rows(forecaster_.predict(static_cast<int>(l)),
+                         layers_[l]->expert_slots().placement());
+  }
+  const double assumed_ms_per_row = rows > 0 ? mean_step_seconds * 1e3 / rows : 0.0;
   for (size_t l = 0; l < layers_.size(); ++l)
-    decisions.push_back(decide(l, step, mean_step_seconds));
+    decisions.push_back(decide(l, step, mean_step_seconds, assumed_ms_per_row));
   steps_since_decision_ = 0;
   step_seconds_sum_ = 0.0;
   return decisions;
 }
 
-RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
-                                           double step_seconds) {
+RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, double step_seconds,
+                                           double assumed_ms_per_row) {
   MoELayerImpl& layer = *layers_[layer_position];
   const balancer::ExpertPlacement& current = layer.expert_slots().placement();
   const std::vector<double> forecast = forecaster_.predict(static_cast<int>(layer_position));
@@ -120,6 +210,12 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
   decision.layer = layer.config().layer_index;
   decision.imbalance_before = imbalance(forecast, current);
   decision.imbalance_after = decision.imbalance_before;
+  decision.busiest_rows_before = busiest_rows(forecast, current);
+  decision.busiest_rows_after = decision.busiest_rows_before;
+  const double window = static_cast<double>(options_.window_steps > 0 ? options_.window_steps
+                                                                      : options_.interval_steps);
+  decision.verdict.window_steps = window;
+  decision.verdict.reason = balancer::RebalanceReason::kBalanced;
 
   balancer::ExpertPlacement candidate = current;
   if (decision.imbalance_before > options_.imbalance_threshold) {
@@ -136,30 +232,63 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
                   " failed: ", error.what());
     }
     decision.imbalance_after = imbalance(forecast, candidate);
-    // Bytes of one expert slot: its weights plus the optimizer state that travels with them.
-    int64_t expert_bytes = 0;
+    decision.busiest_rows_after = busiest_rows(forecast, candidate);
+    // Bytes of one expert slot: its weights plus the optimizer state that travels with them;
+    // its gradient (what a replica's all-reduce sums) is one weights' worth.
+    int64_t expert_bytes = 0, gradient_bytes = 0;
     for (const at::Tensor& weight : {layer.experts->w_gate_up, layer.experts->w_down}) {
       int64_t copies = 1;
       for (const torch::optim::Optimizer* optimizer : optimizers_) {
         copies += static_cast<int64_t>(optimizer_state_tensors(*optimizer, weight).size());
       }
-      expert_bytes += copies * weight[0].numel() * static_cast<int64_t>(weight.element_size());
+      const int64_t bytes = weight[0].numel() * static_cast<int64_t>(weight.element_size());
+      expert_bytes += copies * bytes;
+      gradient_bytes += bytes;
     }
     for (const at::Tensor& state : extra_slot_state_[layer_position]) {
       expert_bytes += state[0].numel() * static_cast<int64_t>(state.element_size());
     }
     const auto moves = balancer::plan_expert_migration(current, candidate).moves.size();
     decision.bytes_to_move = static_cast<int64_t>(moves) * expert_bytes;
+
+    balancer::RebalanceCandidate change;
+    change.busiest_rows_before = decision.busiest_rows_before;
+    change.busiest_rows_after = decision.busiest_rows_after;
+    change.row_bytes = static_cast<double>(
+        layer.config().hidden_size * static_cast<int64_t>(layer.experts->w_gate_up.element_size()));
+    const int replicated_before = replicated_experts(current);
+    const int replicated_after = replicated_experts(candidate);
+    // MoELayer::sync_replica_gradients: one all-reduce per weight (w_gate_up, w_down) while
+    // the layer has any replica, of every replicated expert's gradient.
+    change.sync_collectives_added =
+        2.0 * ((replicated_after > 0 ? 1 : 0) - (replicated_before > 0 ? 1 : 0));
+    change.sync_bytes_added = static_cast<double>(replicated_after - replicated_before) *
+                              static_cast<double>(gradient_bytes);
+    change.migration_bytes = static_cast<double>(decision.bytes_to_move);
+    change.window_steps = window;
+    change.moves = moves > 0;
+    decision.verdict = balancer::judge_rebalance(cost_rates(assumed_ms_per_row), change,
+                                                 options_.decide_on_lower_bound);
+
     decision.gain_seconds = step_seconds *
                             (1.0 - decision.imbalance_after / decision.imbalance_before) *
                             static_cast<double>(options_.interval_steps);
     decision.cost_seconds =
         static_cast<double>(decision.bytes_to_move) / options_.transfer_bytes_per_second;
-    decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
+    if (options_.rule == RebalanceRule::kImbalanceGain) {
+      decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
+      decision.verdict.apply = decision.applied;
+      decision.verdict.reason = decision.applied ? balancer::RebalanceReason::kImbalanceRuleApplied
+                                                 : balancer::RebalanceReason::kImbalanceRuleKept;
+    } else {
+      decision.applied = decision.verdict.apply;
+    }
   }
   if (decision.applied) {
     decision.change =
         layer.apply_placement(candidate, optimizers_, extra_slot_state_[layer_position]);
+    // The move's time on this rank; the sums travel with the next step's all-reduce.
+    own_migrations_.add(static_cast<double>(decision.bytes_to_move), decision.change.seconds * 1e3);
   }
   // The dispatch buffers follow the forecast: the busiest rank's predicted rows, with headroom.
   layer.reserve_dispatch_buffers(
@@ -167,25 +296,39 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step,
           balancer::gpu_loads_of_placement(forecast, layer.expert_slots().placement(), 0))
           .max_gpu_load);
 
-  if (is_trace_recording()) {
-    moescope_rebalance_info info{};
-    info.step = step;
-    info.layer = static_cast<uint32_t>(decision.layer);
-    info.rank = static_cast<int32_t>(layer.group().rank());
-    info.imbalance_before = static_cast<float>(decision.imbalance_before);
-    info.imbalance_after = static_cast<float>(decision.imbalance_after);
-    info.bytes_moved =
-        static_cast<uint64_t>(decision.applied ? decision.change.migration.bytes_received : 0);
-    info.duration_ns = static_cast<uint64_t>(decision.change.seconds * 1e9);
-    info.applied = decision.applied ? 1 : 0;
-    moescope_rebalance(&info);
-    record_values(step, layer, MOESCOPE_QUANTITY_PREDICTED_LOAD,
-                  std::vector<float>(forecast.begin(), forecast.end()));
-    const auto counts = layer.expert_slots().placement().logcnt(0);
-    record_values(step, layer, MOESCOPE_QUANTITY_REPLICAS,
-                  std::vector<float>(counts.begin(), counts.end()));
-  }
+  if (is_trace_recording()) record_decision(decision, layer, forecast);
   return decision;
+}
+
+void ExpertRebalancer::record_decision(const RebalanceDecision& decision, const MoELayerImpl& layer,
+                                       const std::vector<double>& forecast) const {
+  moescope_rebalance_info info{};
+  info.step = decision.step;
+  info.layer = static_cast<uint32_t>(decision.layer);
+  info.rank = static_cast<int32_t>(layer.group().rank());
+  info.imbalance_before = static_cast<float>(decision.imbalance_before);
+  info.imbalance_after = static_cast<float>(decision.imbalance_after);
+  info.bytes_moved =
+      static_cast<uint64_t>(decision.applied ? decision.change.migration.bytes_received : 0);
+  info.duration_ns = static_cast<uint64_t>(decision.change.seconds * 1e9);
+  info.applied = decision.applied ? 1 : 0;
+  const balancer::RebalanceVerdict& verdict = decision.verdict;
+  moescope_rebalance_costs costs{};
+  costs.busiest_rows_before = static_cast<float>(decision.busiest_rows_before);
+  costs.busiest_rows_after = static_cast<float>(decision.busiest_rows_after);
+  costs.gain_ms = static_cast<float>(verdict.gain_ms);
+  costs.replica_sync_ms = static_cast<float>(verdict.replica_sync_ms);
+  costs.migration_ms = static_cast<float>(verdict.migration_ms);
+  costs.window_steps = static_cast<float>(verdict.window_steps);
+  costs.net_ms = static_cast<float>(verdict.net_ms);
+  costs.net_stderr_ms = static_cast<float>(verdict.net_stderr_ms);
+  costs.reason = static_cast<uint32_t>(verdict.reason);
+  moescope_rebalance_decision(&info, &costs);
+  record_values(decision.step, layer, MOESCOPE_QUANTITY_PREDICTED_LOAD,
+                std::vector<float>(forecast.begin(), forecast.end()));
+  const auto counts = layer.expert_slots().placement().logcnt(0);
+  record_values(decision.step, layer, MOESCOPE_QUANTITY_REPLICAS,
+                std::vector<float>(counts.begin(), counts.end()));
 }
 
 // Archive layout:

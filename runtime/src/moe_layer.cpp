@@ -149,8 +149,14 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   if (group_.is_distributed()) {
     PhaseRange range(MoEPhase::kDispatchAllToAll);
     ep_plan = plan_expert_parallel(plan.rows_per_expert, group_, tokens.device());
+    const auto start = std::chrono::steady_clock::now();
     const at::Tensor received = all_to_all_rows(rows, ep_plan.send_splits, ep_plan.recv_splits,
                                                 group_, "a2a.dispatch", pool);
+    if (received.device().is_cpu()) {
+      cost_samples_.dispatch.add(
+          static_cast<double>(received.numel()) * static_cast<double>(received.element_size()),
+          milliseconds_since(start));
+    }
     expert_rows = permute_tokens(received, ep_plan.source_to_expert_order);
     rows_per_local_expert = ep_plan.rows_per_local_expert;
   }
@@ -159,7 +165,12 @@ MoEOutput MoELayerImpl::forward(const at::Tensor& hidden) {
   at::Tensor expert_output;
   {
     PhaseRange range(MoEPhase::kExperts);
+    const auto start = std::chrono::steady_clock::now();
     expert_output = experts->forward(expert_rows, rows_per_local_expert);  // [R_local, H]
+    if (expert_rows.device().is_cpu()) {
+      cost_samples_.expert_compute.add(static_cast<double>(expert_rows.size(0)),
+                                       milliseconds_since(start));
+    }
   }
 
   // ---- combine: rows back home, weighted sum into tokens, shared experts
@@ -291,7 +302,13 @@ void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
     at::Tensor sums = at::zeros({replicated, tensor[0].numel()}, tensor.options());
     sums.index_add_(0, at::tensor(source_groups, index_options),
                     tensor.index_select(0, at::tensor(sources, index_options)).flatten(1));
+    const auto start = std::chrono::steady_clock::now();
     all_reduce_sum(sums, group_, "ar.replica_sync");
+    if (sums.device().is_cpu() && group_.is_distributed()) {
+      cost_samples_.all_reduce.add(
+          static_cast<double>(sums.numel()) * static_cast<double>(sums.element_size()),
+          milliseconds_since(start));
+    }
     std::vector<int64_t> shape = tensor.sizes().vec();
     shape[0] = static_cast<int64_t>(slots.size());
     tensor.index_copy_(0, at::tensor(slots, index_options),

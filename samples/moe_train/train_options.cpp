@@ -79,6 +79,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
   app.add_option("--rebalance-threshold", options.rebalance_threshold,
                  "Predicted max/mean per-rank load above which a new placement is considered")
       ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--rebalance-rule", options.rebalance_rule,
+                 "How a planned placement is judged: net = the predicted step time saved over "
+                 "the window beats the replicas' gradient sync and the move's cost (measured by "
+                 "the runtime); imbalance = the earlier rule (imbalance ratio x step time vs "
+                 "bytes / 10 GB/s)")
+      ->check(CLI::IsMember({"net", "imbalance"}));
   app.add_option("--receive-cap", options.receive_cap,
                  "Rows a rank's experts accept per forward (cold-start guard); 0 = no cap")
       ->check(CLI::NonNegativeNumber);

@@ -34,15 +34,16 @@ struct TrainOptions {
 
   // ---- routing / balancing ----
   BalanceMode balance = BalanceMode::kNone;
-  double aux_loss_coeff = 1e-2;      // --balance aux
-  double bias_update_rate = 1e-3;    // --balance aux-free
-  bool sigmoid_scores = false;       // --score-function sigmoid (DeepSeek-V3) instead of softmax
-  bool normalize_top_k = true;       // combine weights of the chosen experts sum to 1 (Mixtral)
-  double gate_skew = 0.0;            // logit skew strength (expert 0 gets +S, the last 0)
-  int64_t skew_layer = -1;           // layer that gets the skew; -1 = every layer
-  int64_t redundant_experts = 0;     // extra expert slots (all ranks) for replicas of hot experts
-  int64_t rebalance_every = 0;       // consider a new expert placement every N steps; 0 = never
-  double rebalance_threshold = 1.1;  // predicted max/mean per-rank load that triggers one
+  double aux_loss_coeff = 1e-2;        // --balance aux
+  double bias_update_rate = 1e-3;      // --balance aux-free
+  bool sigmoid_scores = false;         // --score-function sigmoid (DeepSeek-V3) instead of softmax
+  bool normalize_top_k = true;         // combine weights of the chosen experts sum to 1 (Mixtral)
+  double gate_skew = 0.0;              // logit skew strength (expert 0 gets +S, the last 0)
+  int64_t skew_layer = -1;             // layer that gets the skew; -1 = every layer
+  int64_t redundant_experts = 0;       // extra expert slots (all ranks) for replicas of hot experts
+  int64_t rebalance_every = 0;         // consider a new expert placement every N steps; 0 = never
+  double rebalance_threshold = 1.1;    // predicted max/mean per-rank load that triggers one
+  std::string rebalance_rule = "net";  // net (the cost rule) or imbalance (the earlier rule)
 
   // ---- memory ----
   int64_t receive_cap = 0;     // rows a rank's experts accept per forward; 0 = no cap

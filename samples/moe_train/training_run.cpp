@@ -314,6 +314,9 @@ int train(const TrainOptions& options) {
     rebalance.interval_steps = options.rebalance_every;
     rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
     rebalance.imbalance_threshold = options.rebalance_threshold;
+    rebalance.rule = options.rebalance_rule == "imbalance"
+                         ? moescope::runtime::RebalanceRule::kImbalanceGain
+                         : moescope::runtime::RebalanceRule::kPredictedNetGain;
     rebalancer = std::make_unique<moescope::runtime::ExpertRebalancer>(
         model->moe_layers(), rebalance, std::vector<torch::optim::Optimizer*>{&optimizer});
   }
@@ -405,12 +408,17 @@ int train(const TrainOptions& options) {
       ScopedSpan span(spans.rebalance);
       for (const auto& decision : rebalancer->after_step(step, step_ms / 1000.0)) {
         if (!is_rank0) continue;
+        const auto& verdict = decision.verdict;
         std::printf(
             "rebalance step %lld layer %lld predicted max/mean %.2f -> %.2f %s (%lld bytes "
-            "received by rank 0, %.1f ms)\n",
+            "received by rank 0, %.1f ms); gain %.3f ms/step, replica sync %.3f ms/step, "
+            "migration %.3f ms / %.0f steps, net %.3f +- %.3f ms/step: %s\n",
             (long long)step, (long long)decision.layer, decision.imbalance_before,
             decision.imbalance_after, decision.applied ? "applied" : "kept the placement",
-            (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3);
+            (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3,
+            verdict.gain_ms, verdict.replica_sync_ms, verdict.migration_ms, verdict.window_steps,
+            verdict.net_ms, 1.96 * verdict.net_stderr_ms,
+            moescope::balancer::rebalance_reason_name(verdict.reason));
       }
     }
     const StepStatistics stats =

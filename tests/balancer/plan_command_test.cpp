@@ -313,6 +313,39 @@ TEST_F(PlanCommand, ReadsMeanLoadsFromTraces) {
       << none.err;
 }
 
+TEST_F(PlanCommand, PlansForTheNextWindowFromTheRecordedSteps) {
+  // 8 steps whose hot expert drifts from 0 to 3: windows of 2 steps give the forecast after the
+  // last step and its errors on windows 2, 3 and 4: 4 scenarios.
+  const std::string rank0 = (dir_ / "drift.0.moetrace").string();
+  std::vector<std::vector<std::vector<int64_t>>> steps;
+  for (int64_t step = 0; step < 8; ++step) {
+    steps.push_back({{8 - step, 2, 2, 1 + step}, {3, 3, 3, 3}});
+  }
+  record_expert_loads(rank0, 0, MOESCOPE_EXPERTS_GLOBAL, steps);
+  const CommandResult text = run("--gpus 2 --slots 6 --window 2 --next-window " + rank0);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("planned for the next 2 steps: expected balance over 4 load scenarios "
+                          "(the forecast after 8 recorded steps"),
+            std::string::npos)
+      << text.out;
+  // --json - stays JSON; the loads shown are the forecast: the rebalancer's EMA (alpha 0.1,
+  // starting at the first step) of expert 3's 1, 2, ..., 8, not its recorded mean 4.5.
+  const CommandResult json = run("--gpus 2 --slots 6 --window 2 --next-window --json - " + rank0);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json plan = nlohmann::json::parse(json.out);
+  ASSERT_EQ(plan["num_layers"], 2);
+  double ema = 1;
+  for (int step = 1; step < 8; ++step) ema += 0.1 * ((1 + step) - ema);
+  // GPU 1 holds experts 2 and 3.
+  EXPECT_NEAR(plan["layers"][0]["gpu_loads_before"][1].get<double>(), 2 + ema, 1e-9) << json.out;
+
+  const std::string loads = write("next_loads.json", kLoadsJson);
+  const CommandResult refused = run("--gpus 2 --slots 6 --next-window --loads " + loads);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("--next-window plans from TRACE files"), std::string::npos)
+      << refused.err;
+}
+
 TEST_F(PlanCommand, ReportsBadInputClearly) {
   const std::string loads = write("loads.json", kLoadsJson);
   CommandResult result = run("--gpus 2 --slots 5 --loads " + loads);

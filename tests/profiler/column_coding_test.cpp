@@ -59,6 +59,9 @@ std::vector<uint8_t> random_records(std::mt19937_64& rng, int count) {
       case RecordKind::kCommOp:
         declare(offsetof(CommOpRecord, num_splits), tail / 8);
         break;
+      case RecordKind::kRebalance:
+        declare(offsetof(RebalanceRecord, num_costs), tail / sizeof(RebalanceCosts));
+        break;
       default:
         break;
     }

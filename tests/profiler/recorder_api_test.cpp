@@ -64,6 +64,9 @@ TEST(RecorderApi, EveryEventKindRoundTrips) {
   moescope_layer_stats_record(&stats);
   moescope_rebalance_info rebalance{3, 2, 5, 2.0f, 1.05f, 1 << 20, 5000, 1};
   moescope_rebalance(&rebalance);
+  moescope_rebalance_costs costs{
+      1100, 1000, 1.2f, 2.3f, 4.0f, 10, -1.5f, 0.25f, MOESCOPE_REBALANCE_COSTS_EXCEED_GAIN};
+  moescope_rebalance_decision(&rebalance, &costs);
   uint64_t splits[3] = {100, 200, 300};
   moescope_comm_op_info op{};
   op.kind = MOESCOPE_COMM_ALL_TO_ALL;
@@ -163,6 +166,16 @@ TEST(RecorderApi, EveryEventKindRoundTrips) {
   auto rebalance_record = trace.of_kind(RecordKind::kRebalance).at(0).as<trace::RebalanceRecord>();
   EXPECT_FLOAT_EQ(rebalance_record.imbalance_after, 1.05f);
   EXPECT_EQ(rebalance_record.bytes_moved, 1u << 20);
+  EXPECT_EQ(rebalance_record.num_costs, 0u);  // moescope_rebalance: no numbers
+  auto decision_record = trace.of_kind(RecordKind::kRebalance).at(1);
+  ASSERT_EQ(decision_record.bytes.size(), 104u);  // 64 + 36, padded to 8
+  EXPECT_EQ(decision_record.as<trace::RebalanceRecord>().num_costs, 1u);
+  trace::RebalanceCosts recorded;
+  std::memcpy(&recorded, decision_record.bytes.data() + sizeof(trace::RebalanceRecord),
+              sizeof(recorded));
+  EXPECT_FLOAT_EQ(recorded.replica_sync_ms, 2.3f);
+  EXPECT_FLOAT_EQ(recorded.net_stderr_ms, 0.25f);
+  EXPECT_EQ(recorded.reason, uint32_t{MOESCOPE_REBALANCE_COSTS_EXCEED_GAIN});
 
   auto comm_record = trace.of_kind(RecordKind::kCommOp).at(0);
   auto comm = comm_record.as<trace::CommOpRecord>();

@@ -134,6 +134,16 @@ RecordBuffer every_kind(std::mt19937_64& rng) {
     r.bytes_moved = 1ull << 30;
     r.applied = 1;
   }
+  {  // format 3: a decision with its numbers in the tail
+    auto& r = buffer.append_sized<RebalanceRecord>(RecordKind::kRebalance, t(), 0,
+                                                   padded_to_8(sizeof(RebalanceCosts)));
+    r.num_costs = 1;
+    RebalanceCosts costs{};
+    costs.gain_ms = 1.25f;
+    costs.net_ms = -0.5f;
+    costs.reason = 2;
+    std::memcpy(buffer.tail<RebalanceRecord>(), &costs, sizeof(costs));
+  }
   buffer.append<ThreadInfoRecord>(RecordKind::kThreadInfo, t(), 7).os_thread_id = 4242;
   buffer.append<ClockSyncRecord>(RecordKind::kClockSync, t()).sync_id = 99;
   buffer.append<StatsRecord>(RecordKind::kStats, t()).dropped_events = 17;
@@ -178,7 +188,8 @@ TEST_P(RoundTrip, EveryKindSurvivesBitExact) {
     EXPECT_NE(fixed_record_size(record.header().kind), 0u);
     ++kinds_seen;
   }
-  EXPECT_EQ(kinds_seen, size_t{kMaxRecordKind});  // one record of each kind
+  // One record of each kind, and a rebalance record with its numbers.
+  EXPECT_EQ(kinds_seen, size_t{kMaxRecordKind} + 1);
   ASSERT_TRUE(reader.next_chunk(chunk));
   EXPECT_EQ(chunk.type, ChunkType::kEnd);
   EXPECT_FALSE(reader.next_chunk(chunk));

@@ -64,7 +64,7 @@ def _worker(rank, init_file, out_dir):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     balancer = ExpertBalancer(model, optimizer, interval_steps=2, warmup_steps=2,
                               imbalance_threshold=1.0, transfer_bytes_per_second=1e15,
-                              update_bias=False)
+                              update_bias=False, rule="imbalance")
     probe = hf_models.tokens(seed=99)
     generator = torch.Generator().manual_seed(rank)
     result["moves"] = []

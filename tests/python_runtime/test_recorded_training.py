@@ -27,7 +27,7 @@ def test_two_rank_training_reaches_the_trace():
     with tempfile.TemporaryDirectory() as scratch:
         command = [cli, "record", "-o", os.path.join(scratch, "run.%r.moetrace"), "--",
                    torchrun, "--standalone", "--nproc_per_node", "2", TRAIN,
-                   "--steps", "24", "--interval", "4", "--balancer", "1",
+                   "--steps", "24", "--interval", "4", "--balancer", "1", "--rule", "imbalance",
                    "--summary", os.path.join(scratch, "summary.json")]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)

@@ -44,6 +44,9 @@ struct Trainer {
     options.warmup_steps = 2;
     options.interval_steps = 3;
     options.imbalance_threshold = 1.05;
+    // The earlier rule: these check what a move does (and repeat decisions exactly), not whether
+    // it pays; the cost rule's measured times would make the moves depend on the machine's speed.
+    options.rule = RebalanceRule::kImbalanceGain;
     rebalancer = std::make_unique<ExpertRebalancer>(
         std::vector<MoELayer>{layer}, options, std::vector<torch::optim::Optimizer*>{adam.get()});
   }

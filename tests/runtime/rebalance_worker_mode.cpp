@@ -92,6 +92,9 @@ int run_rebalance(const ExpertParallelGroup& group) {
   options.warmup_steps = 5;
   options.interval_steps = 10;
   options.imbalance_threshold = 1.05;
+  // The earlier rule: these check what a move does (and repeat decisions exactly), not whether
+  // it pays; the cost rule's measured times would make the moves depend on the machine's speed.
+  options.rule = RebalanceRule::kImbalanceGain;
   ExpertRebalancer rebalancer({layer}, options, {&adam});
 
   const int kSteps = 36;

@@ -2,6 +2,7 @@
 #include <glob.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -87,6 +88,77 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
   EXPECT_EQ(ranks, (std::set<int32_t>{0, 1}));
   EXPECT_EQ(model.step_source, analysis::StepSource::kMarkers);
   EXPECT_EQ(local_loads_in(model), printed);
+}
+
+// The runtime's rebalancer decides on the cost rule with what it measured on this run, and
+// every decision reaches the trace with its numbers: the same on both ranks (the fits are
+// all-reduced), the net equal to gain - replica sync - migration / window, applied exactly when
+// the rule says it pays; `moescope report` words them.
+TEST(RecordedSamplesTest, MoeTrainRecordsEachRebalanceDecisionWithItsNumbers) {
+  const std::string dir = fresh_dir("recorded_rebalance");
+  const int port = free_port_pair();
+  const std::string command =
+      record_command(dir + "/run.%r.moetrace") +
+      "env OMP_NUM_THREADS=1 python3 -m torch.distributed.run --no-python --nproc_per_node 2 "
+      "--master_addr 127.0.0.1 --master_port " +
+      std::to_string(port) + " " + shell_quote(build_dir() + "/bin/moe_train") +
+      " --threads 1 --layers 2 --hidden 32 --heads 4 --ffn-hidden 64 --experts 4 --top-k 2"
+      " --batch 8 --seq-len 32 --steps 24 --gate-skew 4 --skew-layer 1 --rebalance-every 8";
+  CommandResult run = run_shell("timeout 300 " + command);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<std::string> traces = glob_files(dir + "/run.[0-9]*.moetrace");
+  ASSERT_EQ(traces.size(), 2u) << run.output;
+  analysis::TraceModel model = analysis::load_traces(traces);
+  for (const auto& error : model.errors) ADD_FAILURE() << error.message;
+  // Steps 7, 15, 23 x 2 layers x 2 ranks.
+  ASSERT_EQ(model.rebalances.size(), 12u) << run.output;
+  std::map<std::pair<int64_t, uint32_t>, const analysis::RebalanceDecision*> first_rank;
+  for (const analysis::RebalanceDecision& d : model.rebalances) {
+    SCOPED_TRACE("step " + std::to_string(d.step) + " layer " + std::to_string(d.layer) + " rank " +
+                 std::to_string(d.rank));
+    ASSERT_TRUE(d.has_costs);
+    EXPECT_EQ(d.window_steps, 8.0f);
+    EXPECT_LE(d.busiest_rows_after, d.busiest_rows_before);
+    EXPECT_GE(d.net_stderr_ms, 0.0f);
+    EXPECT_NEAR(d.net_ms, d.gain_ms - d.replica_sync_ms - d.migration_ms / d.window_steps,
+                1e-3 + 1e-4 * std::abs(d.gain_ms));
+    if (d.reason == MOESCOPE_REBALANCE_BALANCED) {
+      EXPECT_EQ(d.busiest_rows_after, d.busiest_rows_before);  // not planned
+    } else {
+      EXPECT_TRUE(d.reason >= MOESCOPE_REBALANCE_PAYS && d.reason <= MOESCOPE_REBALANCE_NO_MOVE)
+          << d.reason;
+    }
+    EXPECT_EQ(d.applied, d.reason == MOESCOPE_REBALANCE_PAYS);
+    if (d.applied) {
+      EXPECT_GT(d.net_ms - 1.96f * d.net_stderr_ms, 0.0f);
+    }
+    if (d.reason == MOESCOPE_REBALANCE_COSTS_EXCEED_GAIN) {
+      EXPECT_LE(d.net_ms, 0.0f);
+    }
+    auto [other, inserted] = first_rank.try_emplace({d.step, d.layer}, &d);
+    if (!inserted) {  // the other rank took the same decision on the same numbers
+      EXPECT_EQ(other->second->applied, d.applied);
+      EXPECT_EQ(other->second->reason, d.reason);
+      EXPECT_FLOAT_EQ(other->second->gain_ms, d.gain_ms);
+      EXPECT_FLOAT_EQ(other->second->net_ms, d.net_ms);
+    }
+  }
+  // The skewed layer (1: experts 0 and 1, both on rank 0, take most rows) was planned for at
+  // its first decision: a move that takes rows off the busiest rank, without replicas (no
+  // redundant slots), so no replica sync.
+  const analysis::RebalanceDecision* skewed = first_rank.at({7, 1});
+  EXPECT_NE(skewed->reason, MOESCOPE_REBALANCE_BALANCED);
+  EXPECT_LT(skewed->busiest_rows_after, skewed->busiest_rows_before);
+  EXPECT_GT(skewed->gain_ms, 0.0f);
+  EXPECT_EQ(skewed->replica_sync_ms, 0.0f);
+  EXPECT_GT(skewed->migration_ms, 0.0f);
+
+  const CommandResult report = run_shell(shell_quote(build_dir() + "/bin/moescope") + " report " +
+                                         shell_quote(traces[0]) + " " + shell_quote(traces[1]));
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("rebalance at step 7 layer 1: "), std::string::npos)
+      << report.output;
+  EXPECT_NE(report.output.find(" ms/step + migration "), std::string::npos) << report.output;
 }
 
 TEST(RecordedSamplesTest, PythonSampleTraceHoldsThePrintedExpertLoad) {

@@ -12,8 +12,8 @@ step() on every rank of the expert-parallel group together:
   2. moescope::runtime::ExpertRebalancer::after_step: the layers' tokens per expert summed over
      the group feed the load predictor (EMA or window); every interval_steps after warmup_steps
      the planner proposes a placement per layer (replicas of hot experts in the redundant slots,
-     experts moved between ranks) and applies it when the predicted gain beats the migration
-     cost. Expert weights, their gradients and this optimizer's state for them (exp_avg, ...)
+     experts moved between ranks) and applies it when its predicted net gain over the interval
+     pays for the replicas' gradient sync and the move (rule="net"; docs/balancer.md). Expert weights, their gradients and this optimizer's state for them (exp_avg, ...)
      move over the group. Every decision is written to the trace while `moescope record` runs
      (moescope_rebalance records, predicted load, replica counts), as moe_train's are.
 Replicated experts need their gradients summed over replicas before each optimizer step: the
@@ -36,13 +36,19 @@ class ExpertBalancer:
                  imbalance_threshold: float = 1.10, transfer_bytes_per_second: float = 10e9,
                  incremental_max_over_mean: float = 1.02, ema_alpha: float = 0.1,
                  window_steps: int = 0, update_bias: bool = True, rebalance: bool = True,
-                 mark_steps: bool = True, first_step: int = 0):
+                 mark_steps: bool = True, first_step: int = 0, rule: str = "net"):
         """`model` holds moescope MoELayers (e.g. after replace_moe_blocks), all over one
         expert-parallel group. `optimizer` (any torch.optim optimizer) holds their parameters:
         its per-parameter state moves with the experts. `window_steps` > 0 predicts by a moving
         window instead of the EMA. `update_bias=False` leaves the router biases alone,
         `rebalance=False` never moves experts. `mark_steps` writes the step number into the
-        trace (moescope::runtime::set_training_step), as moe_train does."""
+        trace (moescope::runtime::set_training_step), as moe_train does. `rule` "net" applies a
+        planned placement when its predicted net gain over the next interval (the busiest rank's
+        rows saved x the measured ms per row, less the replicas' gradient all-reduce and the
+        move amortised) is a gain beyond its uncertainty; "imbalance" is the earlier rule
+        (imbalance ratio x step time vs bytes / transfer_bytes_per_second)."""
+        if rule not in ("net", "imbalance"):
+            raise ValueError(f"ExpertBalancer: rule must be 'net' or 'imbalance', got {rule!r}")
         _library.load()
         self.layers = moe_layers(model)
         if not self.layers:
@@ -58,7 +64,8 @@ class ExpertBalancer:
                    "imbalance_threshold": imbalance_threshold,
                    "transfer_bytes_per_second": transfer_bytes_per_second,
                    "incremental_max_over_mean": incremental_max_over_mean,
-                   "ema_alpha": ema_alpha, "window_steps": window_steps}
+                   "ema_alpha": ema_alpha, "window_steps": window_steps,
+                   "imbalance_rule": 1.0 if rule == "imbalance" else 0.0}
         self._rebalancer = torch.classes.moescope.ExpertRebalancer(
             {key: float(value) for key, value in options.items()})
         for layer in self.layers:

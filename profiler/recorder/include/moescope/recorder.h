@@ -139,6 +139,29 @@ typedef struct moescope_rebalance_info {
 } moescope_rebalance_info;
 MOESCOPE_API void moescope_rebalance(const moescope_rebalance_info* info);
 
+/* Why a rebalancing decision went the way it did (moescope_rebalance_costs.reason). */
+enum moescope_rebalance_reason {
+  MOESCOPE_REBALANCE_REASON_UNKNOWN = 0,         /* not recorded (older traces) */
+  MOESCOPE_REBALANCE_PAYS = 1,                   /* applied: the net gain's lower bound > 0 */
+  MOESCOPE_REBALANCE_COSTS_EXCEED_GAIN = 2,      /* kept: replica sync + migration >= gain */
+  MOESCOPE_REBALANCE_WITHIN_UNCERTAINTY = 3,     /* kept: net gain > 0, its interval reaches 0 */
+  MOESCOPE_REBALANCE_BALANCED = 4,               /* kept: forecast imbalance under threshold */
+  MOESCOPE_REBALANCE_NO_MOVE = 5,                /* kept: the plan is the current placement */
+  MOESCOPE_REBALANCE_IMBALANCE_RULE_APPLIED = 6, /* the old rule: imbalance gain > bytes/bw */
+  MOESCOPE_REBALANCE_IMBALANCE_RULE_KEPT = 7,
+};
+
+/* The numbers a decision was taken on: f32 busiest_rows_before, busiest_rows_after (predicted
+ * rows per step of the busiest rank), gain_ms, replica_sync_ms (per step), migration_ms (once),
+ * window_steps, net_ms (gain - replica sync - migration / window), net_stderr_ms, u32 reason
+ * (moescope_rebalance_reason). */
+typedef struct moescope_rebalance_costs {
+  MOESCOPE_FIELDS_REBALANCE_COSTS(MOESCOPE_C_FIELD)
+} moescope_rebalance_costs;
+/* A decision with its numbers (costs may be NULL: moescope_rebalance). */
+MOESCOPE_API void moescope_rebalance_decision(const moescope_rebalance_info* info,
+                                              const moescope_rebalance_costs* costs);
+
 /* ---- communication ------------------------------------------------------------------------ */
 
 enum moescope_comm_kind {

@@ -3,16 +3,23 @@
 // After every step it sums each layer's tokens per expert over the group and feeds a load
 // predictor (moescope_balancer). Every interval_steps it plans a new placement per layer from
 // the forecast (incremental EPLB planning: experts stay put unless a rank would be overloaded)
-// and applies it when both hold:
-//   predicted imbalance (max/mean per-rank load, current placement) > imbalance_threshold
-//   gain > cost, with
-//     gain = mean step time * (1 - imbalance_after / imbalance_before) * interval_steps
-//     cost = bytes the migration moves / transfer_bytes_per_second
-// (the step is assumed to be bound by its busiest rank, as in expert parallelism it is).
+// when the predicted imbalance (max/mean per-rank load, current placement) is above
+// imbalance_threshold, and decides whether to apply it by RebalancerOptions::rule:
+//   kPredictedNetGain (default): the cost rule of balancer/rebalance_cost_model.h, over the
+//     next window_steps: the busiest rank's rows saved x the measured ms per row (expert compute
+//     and all-to-all) minus the replicas' added gradient all-reduce per step minus the move's
+//     one-off cost amortised over the window; applied when the net's lower 95% bound is a gain.
+//     The rates come from what the runtime times itself (layer_cost_samples.h: expert compute,
+//     dispatch all-to-all and replica all-reduce on CPU devices; its own load all-reduce; the
+//     moves it applied), kept as running least-squares fits whose sums are all-reduced with the
+//     loads, so every rank holds the same fits and takes the same decision.
+//   kImbalanceGain: the earlier rule, gain = mean step time x (1 - imbalance_after /
+//     imbalance_before) x interval_steps against cost = bytes moved / transfer_bytes_per_second.
 // Applying moves expert weights, gradients and optimizer state over the group
 // (MoELayer::apply_placement). Every decision, applied or not, is recorded in the trace
-// (moescope_rebalance: imbalance before/after, bytes moved, time taken) with the predicted
-// loads, the replica counts and the forecast's accuracy.
+// (moescope_rebalance_decision: imbalance before/after, bytes moved, time taken, and the cost
+// rule's numbers: rows of the busiest rank, gain, replica sync, migration, window, net, reason)
+// with the predicted loads, the replica counts and the forecast's accuracy.
 //
 // Checkpoints: save()/load() carry what the next decisions depend on (each layer's placement,
 // the load forecast, the steps and step time since the last decision). Each layer's expert
@@ -28,15 +35,28 @@
 #include <vector>
 
 #include "moescope/balancer/load_predictor.h"
+#include "moescope/balancer/rebalance_cost_model.h"
+#include "moescope/balancer/running_line_fit.h"
 #include "moescope/runtime/moe_layer.h"
 
 namespace moescope::runtime {
 
+enum class RebalanceRule {
+  kPredictedNetGain,  // the cost rule (balancer/rebalance_cost_model.h)
+  kImbalanceGain,     // gain by the imbalance ratio vs bytes / transfer_bytes_per_second
+};
+
 struct RebalancerOptions {
-  int64_t interval_steps = 50;              // steps between decisions
-  int64_t warmup_steps = 10;                // steps observed before the first decision
-  double imbalance_threshold = 1.10;        // predicted max/mean per-rank load worth acting on
-  double transfer_bytes_per_second = 10e9;  // expected migration bandwidth, for the cost
+  int64_t interval_steps = 50;        // steps between decisions
+  int64_t warmup_steps = 10;          // steps observed before the first decision
+  double imbalance_threshold = 1.10;  // predicted max/mean per-rank load worth planning for
+  RebalanceRule rule = RebalanceRule::kPredictedNetGain;
+  int64_t window_steps = 0;            // steps a placement is expected to be kept; 0: interval
+  bool decide_on_lower_bound = true;   // cost rule: the net's lower 95% bound must be a gain
+  double compute_passes_per_step = 3;  // expert compute per step / the forward's (+ backward)
+  double all_to_alls_per_step = 4;     // dispatch + combine, forward and backward
+  // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
+  double transfer_bytes_per_second = 10e9;
   double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
   balancer::LoadPredictorConfig predictor;  // EMA by default
   int accuracy_horizon_steps = 10;          // window of the forecast's accuracy score
@@ -53,6 +73,9 @@ struct RebalanceDecision {
   int64_t bytes_to_move = 0;  // over the whole group, estimated from the plan
   bool applied = false;
   PlacementChange change;  // what apply_placement did (applied only)
+  // The cost rule's numbers (recorded under either rule; the reason says which rule decided).
+  double busiest_rows_before = 0, busiest_rows_after = 0;  // predicted, per step
+  balancer::RebalanceVerdict verdict;
 };
 
 class ExpertRebalancer {
@@ -75,6 +98,8 @@ class ExpertRebalancer {
   void set_extra_slot_state(size_t layer_position, std::vector<at::Tensor> tensors);
 
   const balancer::ExpertLoadForecaster& forecaster() const { return forecaster_; }
+  /// The rates the cost rule uses now (the same on every rank of the group).
+  balancer::RebalanceCostRates cost_rates(double assumed_ms_per_row) const;
   const RebalancerOptions& options() const { return options_; }
 
   /// Writes every layer's placement (phy2log, in the layer's slot order), the forecaster's state
@@ -88,7 +113,13 @@ class ExpertRebalancer {
   void load(torch::serialize::InputArchive& archive, const std::string& what);
 
  private:
-  RebalanceDecision decide(size_t layer_position, int64_t step, double step_seconds);
+  RebalanceDecision decide(size_t layer_position, int64_t step, double step_seconds,
+                           double assumed_ms_per_row);
+  /// The layers' cost samples of this step and what the rebalancer timed itself, as the sums
+  /// the step's all-reduce adds over the group: [kNumCostFits x RunningLineFit::kNumSums].
+  std::vector<double> take_local_cost_sums();
+  void record_decision(const RebalanceDecision& decision, const MoELayerImpl& layer,
+                       const std::vector<double>& forecast) const;
 
   std::vector<MoELayer> layers_;
   RebalancerOptions options_;
@@ -98,6 +129,9 @@ class ExpertRebalancer {
   int64_t observed_steps_ = 0;
   double step_seconds_sum_ = 0.0;  // group-mean step time summed since the last decision
   int64_t steps_since_decision_ = 0;
+  // The group's cost fits (all-reduced sums; not checkpointed: a resumed run measures anew).
+  balancer::RunningLineFit compute_fit_, dispatch_fit_, all_reduce_fit_, migration_fit_;
+  balancer::RunningLineFit own_all_reduce_, own_migrations_;  // this rank's, until the next step
 };
 
 }  // namespace moescope::runtime

@@ -17,11 +17,13 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <utility>
 
 #include "moescope/runtime/dispatch_buffer_pool.h"
 #include "moescope/runtime/expert_parallel.h"
 #include "moescope/runtime/expert_slots.h"
 #include "moescope/runtime/grouped_experts.h"
+#include "moescope/runtime/layer_cost_samples.h"
 #include "moescope/runtime/moe_config.h"
 #include "moescope/runtime/router.h"
 #include "moescope/runtime/routing_replay.h"
@@ -131,6 +133,10 @@ class MoELayerImpl : public torch::nn::Module {
   /// destroying the layer drains it too.
   TraceStatisticsQueue& trace_statistics() { return trace_statistics_; }
 
+  /// The costs this layer measured since the last call (CPU devices only; see
+  /// layer_cost_samples.h), then starts over. The rebalancer takes them after every step.
+  LayerCostSamples take_cost_samples() { return std::exchange(cost_samples_, {}); }
+
   Router router{nullptr};
   GroupedExperts experts{nullptr};         // this rank's expert slots [S_local, ...]
   GroupedExperts shared_experts{nullptr};  // one wide expert, or empty without shared experts
@@ -164,6 +170,7 @@ class MoELayerImpl : public torch::nn::Module {
   at::Tensor last_tokens_per_expert_;
   std::unique_ptr<DispatchBufferPool> pool_;
   TraceStatisticsQueue trace_statistics_;
+  LayerCostSamples cost_samples_;
 };
 TORCH_MODULE(MoELayer);
 

@@ -87,6 +87,8 @@ struct RebalanceSummary {
   double mean_imbalance_before = 0, mean_imbalance_after = 0;
   uint64_t bytes_moved = 0;
   double total_duration_ms = 0;
+  // One per step and layer, with the numbers they were taken on (rebalance_decision_text.h).
+  std::vector<RebalanceDecision> with_costs;
 };
 
 struct ExpertLoadAnalysis {

@@ -26,7 +26,8 @@
 namespace moescope::analysis {
 
 // 2: the facts end with the rank's time per step in named spans (`moescope diff` reads them).
-inline constexpr uint32_t kRankSummaryVersion = 2;
+// 3: each rebalancing decision carries the numbers it was taken on (trace format 3).
+inline constexpr uint32_t kRankSummaryVersion = 3;
 inline constexpr const char* kRankSummaryExtension = ".moesummary";
 
 struct RankSummary {

@@ -320,6 +320,8 @@ struct RebalanceDecision {
   MOESCOPE_FIELDS_REBALANCE(MOESCOPE_MODEL_FIELD)  // step, layer, rank, imbalance_before, ...
   bool applied = false;
   uint32_t process = 0;
+  bool has_costs = false;  // the numbers below were recorded (traces since format version 3)
+  MOESCOPE_FIELDS_REBALANCE_COSTS(MOESCOPE_MODEL_FIELD)  // gain_ms, replica_sync_ms, ...
 };
 
 enum class TrackKind : uint8_t { kThread = 0, kGpuStream = 1, kCommunicator = 2 };

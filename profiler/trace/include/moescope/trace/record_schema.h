@@ -54,6 +54,21 @@
   F(uint64_t, bytes_moved, , {}, "expert weights moved")                                      \
   F(uint64_t, duration_ns, , {}, "time the move took")
 
+/* The numbers a rebalancing decision was taken on (the rebalance record's tail, version 3; the
+ * C ABI's moescope_rebalance_costs; the model's RebalanceDecision). Times in ms; "net" is
+ * gain - replica_sync - migration / window, > 0 when the step gets faster. */
+#define MOESCOPE_FIELDS_REBALANCE_COSTS(F)                                      \
+  F(float, busiest_rows_before, , {},                                           \
+    "predicted rows per step of the busiest rank, old placement")               \
+  F(float, busiest_rows_after, , {}, "the same with the planned placement")     \
+  F(float, gain_ms, , {}, "predicted step time saved per step")                 \
+  F(float, replica_sync_ms, , {}, "replica gradient all-reduce added per step") \
+  F(float, migration_ms, , {}, "one-off cost of the move")                      \
+  F(float, window_steps, , {}, "steps the placement is expected to be kept")    \
+  F(float, net_ms, , {}, "gain - replica sync - migration / window, per step")  \
+  F(float, net_stderr_ms, , {}, "standard error of the net")                    \
+  F(uint32_t, reason, , {}, "moescope_rebalance_reason")
+
 #define MOESCOPE_FIELDS_EXPERT_LOAD(F)                               \
   MOESCOPE_FIELDS_LAYER_POSITION(F)                                  \
   F(uint32_t, scope, , {}, "moescope_expert_scope")                  \
@@ -173,7 +188,7 @@
 #define MOESCOPE_RECORD_REBALANCE(F)                        \
   MOESCOPE_FIELDS_REBALANCE(F)                              \
   F(int32_t, applied, , {}, "0 when the plan was rejected") \
-  F(uint32_t, reserved, , {}, "0")
+  F(uint32_t, num_costs, , {}, "elements of the tail: 0 or 1 rebalance costs (36 bytes)")
 #define MOESCOPE_RECORD_THREAD_INFO(F)                \
   F(uint32_t, os_thread_id, , {}, "the thread's tid") \
   F(uint32_t, reserved, , {}, "0")
@@ -232,8 +247,8 @@
     header, 0, "router statistics of one MoE layer in one step")                                   \
   X(kStep, 18, StepRecord, MOESCOPE_RECORD_STEP, "step", 24, false, header, 0,                     \
     "this rank starts a training step")                                                            \
-  X(kRebalance, 19, RebalanceRecord, MOESCOPE_RECORD_REBALANCE, "rebalance", 64, false, header, 0, \
-    "an expert rebalancing decision")                                                              \
+  X(kRebalance, 19, RebalanceRecord, MOESCOPE_RECORD_REBALANCE, "rebalance", 64, false, num_costs, \
+    36, "an expert rebalancing decision, with the numbers it was taken on")                        \
   X(kThreadInfo, 20, ThreadInfoRecord, MOESCOPE_RECORD_THREAD_INFO, "thread_info", 24, false,      \
     header, 0, "names the stream's thread")                                                        \
   X(kString, 21, StringRecord, MOESCOPE_RECORD_STRING, "string", 24, false, length, 1,             \

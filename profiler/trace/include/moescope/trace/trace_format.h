@@ -20,8 +20,9 @@
 namespace moescope::trace {
 
 inline constexpr char kFileMagic[8] = {'M', 'O', 'E', 'T', 'R', 'A', 'C', 'E'};
-// Version 2 added column-coded chunks (kChunkColumns); readers still read version 1 files.
-inline constexpr uint32_t kFormatVersion = 2;
+// Version 2 added column-coded chunks (kChunkColumns); version 3 the rebalance record's tail
+// (RebalanceCosts). Readers still read version 1 and 2 files.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kChunkMagic = 0x4b48434d;  // "MCHK"
 // Limits that tell a corrupt length from a real one.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
@@ -93,6 +94,12 @@ static_assert(sizeof(RecordHeader) == 16);
   static_assert(sizeof(Struct) == size, "the size of " name " in record_schema.h");
 MOESCOPE_RECORD_KINDS(MOESCOPE_DISK_RECORD)
 #undef MOESCOPE_DISK_RECORD
+
+// The tail of a rebalance record (num_costs of them, 0 or 1): the numbers of its decision.
+struct RebalanceCosts {
+  MOESCOPE_FIELDS_REBALANCE_COSTS(MOESCOPE_DISK_FIELD)
+};
+static_assert(sizeof(RebalanceCosts) == 36, "the rebalance row's tail_bytes in record_schema.h");
 #undef MOESCOPE_DISK_FIELD
 #pragma pack(pop)
 

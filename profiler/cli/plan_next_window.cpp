@@ -1,0 +1,100 @@
+// Scenarios of the next window from a recorded run (plan_next_window.h).
+#include "plan_next_window.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/balancer/load_predictor.h"
+#include "moescope/balancer/next_window_placement.h"
+
+namespace moescope::cli {
+namespace {
+
+using balancer::ExpertLoads;
+
+// [steps] of [layers x experts], the steps every layer has, layers in id order (as
+// expert_loads_of_model orders them).
+std::vector<ExpertLoads> loads_by_step(const analysis::TraceModel& model) {
+  std::map<int64_t, std::map<uint32_t, const std::vector<double>*>> by_step;
+  std::map<uint32_t, size_t> experts_of_layer;
+  const std::vector<analysis::LayerStepLoad> loads = analysis::layer_step_loads(model);
+  for (const analysis::LayerStepLoad& load : loads) {
+    by_step[load.step][load.layer] = &load.tokens;
+    experts_of_layer[load.layer] = load.tokens.size();
+  }
+  std::vector<ExpertLoads> steps;
+  for (const auto& [step, per_layer] : by_step) {
+    if (per_layer.size() != experts_of_layer.size()) continue;
+    ExpertLoads step_loads;
+    step_loads.num_layers = static_cast<int>(per_layer.size());
+    step_loads.num_experts = static_cast<int>(per_layer.begin()->second->size());
+    for (const auto& [layer, tokens] : per_layer) {
+      if (static_cast<int>(tokens->size()) != step_loads.num_experts) {
+        throw std::runtime_error("--next-window: layer " + std::to_string(layer) + " has " +
+                                 std::to_string(tokens->size()) + " experts, the first layer " +
+                                 std::to_string(step_loads.num_experts));
+      }
+      step_loads.values.insert(step_loads.values.end(), tokens->begin(), tokens->end());
+    }
+    steps.push_back(std::move(step_loads));
+  }
+  return steps;
+}
+
+}  // namespace
+
+NextWindowScenarios next_window_scenarios(const analysis::TraceModel& model, size_t window_steps) {
+  if (window_steps == 0) throw std::runtime_error("--next-window needs --window of at least 1");
+  const std::vector<ExpertLoads> steps = loads_by_step(model);
+  if (steps.empty()) {
+    throw std::runtime_error("--next-window: no step holds the expert loads of every layer");
+  }
+  const ExpertLoads& first = steps.front();
+  balancer::ExpertLoadForecaster forecaster(first.num_layers, first.num_experts, {},
+                                            static_cast<int>(window_steps));
+  std::vector<ExpertLoads> errors;
+  for (size_t start = 0; start < steps.size(); start += window_steps) {
+    const size_t end = std::min(steps.size(), start + window_steps);
+    if (start > 0 && end - start == window_steps) {  // a forecast exists: its error on the window
+      ExpertLoads error = forecaster.predict_all();
+      std::vector<double> actual(error.values.size(), 0.0);  // the window's mean
+      for (size_t s = start; s < end; ++s) {
+        for (size_t i = 0; i < actual.size(); ++i) {
+          actual[i] += steps[s].values[i] / static_cast<double>(window_steps);
+        }
+      }
+      for (size_t i = 0; i < actual.size(); ++i) error.values[i] = actual[i] - error.values[i];
+      errors.push_back(std::move(error));
+      if (errors.size() > kNextWindowErrors) errors.erase(errors.begin());
+    }
+    for (size_t s = start; s < end; ++s) {
+      for (int layer = 0; layer < first.num_layers; ++layer) {
+        forecaster.observe(layer, steps[s].layer(layer));
+      }
+    }
+  }
+  return {balancer::forecast_scenarios(forecaster.predict_all(), errors), steps.size()};
+}
+
+std::optional<NextWindowScenarios> next_window_inputs(bool requested,
+                                                      const analysis::TraceModel* model,
+                                                      bool has_current, double window_steps) {
+  if (!requested) return std::nullopt;
+  if (!model || has_current) {
+    throw std::invalid_argument(
+        "--next-window plans from TRACE files (their per-step loads), without --current");
+  }
+  return next_window_scenarios(*model, static_cast<size_t>(std::max(0.0, window_steps)));
+}
+
+std::string next_window_note(const NextWindowScenarios& inputs, double window_steps) {
+  return "planned for the next " + std::to_string(static_cast<int64_t>(window_steps)) +
+         " steps: expected balance over " + std::to_string(inputs.scenarios.size()) +
+         " load scenarios (the forecast after " + std::to_string(inputs.steps) +
+         " recorded steps and its errors on the last windows)";
+}
+
+}  // namespace moescope::cli
