@@ -2,6 +2,7 @@
 #include "moescope/analysis/trace_model.h"
 
 #include <cstddef>
+#include <iterator>
 
 namespace moescope::analysis {
 namespace {
@@ -20,9 +21,11 @@ const char* gpu_op_kind_name(GpuOpKind kind) {
 }
 
 const char* memory_category_name(int category) {
-  static const char* const kNames[kNumMemoryCategories] = {"other",           "expert_weights",
-                                                           "optimizer_state", "dispatch_buffers",
-                                                           "activations",     "cuda_driver"};
+  static const char* const kNames[] = {"other",           "expert_weights",
+                                       "optimizer_state", "dispatch_buffers",
+                                       "activations",     "cuda_driver"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumMemoryCategories);
   return category >= 0 && category < kNumMemoryCategories ? kNames[category] : "other";
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "moescope/recorder.h"
 
@@ -25,8 +26,10 @@ void report_buffer(const at::Tensor& buffer, int is_free) {
 }  // namespace
 
 const char* dispatch_buffer_kind_name(DispatchBufferKind kind) {
-  static constexpr const char* kNames[kNumDispatchBufferKinds] = {
-      "dispatch_send", "dispatch_receive", "combine_send", "combine_receive"};
+  static constexpr const char* kNames[] = {"dispatch_send", "dispatch_receive", "combine_send",
+                                           "combine_receive"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumDispatchBufferKinds);
   const int index = static_cast<int>(kind);
   return index >= 0 && index < kNumDispatchBufferKinds ? kNames[index] : "unknown";
 }

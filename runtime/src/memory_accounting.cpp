@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <iterator>
 #include <unordered_set>
 
 #include "moescope/recorder.h"
@@ -45,9 +46,11 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer, StorageC
 }  // namespace
 
 const char* memory_counter_name(MemoryCategory category) {
-  static constexpr const char* kNames[kNumMemoryCategories] = {
-      "memory.expert_weights", "memory.optimizer_state", "memory.dispatch_buffers",
-      "memory.activations", "memory.other"};
+  static constexpr const char* kNames[] = {"memory.expert_weights", "memory.optimizer_state",
+                                           "memory.dispatch_buffers", "memory.activations",
+                                           "memory.other"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumMemoryCategories);
   const int index = static_cast<int>(category);
   return index >= 0 && index < kNumMemoryCategories ? kNames[index] : "memory.unknown";
 }

@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <atomic>
+#include <iterator>
 #include <mutex>
 #include <numeric>
 
@@ -33,9 +34,11 @@ nvtxStringHandle_t nvtx_phase_string(MoEPhase phase) {
 }  // namespace
 
 const char* phase_name(MoEPhase phase) {
-  static constexpr const char* kNames[kNumMoEPhases] = {
-      "moe.layer",   "moe.route",          "moe.permute",     "moe.dispatch_a2a",
-      "moe.experts", "moe.shared_experts", "moe.combine_a2a", "moe.unpermute"};
+  static constexpr const char* kNames[] = {"moe.layer",        "moe.route",    "moe.permute",
+                                           "moe.dispatch_a2a", "moe.experts",  "moe.shared_experts",
+                                           "moe.combine_a2a",  "moe.unpermute"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumMoEPhases);
   const int index = static_cast<int>(phase);
   return index >= 0 && index < kNumMoEPhases ? kNames[index] : "moe.unknown";
 }

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -33,8 +34,10 @@ void check_row_tensor(const at::Tensor& tensor, const char* name, int64_t num_ro
 }  // namespace
 
 const char* receive_cap_policy_name(ReceiveCapPolicy policy) {
-  static constexpr const char* kNames[kNumReceiveCapPolicies] = {"drop_lowest_probability",
-                                                                 "drop_latest_position", "fail"};
+  static constexpr const char* kNames[] = {"drop_lowest_probability", "drop_latest_position",
+                                           "fail"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumReceiveCapPolicies);
   const int index = static_cast<int>(policy);
   return index >= 0 && index < kNumReceiveCapPolicies ? kNames[index] : "unknown";
 }

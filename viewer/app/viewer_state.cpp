@@ -1,4 +1,5 @@
 // The panels' names (command line, tabs).
+#include <iterator>
 #include <string>
 
 #include "viewer_state.h"
@@ -11,8 +12,10 @@ constexpr int kNumPanels = static_cast<int>(Panel::kCount);
 
 // Each panel's name and title: one array per word, in Panel order.
 const char* panel_name(Panel panel) {
-  static const char* const kNames[kNumPanels] = {"overview", "timeline", "experts", "comm",
-                                                 "memory",   "report",   "stats",   "compare"};
+  static const char* const kNames[] = {"overview", "timeline", "experts", "comm",
+                                       "memory",   "report",   "stats",   "compare"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kNames) == kNumPanels);
   const int index = static_cast<int>(panel);
   return index >= 0 && index < kNumPanels ? kNames[index] : "?";
 }
@@ -28,9 +31,10 @@ bool parse_panel(const char* text, Panel& panel) {
 }
 
 const char* panel_title(Panel panel) {
-  static const char* const kTitles[kNumPanels] = {"Job overview",  "Timeline", "Expert load",
-                                                  "Communication", "Memory",   "Report",
-                                                  "Statistics",    "Compare"};
+  static const char* const kTitles[] = {"Job overview", "Timeline", "Expert load", "Communication",
+                                        "Memory",       "Report",   "Statistics",  "Compare"};
+  // One name per value: a value added without its name stops the build.
+  static_assert(std::size(kTitles) == kNumPanels);
   const int index = static_cast<int>(panel);
   return index >= 0 && index < kNumPanels ? kTitles[index] : "?";
 }
