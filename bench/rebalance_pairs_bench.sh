@@ -33,7 +33,6 @@ train() {  # train OUT SEED ARGS...
 echo "work folder: $work"
 echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change |"
 echo "| --- | --- | --- | --- | --- | --- |"
-inside=0 faster=0
 for ((seed = 1; seed <= pairs; seed++)); do
   dir="$work/pair$seed"
   train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
@@ -44,7 +43,7 @@ for ((seed = 1; seed <= pairs; seed++)); do
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
   "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \
     --skip-steps "$window" --predicted "$dir/plan.json" --format json -o "$dir/diff.json" > /dev/null 2>&1
-  "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" <<'PY'
+  "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" "$work/pairs.jsonl" <<'PY'
 import json, sys
 plan, diff, seed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
 p, check = plan["prediction"], diff["prediction"]
@@ -56,5 +55,20 @@ print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s
     "rebalance" if plan["advice"]["rebalance"] else "keep", check["measured_step_ms_change"],
     check["measured_low"], check["measured_high"],
     "yes" if check["inside_interval"] else "no", sync, measured_ar))
+with open(sys.argv[4], "a") as rows:
+    rows.write(json.dumps({"inside": bool(check["inside_interval"]),
+                           "faster": check["measured_high"] < 0,
+                           "slower": check["measured_low"] > 0}) + "\n")
 PY
 done
+"$python" - "$work/pairs.jsonl" <<'PY'
+import json, sys
+try:
+    rows = [json.loads(line) for line in open(sys.argv[1])]
+except FileNotFoundError:
+    rows = []
+count = lambda key: sum(row[key] for row in rows)
+print("\n%d pairs: prediction inside the measured interval in %d; rebalanced faster beyond the "
+      "noise in %d, slower beyond it in %d" % (len(rows), count("inside"), count("faster"),
+                                                 count("slower")))
+PY

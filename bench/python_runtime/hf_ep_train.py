@@ -97,13 +97,18 @@ def main():
         ids = learnable_batch(arguments.batch, arguments.length, generator)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        # Data-parallel gradients of the dense parameters in one bucket (as DDP does); the
+        # experts' own gradients stay on their rank (the balancer sums replicas' in its hook).
+        dense = [p for p in model.parameters()
+                 if p.grad is not None and id(p) not in expert_parameters]
+        bucket = torch.cat([p.grad.reshape(-1) for p in dense])
+        dist.all_reduce(bucket)
+        offset = 0
+        for parameter in dense:
+            parameter.grad.copy_(bucket[offset:offset + parameter.numel()].view_as(parameter))
+            offset += parameter.numel()
         for parameter in model.parameters():
-            if parameter.grad is None:
-                continue
-            if id(parameter) in expert_parameters:
-                parameter.grad.div_(world)
-            else:
-                dist.all_reduce(parameter.grad)
+            if parameter.grad is not None:
                 parameter.grad.div_(world)
         optimizer.step()
         if balancer is not None:

@@ -183,9 +183,11 @@ std::vector<StepCostTerm> placement_cost_terms(const CommCostFit& fit,
                                      : std::string("ms/B from the all-to-all fit"))});
   }
   if (costs.rebalancer) {
-    terms.push_back({"rebalance", fit.all_reduce.intercept + fit.decision_ms_mean / window,
-                     fit.all_reduce.intercept_stderr,
-                     "one load all-reduce per step + " + std::to_string(fit.decision_ms_mean) +
+    const double own = costs.rebalancer_collectives_per_step;
+    terms.push_back({"rebalance", own * fit.all_reduce.intercept + fit.decision_ms_mean / window,
+                     own * fit.all_reduce.intercept_stderr,
+                     std::to_string(costs.rebalancer_collectives_per_step) +
+                         " load all-reduce(s) per step + " + std::to_string(fit.decision_ms_mean) +
                          " ms per decision (" + std::to_string(fit.decisions) +
                          " recorded) once per window; " + reduce_basis});
   }

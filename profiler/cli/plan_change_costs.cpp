@@ -27,6 +27,8 @@ analysis::PlacementChangeCosts placement_change_costs(
   costs.moved_tensors_per_expert = options.moved_tensors;
   costs.window_steps = options.window_steps;
   costs.rebalancer = !options.static_placement;
+  costs.sync_collectives_per_layer = options.replica_sync_collectives;
+  costs.rebalancer_collectives_per_step = options.rebalancer_collectives;
   for (int layer = 0; layer < plan.num_layers; ++layer) {
     costs.replicated_before.push_back(current ? replicated_experts(*current, layer) : 0);
     costs.replicated_after.push_back(replicated_experts(plan, layer));

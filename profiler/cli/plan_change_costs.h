@@ -11,10 +11,12 @@
 namespace moescope::cli {
 
 struct ChangeCostOptions {
-  double expert_bytes = 0;        // --expert-bytes
-  double moved_tensors = 4;       // --moved-tensors
-  double window_steps = 50;       // --window
-  bool static_placement = false;  // --static
+  double expert_bytes = 0;           // --expert-bytes
+  double moved_tensors = 4;          // --moved-tensors
+  double window_steps = 50;          // --window
+  bool static_placement = false;     // --static
+  int replica_sync_collectives = 0;  // --replica-sync-collectives
+  int rebalancer_collectives = 0;    // --rebalancer-collectives
   int num_nodes = 1;
 };
 

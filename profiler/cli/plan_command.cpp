@@ -188,6 +188,8 @@ void run_plan(const PlanOptions& options) {
     cost_options.moved_tensors = options.moved_tensors;
     cost_options.window_steps = options.window_steps;
     cost_options.static_placement = options.static_placement;
+    cost_options.replica_sync_collectives = options.replica_sync_collectives;
+    cost_options.rebalancer_collectives = options.rebalancer_collectives;
     cost_options.num_nodes = options.num_nodes;
     const analysis::PlacementChangeCosts costs =
         placement_change_costs(cost_options, plan, current, copies, loads.num_experts);
@@ -282,8 +284,19 @@ void add_plan_command(CLI::App& app) {
                    "migration's one-off time is spread over them")
       ->check(CLI::Range(1.0, 1e9));
   plan->add_flag("--static", options->static_placement,
-                 "the placement is applied once, with no runtime rebalancer: its per-step load "
-                 "all-reduce and decisions do not count");
+                 "the placement is applied once, with no runtime rebalancer: its decisions do "
+                 "not count");
+  plan->add_option("--replica-sync-collectives", options->replica_sync_collectives,
+                   "all-reduces a layer's first replica adds per step (default 0: the loop sums "
+                   "the replicas' gradients in its gradient all-reduce, as moe_train and "
+                   "moescope.runtime.ExpertBalancer do; 1: MoELayer::sync_replica_gradients "
+                   "per layer)")
+      ->check(CLI::Range(0, 16));
+  plan->add_option("--rebalancer-collectives", options->rebalancer_collectives,
+                   "all-reduces of its own the rebalancer makes per step (default 0: its loads "
+                   "ride on the step's statistics, as in moe_train and ExpertBalancer; 1: "
+                   "ExpertRebalancer::after_step)")
+      ->check(CLI::Range(0, 16));
   plan->add_flag("--next-window", options->next_window,
                  "from traces: plan for the next --window steps, by the expected max/mean over "
                  "the load forecast and its recent errors, instead of the recorded mean loads");

@@ -33,8 +33,10 @@ struct PlanOptions {
   double moved_tensors = 4;
   double window_steps = 50;
   bool advise = false;
-  bool static_placement = false;  // applied once: no rebalancer's own time per step
-  bool next_window = false;       // plan for the next --window steps (plan_next_window.h)
+  bool static_placement = false;     // applied once: no rebalancer's own time per step
+  int replica_sync_collectives = 0;  // all-reduces a layer's first replica adds per step
+  int rebalancer_collectives = 0;    // the rebalancer's own all-reduces per step
+  bool next_window = false;          // plan for the next --window steps (plan_next_window.h)
 };
 
 struct LayerBalance {

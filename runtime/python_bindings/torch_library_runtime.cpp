@@ -174,6 +174,8 @@ class RebalancerHolder : public torch::CustomClassHolder {
             value != 0 ? RebalanceRule::kImbalanceGain : RebalanceRule::kPredictedNetGain;
       } else if (key == "decision_window_steps") {
         options_.window_steps = static_cast<int64_t>(value);
+      } else if (key == "replica_gradients_packed") {
+        options_.replica_gradients_packed = value != 0;
       } else if (key == "accuracy_horizon_steps") {
         options_.accuracy_horizon_steps = static_cast<int>(value);
       } else {
@@ -196,8 +198,30 @@ class RebalancerHolder : public torch::CustomClassHolder {
   /// and the cost rule's gain_ms, replica_sync_ms, migration_ms, window_steps, net_ms,
   /// net_stderr_ms, reason (moescope_rebalance_reason).
   c10::List<c10::Dict<std::string, double>> after_step(int64_t step, double step_seconds) {
+    return decisions_as_dicts(rebalancer().after_step(step, step_seconds));
+  }
+
+  /// after_step's halves for a caller that sums in its own all-reduce (ExpertBalancer packs
+  /// them with the router biases' loads): this rank's sums [n] double ...
+  at::Tensor local_step_sums(double step_seconds) {
+    return rebalancer().local_step_sums(step_seconds);
+  }
+  /// ... and the decisions from them summed over the group.
+  c10::List<c10::Dict<std::string, double>> after_summed_step(int64_t step,
+                                                              const at::Tensor& summed) {
+    return decisions_as_dicts(rebalancer().after_summed_step(step, summed));
+  }
+
+  /// The forecast tokens per expert of the layer at `layer_position` ([E], empty before data).
+  std::vector<double> predicted_load(int64_t layer_position) {
+    return rebalancer().forecaster().predict(static_cast<int>(layer_position));
+  }
+
+ private:
+  static c10::List<c10::Dict<std::string, double>> decisions_as_dicts(
+      const std::vector<RebalanceDecision>& decisions) {
     c10::List<c10::Dict<std::string, double>> out;
-    for (const RebalanceDecision& decision : rebalancer().after_step(step, step_seconds)) {
+    for (const RebalanceDecision& decision : decisions) {
       c10::Dict<std::string, double> d;
       d.insert("step", static_cast<double>(decision.step));
       d.insert("layer", static_cast<double>(decision.layer));
@@ -225,12 +249,6 @@ class RebalancerHolder : public torch::CustomClassHolder {
     return out;
   }
 
-  /// The forecast tokens per expert of the layer at `layer_position` ([E], empty before data).
-  std::vector<double> predicted_load(int64_t layer_position) {
-    return rebalancer().forecaster().predict(static_cast<int>(layer_position));
-  }
-
- private:
   ExpertRebalancer& rebalancer() {
     if (!rebalancer_) rebalancer_ = std::make_unique<ExpertRebalancer>(layers_, options_);
     return *rebalancer_;
@@ -273,6 +291,28 @@ TORCH_LIBRARY(moescope, m) {
            [](const c10::intrusive_ptr<LayerHolder>& self) {
              self->layer->sync_replica_gradients();
            })
+      .def("replica_gradient_partial_sums",
+           [](const c10::intrusive_ptr<LayerHolder>& self) {
+             return self->layer->replica_gradient_partial_sums();
+           })
+      .def("take_replica_gradient_sums",
+           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& summed) {
+             self->layer->take_replica_gradient_sums(summed);
+           })
+      .def("expert_bias_partial_load",
+           [](const c10::intrusive_ptr<LayerHolder>& self) {
+             return self->layer->expert_bias_partial_load();
+           })
+      .def("update_expert_bias_from",
+           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& summed_load) {
+             self->layer->update_expert_bias_from(summed_load);
+           })
+      // Sums `tensor` over the layer's group in place, recorded as the comm op `name`.
+      .def("all_reduce_sum",
+           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& tensor,
+              const std::string& name) {
+             return all_reduce_sum(tensor, self->layer->group(), name.c_str());
+           })
       .def("load_full_expert_weights",
            [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& w_gate_up,
               const at::Tensor& w_down) {
@@ -298,6 +338,8 @@ TORCH_LIBRARY(moescope, m) {
       .def("add_layer", &RebalancerHolder::add_layer)
       .def("set_extra_slot_state", &RebalancerHolder::set_extra_slot_state)
       .def("after_step", &RebalancerHolder::after_step)
+      .def("local_step_sums", &RebalancerHolder::local_step_sums)
+      .def("after_summed_step", &RebalancerHolder::after_summed_step)
       .def("predicted_load", &RebalancerHolder::predicted_load);
 
   m.def(

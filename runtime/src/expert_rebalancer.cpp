@@ -133,30 +133,56 @@ balancer::RebalanceCostRates ExpertRebalancer::cost_rates(double assumed_ms_per_
   return rates;
 }
 
-std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double step_seconds) {
+int64_t ExpertRebalancer::local_step_sums_size() const {
+  return static_cast<int64_t>(layers_.size()) * forecaster_.num_experts() + 1 +
+         static_cast<int64_t>(kCostSums);
+}
+
+void ExpertRebalancer::observe_all_reduce(double bytes, double milliseconds) {
+  own_all_reduce_.add(bytes, milliseconds);
+}
+
+at::Tensor ExpertRebalancer::local_step_sums(double step_seconds) {
   const auto num_layers = static_cast<int64_t>(layers_.size());
   const int64_t num_experts = forecaster_.num_experts();
-  // [layers * experts] loads, the step time, then the cost fits' sums: one all-reduce for all.
+  // [layers * experts] loads, the step time, then the cost fits' sums.
   const int64_t time_at = num_layers * num_experts, costs_at = time_at + 1;
-  at::Tensor summed = at::zeros({costs_at + static_cast<int64_t>(kCostSums)}, at::kDouble);
+  at::Tensor sums = at::zeros({local_step_sums_size()}, at::kDouble);
   for (int64_t l = 0; l < num_layers; ++l) {
     const at::Tensor& tokens = layers_[l]->last_tokens_per_expert();
     TORCH_CHECK(tokens.defined(), "ExpertRebalancer::after_step: layer ",
                 layers_[l]->config().layer_index, " has not run forward yet");
-    summed.narrow(0, l * num_experts, num_experts).copy_(tokens.to(at::kCPU, at::kDouble));
+    sums.narrow(0, l * num_experts, num_experts).copy_(tokens.to(at::kCPU, at::kDouble));
   }
-  summed[time_at] = step_seconds;
+  sums[time_at] = step_seconds;
   const std::vector<double> local_costs = take_local_cost_sums();
-  std::copy(local_costs.begin(), local_costs.end(), summed.data_ptr<double>() + costs_at);
+  std::copy(local_costs.begin(), local_costs.end(), sums.data_ptr<double>() + costs_at);
+  return sums;
+}
+
+std::vector<RebalanceDecision> ExpertRebalancer::after_step(int64_t step, double step_seconds) {
+  at::Tensor summed = local_step_sums(step_seconds);
   // Gloo sums CPU tensors; NCCL needs them on the device.
   const at::Device device = layers_.front()->experts->w_gate_up.device();
   const auto reduce_start = std::chrono::steady_clock::now();
-  summed = all_reduce_sum(summed.to(device), layers_.front()->group(), "ar.rebalance_loads")
-               .to(at::kCPU);
+  summed = all_reduce_sum(summed.to(device), layers_.front()->group(), "ar.rebalance_loads");
   if (device.is_cpu() && layers_.front()->group().is_distributed()) {
     own_all_reduce_.add(static_cast<double>(summed.numel()) * sizeof(double),
                         milliseconds_since(reduce_start));
   }
+  return after_summed_step(step, summed);
+}
+
+std::vector<RebalanceDecision> ExpertRebalancer::after_summed_step(int64_t step,
+                                                                   const at::Tensor& summed_sums) {
+  TORCH_CHECK(summed_sums.dim() == 1 && summed_sums.size(0) == local_step_sums_size(),
+              "ExpertRebalancer::after_summed_step: the summed step sums must be [",
+              local_step_sums_size(), "] (local_step_sums summed over the group), got ",
+              summed_sums.sizes());
+  const auto num_layers = static_cast<int64_t>(layers_.size());
+  const int64_t num_experts = forecaster_.num_experts();
+  const int64_t time_at = num_layers * num_experts, costs_at = time_at + 1;
+  const at::Tensor summed = summed_sums.to(at::kCPU, at::kDouble).contiguous();
   const double* values = summed.data_ptr<double>();
   balancer::RunningLineFit* fits[kNumCostFits] = {&compute_fit_, &dispatch_fit_, &all_reduce_fit_,
                                                   &migration_fit_};
@@ -258,10 +284,12 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
         layer.config().hidden_size * static_cast<int64_t>(layer.experts->w_gate_up.element_size()));
     const int replicated_before = replicated_experts(current);
     const int replicated_after = replicated_experts(candidate);
-    // MoELayer::sync_replica_gradients: one all-reduce per weight (w_gate_up, w_down) while
-    // the layer has any replica, of every replicated expert's gradient.
+    // MoELayer::sync_replica_gradients: one all-reduce while the layer has any replica, of
+    // every replicated expert's gradient (none of its own when the loop packs them).
     change.sync_collectives_added =
-        2.0 * ((replicated_after > 0 ? 1 : 0) - (replicated_before > 0 ? 1 : 0));
+        options_.replica_gradients_packed
+            ? 0.0
+            : static_cast<double>((replicated_after > 0 ? 1 : 0) - (replicated_before > 0 ? 1 : 0));
     change.sync_bytes_added = static_cast<double>(replicated_after - replicated_before) *
                               static_cast<double>(gradient_bytes);
     change.migration_bytes = static_cast<double>(decision.bytes_to_move);

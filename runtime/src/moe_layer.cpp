@@ -247,12 +247,20 @@ MoEOutput MoELayerImpl::forward_loop_oracle(const at::Tensor& hidden) {
 }
 
 void MoELayerImpl::update_expert_bias() {
+  at::Tensor load = expert_bias_partial_load();
+  all_reduce_sum(load, group_, "ar.expert_bias_load");
+  update_expert_bias_from(load);
+}
+
+at::Tensor MoELayerImpl::expert_bias_partial_load() const {
   TORCH_CHECK(config_.enable_expert_bias, "MoELayer::update_expert_bias: layer ",
               config_.layer_index, " was built with MoEConfig.enable_expert_bias = false");
+  return accumulated_load.clone();
+}
+
+void MoELayerImpl::update_expert_bias_from(const at::Tensor& summed_load) {
   at::NoGradGuard no_grad;
-  at::Tensor load = accumulated_load.clone();
-  all_reduce_sum(load, group_, "ar.expert_bias_load");
-  router->update_expert_bias(load);
+  router->update_expert_bias(summed_load);
   accumulated_load.zero_();
   trace_statistics_.record_expert_bias(config_.layer_index, group_.rank(), router->expert_bias);
 }
@@ -277,43 +285,84 @@ void MoELayerImpl::load_full_expert_weights(const at::Tensor& w_gate_up, const a
   experts->w_down.copy_(w_down.index_select(0, index.to(w_down.device())));
 }
 
-void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
-                                        bool first_replica_only) {
-  const int64_t replicated = slots_.num_replicated_experts();
-  if (replicated == 0) return;
-  at::NoGradGuard no_grad;
-  const std::vector<int64_t> group_of_slot = slots_.local_replica_group(group_.rank());
-  const auto& placement = slots_.placement();
-  std::vector<int64_t> slots, groups, first_slots, first_groups;
+namespace {
+
+// Which local slots hold a replicated expert, and the replica group (0..R-1) of each.
+struct LocalReplicas {
+  std::vector<int64_t> slots, groups;              // every local replica
+  std::vector<int64_t> first_slots, first_groups;  // only the expert's first replica
+};
+
+LocalReplicas local_replicas(const ExpertSlots& slots, int64_t rank, int64_t first_local_slot) {
+  LocalReplicas local;
+  const std::vector<int64_t> group_of_slot = slots.local_replica_group(rank);
+  const auto& placement = slots.placement();
   for (size_t j = 0; j < group_of_slot.size(); ++j) {
     if (group_of_slot[j] < 0) continue;
-    const int64_t slot = first_local_expert() + static_cast<int64_t>(j);
-    slots.push_back(static_cast<int64_t>(j));
-    groups.push_back(group_of_slot[j]);
+    const int64_t slot = first_local_slot + static_cast<int64_t>(j);
+    local.slots.push_back(static_cast<int64_t>(j));
+    local.groups.push_back(group_of_slot[j]);
     if (placement.log2phy(0, placement.phy2log(0)[slot])[0] == slot) {
-      first_slots.push_back(static_cast<int64_t>(j));
-      first_groups.push_back(group_of_slot[j]);
+      local.first_slots.push_back(static_cast<int64_t>(j));
+      local.first_groups.push_back(group_of_slot[j]);
     }
   }
+  return local;
+}
+
+at::Tensor index_tensor(const std::vector<int64_t>& values, const at::Device& device) {
+  return at::tensor(values, at::kLong).to(device);
+}
+
+}  // namespace
+
+at::Tensor MoELayerImpl::replica_partial_sums(const std::vector<at::Tensor>& per_slot,
+                                              bool first_replica_only) const {
+  at::NoGradGuard no_grad;
+  const LocalReplicas local = local_replicas(slots_, group_.rank(), first_local_expert());
+  const std::vector<int64_t>& sources = first_replica_only ? local.first_slots : local.slots;
+  const std::vector<int64_t>& groups = first_replica_only ? local.first_groups : local.groups;
+  std::vector<at::Tensor> columns;
   for (const at::Tensor& tensor : per_slot) {
-    const auto index_options = at::TensorOptions().dtype(at::kLong).device(tensor.device());
-    const std::vector<int64_t>& sources = first_replica_only ? first_slots : slots;
-    const std::vector<int64_t>& source_groups = first_replica_only ? first_groups : groups;
-    at::Tensor sums = at::zeros({replicated, tensor[0].numel()}, tensor.options());
-    sums.index_add_(0, at::tensor(source_groups, index_options),
-                    tensor.index_select(0, at::tensor(sources, index_options)).flatten(1));
-    const auto start = std::chrono::steady_clock::now();
-    all_reduce_sum(sums, group_, "ar.replica_sync");
-    if (sums.device().is_cpu() && group_.is_distributed()) {
-      cost_samples_.all_reduce.add(
-          static_cast<double>(sums.numel()) * static_cast<double>(sums.element_size()),
-          milliseconds_since(start));
-    }
-    std::vector<int64_t> shape = tensor.sizes().vec();
-    shape[0] = static_cast<int64_t>(slots.size());
-    tensor.index_copy_(0, at::tensor(slots, index_options),
-                       sums.index_select(0, at::tensor(groups, index_options)).view(shape));
+    at::Tensor sums =
+        at::zeros({slots_.num_replicated_experts(), tensor[0].numel()}, tensor.options());
+    sums.index_add_(0, index_tensor(groups, tensor.device()),
+                    tensor.index_select(0, index_tensor(sources, tensor.device())).flatten(1));
+    columns.push_back(sums);
   }
+  return at::cat(columns, 1);
+}
+
+void MoELayerImpl::write_replica_sums(const std::vector<at::Tensor>& per_slot,
+                                      const at::Tensor& summed) const {
+  at::NoGradGuard no_grad;
+  const LocalReplicas local = local_replicas(slots_, group_.rank(), first_local_expert());
+  int64_t column = 0;
+  for (const at::Tensor& tensor : per_slot) {
+    const int64_t width = tensor[0].numel();
+    std::vector<int64_t> shape = tensor.sizes().vec();
+    shape[0] = static_cast<int64_t>(local.slots.size());
+    const at::Tensor rows = summed.narrow(1, column, width)
+                                .index_select(0, index_tensor(local.groups, summed.device()))
+                                .reshape(shape);
+    tensor.index_copy_(0, index_tensor(local.slots, tensor.device()),
+                       rows.to(tensor.device(), tensor.scalar_type()));
+    column += width;
+  }
+}
+
+void MoELayerImpl::reduce_over_replicas(const std::vector<at::Tensor>& per_slot,
+                                        bool first_replica_only) {
+  if (slots_.num_replicated_experts() == 0) return;
+  at::Tensor sums = replica_partial_sums(per_slot, first_replica_only);
+  const auto start = std::chrono::steady_clock::now();
+  all_reduce_sum(sums, group_, "ar.replica_sync");
+  if (sums.device().is_cpu() && group_.is_distributed()) {
+    cost_samples_.all_reduce.add(
+        static_cast<double>(sums.numel()) * static_cast<double>(sums.element_size()),
+        milliseconds_since(start));
+  }
+  write_replica_sums(per_slot, sums);
 }
 
 DispatchBufferPool* MoELayerImpl::pool_for(const at::Tensor& like) {
@@ -380,14 +429,42 @@ CapacityResult MoELayerImpl::apply_receive_cap(const at::Tensor& slot_indices,
   return result;
 }
 
-void MoELayerImpl::sync_replica_gradients() {
-  if (slots_.num_replicated_experts() == 0) return;
+namespace {
+
+// The expert weights' gradients, zero where backward left none (a rank that received no rows).
+std::vector<at::Tensor> expert_gradients(const GroupedExperts& experts) {
   std::vector<at::Tensor> grads;
   for (at::Tensor weight : {experts->w_gate_up, experts->w_down}) {
     if (!weight.grad().defined()) weight.mutable_grad() = at::zeros_like(weight);
     grads.push_back(weight.grad());
   }
-  reduce_over_replicas(grads, /*first_replica_only=*/false);
+  return grads;
+}
+
+}  // namespace
+
+void MoELayerImpl::sync_replica_gradients() {
+  if (slots_.num_replicated_experts() == 0) return;
+  reduce_over_replicas(expert_gradients(experts), /*first_replica_only=*/false);
+}
+
+at::Tensor MoELayerImpl::replica_gradient_partial_sums() {
+  const int64_t width = experts->w_gate_up[0].numel() + experts->w_down[0].numel();
+  if (slots_.num_replicated_experts() == 0) {
+    return at::zeros({0, width}, experts->w_gate_up.options());
+  }
+  return replica_partial_sums(expert_gradients(experts), /*first_replica_only=*/false);
+}
+
+void MoELayerImpl::take_replica_gradient_sums(const at::Tensor& summed) {
+  const int64_t width = experts->w_gate_up[0].numel() + experts->w_down[0].numel();
+  TORCH_CHECK(summed.dim() == 2 && summed.size(0) == slots_.num_replicated_experts() &&
+                  summed.size(1) == width,
+              "MoELayer::take_replica_gradient_sums: layer ", config_.layer_index, " needs [",
+              slots_.num_replicated_experts(), ", ", width, "] (replicated experts x elements of ",
+              "one expert's w_gate_up and w_down), got ", summed.sizes());
+  if (slots_.num_replicated_experts() == 0) return;
+  write_replica_sums(expert_gradients(experts), summed);
 }
 
 void MoELayerImpl::check_placement_shape(const balancer::ExpertPlacement& placement,

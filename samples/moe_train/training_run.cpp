@@ -29,6 +29,7 @@ namespace moe_train {
 namespace {
 
 using moescope::runtime::ExpertParallelGroup;
+using moescope::runtime::MoELayer;
 
 // The AdamW betas of every parameter (the expert offload's too).
 constexpr double kAdamBeta1 = 0.9;
@@ -113,16 +114,23 @@ void cast_parameters_except_routers(MoETransformer& model, at::ScalarType dtype)
   }
 }
 
-// Averages the gradients of the replicated parameters over the ranks in one all-reduce. Every
-// rank backpropagated loss / world_size, so a sum gives the mean gradient.
-void sync_replicated_gradients(const std::vector<at::Tensor>& parameters,
-                               const ExpertParallelGroup& group) {
+// The step's one gradient all-reduce: averages the gradients of the replicated parameters over
+// the ranks (every rank backpropagated loss / world_size, so a sum gives the mean gradient) and
+// sums each MoE layer's replicated experts' gradients over their replicas
+// (MoELayer::replica_gradient_partial_sums), so replicas cost bytes in it, not a collective each.
+void sync_gradients(const std::vector<at::Tensor>& parameters, std::vector<MoELayer> moe_layers,
+                    const ExpertParallelGroup& group) {
   if (!group.is_distributed()) return;
   std::vector<at::Tensor> flat;
   for (const auto& parameter : parameters) {
     flat.push_back(parameter.grad().defined()
                        ? parameter.grad().reshape(-1)
                        : at::zeros({parameter.numel()}, parameter.options()));
+  }
+  std::vector<at::Tensor> replica_sums;
+  for (auto& moe : moe_layers) {
+    replica_sums.push_back(moe->replica_gradient_partial_sums());
+    flat.push_back(replica_sums.back().reshape(-1));
   }
   at::Tensor buffer = moescope::runtime::all_reduce_sum(at::cat(flat), group, "ar.grad_sync");
   int64_t offset = 0;
@@ -136,6 +144,12 @@ void sync_replicated_gradients(const std::vector<at::Tensor>& parameters,
     }
     offset += numel;
   }
+  for (size_t l = 0; l < moe_layers.size(); ++l) {
+    const int64_t numel = replica_sums[l].numel();
+    moe_layers[l]->take_replica_gradient_sums(
+        buffer.slice(0, offset, offset + numel).view(replica_sums[l].sizes()));
+    offset += numel;
+  }
 }
 
 struct StepStatistics {
@@ -144,22 +158,30 @@ struct StepStatistics {
   std::vector<double> max_over_mean;                   // per layer, global tokens per expert
   std::vector<std::vector<double>> tokens_per_expert;  // [layers][E], summed over the ranks
   int64_t dropped = 0;                                 // summed over ranks
+  at::Tensor extra;                                    // the caller's extra sums, summed
+  double bytes = 0;                                    // what the all-reduce carried
 };
 
-// One small all-reduce of [loss, aux, dropped, tokens per expert of every layer] for the log.
+// One small all-reduce of [loss, aux, dropped, tokens per expert of every layer, `extra`] for
+// the log (`extra`: more doubles to sum, the rebalancer's step sums; may be undefined).
 StepStatistics gather_statistics(const at::Tensor& loss, const at::Tensor& aux_loss,
                                  int64_t dropped, const std::vector<at::Tensor>& tokens,
-                                 const ExpertParallelGroup& group) {
-  std::vector<at::Tensor> parts{
-      loss.detach().to(at::kDouble).reshape({1}), aux_loss.detach().to(at::kDouble).reshape({1}),
-      at::full({1}, static_cast<double>(dropped), loss.options().dtype(at::kDouble))};
+                                 const at::Tensor& extra, const ExpertParallelGroup& group) {
+  const auto double_options = loss.options().dtype(at::kDouble);
+  std::vector<at::Tensor> parts{loss.detach().to(at::kDouble).reshape({1}),
+                                aux_loss.detach().to(at::kDouble).reshape({1}),
+                                at::full({1}, static_cast<double>(dropped), double_options)};
   for (const auto& layer_tokens : tokens) parts.push_back(layer_tokens.to(at::kDouble));
+  if (extra.defined()) parts.push_back(extra.to(loss.device(), at::kDouble));
   at::Tensor summed = at::cat(parts);
   if (group.is_distributed())
     summed = moescope::runtime::all_reduce_sum(summed, group, "ar.statistics");
   summed = summed.cpu().contiguous();
   const double world = static_cast<double>(group.size());
   StepStatistics stats;
+  if (extra.defined())
+    stats.extra = summed.narrow(0, summed.numel() - extra.numel(), extra.numel());
+  stats.bytes = static_cast<double>(summed.numel()) * sizeof(double);
   stats.loss = summed[0].item<double>() / world;
   stats.aux_loss = summed[1].item<double>() / world;
   stats.dropped = static_cast<int64_t>(summed[2].item<double>());
@@ -314,6 +336,7 @@ int train(const TrainOptions& options) {
     rebalance.interval_steps = options.rebalance_every;
     rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
     rebalance.imbalance_threshold = options.rebalance_threshold;
+    rebalance.replica_gradients_packed = true;  // sync_gradients
     rebalance.rule = options.rebalance_rule == "imbalance"
                          ? moescope::runtime::RebalanceRule::kImbalanceGain
                          : moescope::runtime::RebalanceRule::kPredictedNetGain;
@@ -385,8 +408,7 @@ int train(const TrainOptions& options) {
     }
     {
       ScopedSpan span(spans.grad_sync);
-      sync_replicated_gradients(replicated, group);
-      for (auto& moe : model->moe_layers()) moe->sync_replica_gradients();
+      sync_gradients(replicated, model->moe_layers(), group);
     }
     {
       ScopedSpan span(spans.optimizer);
@@ -404,9 +426,23 @@ int train(const TrainOptions& options) {
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
+    // The rebalancer's loads, step time and cost sums ride on the statistics' all-reduce.
+    const at::Tensor rebalancer_sums =
+        rebalancer ? rebalancer->local_step_sums(step_ms / 1000.0) : at::Tensor();
+    const auto statistics_start = std::chrono::steady_clock::now();
+    const StepStatistics stats = gather_statistics(loss, out.aux_loss, out.num_dropped,
+                                                   out.tokens_per_expert, rebalancer_sums, group);
+    if (rebalancer && device.is_cpu() && group.is_distributed()) {
+      // Taken after the optimizer step, when the ranks arrive together: the collective's own
+      // time, the fixed cost the replicas' bytes would add to (they add no collective here).
+      rebalancer->observe_all_reduce(
+          stats.bytes, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                 statistics_start)
+                           .count());
+    }
     if (rebalancer) {
       ScopedSpan span(spans.rebalance);
-      for (const auto& decision : rebalancer->after_step(step, step_ms / 1000.0)) {
+      for (const auto& decision : rebalancer->after_summed_step(step, stats.extra)) {
         if (!is_rank0) continue;
         const auto& verdict = decision.verdict;
         std::printf(
@@ -421,8 +457,6 @@ int train(const TrainOptions& options) {
             moescope::balancer::rebalance_reason_name(verdict.reason));
       }
     }
-    const StepStatistics stats =
-        gather_statistics(loss, out.aux_loss, out.num_dropped, out.tokens_per_expert, group);
     bool offload_changed = false;
     if (offload) {
       ScopedSpan span(spans.expert_offload);

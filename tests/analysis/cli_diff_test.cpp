@@ -27,7 +27,9 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   skewed.allreduce_bytes = 1ull << 20;
   const auto before = testing::write_diff_run(directory, "skewed", skewed);
   // The run with the plan: balanced rows, and each of the 2 layers with replicas syncs their
-  // gradients in 2 more all-reduces (no --expert-bytes: their bytes are not counted, 0 here).
+  // gradients in 2 more all-reduces of their own (a loop that does not pack them into its
+  // gradient all-reduce: --replica-sync-collectives 2; no --expert-bytes: their bytes are not
+  // counted, 0 here).
   testing::DiffRunOptions balanced = skewed;
   balanced.seed = 2;
   balanced.balanced_rows = true;
@@ -36,7 +38,8 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
 
   const std::string plan_path = directory + "/plan.json";
   CommandResult plan =
-      run_cli("plan --gpus 2 --slots 10 --static --advise --json " + plan_path + joined(before));
+      run_cli("plan --gpus 2 --slots 10 --static --advise --replica-sync-collectives 2 --json " +
+              plan_path + joined(before));
   ASSERT_EQ(plan.exit_code, 0) << plan.out;
   for (const char* expected : {"prediction (cost model from the trace: busy = ",
                                "    expert compute ", "    replica grad sync ", "(4 all-reduce(s)",
@@ -122,6 +125,11 @@ TEST(CliDiff, BadInputGivesClearErrors) {
   CommandResult window = run_cli("plan --gpus 2 --slots 10 --window 0" + joined(run_paths));
   EXPECT_NE(window.exit_code, 0);
   EXPECT_NE(window.out.find("--window"), std::string::npos) << window.out;
+  CommandResult collectives =
+      run_cli("plan --gpus 2 --slots 10 --replica-sync-collectives -1" + joined(run_paths));
+  EXPECT_NE(collectives.exit_code, 0);
+  EXPECT_NE(collectives.out.find("--replica-sync-collectives"), std::string::npos)
+      << collectives.out;
   CommandResult no_prediction = run_cli("diff" + joined(run_paths) + " --against" +
                                         joined(run_paths) + " --predicted " + plan);
   EXPECT_EQ(no_prediction.exit_code, 1);

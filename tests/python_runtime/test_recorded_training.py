@@ -1,7 +1,7 @@
 """The Python runtime under `moescope record`, with no call to the recorder: a 2-rank torchrun
 (Gloo) training of a swapped Qwen3-MoE with ExpertBalancer writes what the C++ layer writes
 (phase spans, expert load per layer and rank, all-to-all ops with byte splits) and the
-balancer's rebalance decisions, which `moescope report` reads back."""
+balancer's rebalance decisions and collectives, which `moescope report` reads back."""
 
 import glob
 import json
@@ -56,5 +56,15 @@ def test_two_rank_training_reaches_the_trace():
     assert rebalances["decisions"] > 0 and rebalances["applied"] > 0, rebalances
     assert rebalances["bytes_moved"] > 0, rebalances
     assert summary["applied_rebalances"] > 0
+    # The balancer adds two collectives per step whatever the layer count: the replicas'
+    # gradients of both layers in one (the optimizer pre-hook), the router biases' loads and the
+    # rebalancer's sums in another; none per layer.
+    ops = {op["name"]: op for op in data["communication"]["ops"]}
+    assert "ar.balancer_step" in ops and "ar.replica_sync" in ops, sorted(ops)
+    assert not {"ar.expert_bias_load", "ar.rebalance_loads"} & set(ops), sorted(ops)
+    # (ar.replica_sync also copies each layer's replicas' weights once at construction.)
+    layers_times_ranks = 2 * 2
+    assert ops["ar.replica_sync"]["count"] == ops["ar.balancer_step"]["count"] + \
+        layers_times_ranks, ops
     all_to_all = data["communication"]["all_to_all"]
     assert all_to_all and sum(sum(row) for c in all_to_all for row in c["bytes"]) > 0, all_to_all

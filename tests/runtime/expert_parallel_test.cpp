@@ -159,7 +159,8 @@ TEST(ExpertParallel, FourRanksRebalanceWithoutChangingTheModel) {
   const auto results = run_workers("rebalance", 4, 30000, std::chrono::seconds(150));
   const std::regex migration_line(
       R"(MIGRATION rank=(\d+) step=(\d+) output_diff=(\S+) input_grad_diff=(\S+) )"
-      R"(weight_grad_diff=(\S+) moved_grad_diff=(\S+) state_diff=(\S+) bytes_received=(\d+))");
+      R"(weight_grad_diff=(\S+) moved_grad_diff=(\S+) state_diff=(\S+) packed_sync_diff=(\S+) )"
+      R"(bytes_received=(\d+))");
   int64_t bytes_received = 0;
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + results[rank].output);
@@ -171,10 +172,10 @@ TEST(ExpertParallel, FourRanksRebalanceWithoutChangingTheModel) {
          it != end; ++it) {
       ++migrations;
       EXPECT_EQ(std::stoi((*it)[1]), rank);
-      for (int field = 3; field <= 7; ++field) {
+      for (int field = 3; field <= 8; ++field) {
         EXPECT_LE(std::stod((*it)[field]), 1e-10) << "field " << field << " at step " << (*it)[2];
       }
-      bytes_received += std::stoll((*it)[8]);
+      bytes_received += std::stoll((*it)[9]);
     }
     EXPECT_GE(migrations, 1) << "the skewed run never migrated";
   }

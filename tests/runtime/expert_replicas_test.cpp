@@ -89,6 +89,37 @@ TEST(ExpertReplicas, ReplicatedLayerComputesWhatThePlainLayerComputes) {
   EXPECT_LE(max_diff(replicated->forward_loop_oracle(input).output, out.output), 1e-12);
 }
 
+// sync_replica_gradients' halves, for a loop that packs the sums into its own all-reduce: one
+// process sums nothing more, so the halves alone must give what the whole does; a layer without
+// replicas hands out [0, P]; a wrong shape is refused with the shape it needs.
+TEST(ExpertReplicas, ReplicaGradientHalvesGiveWhatTheSyncGives) {
+  torch::manual_seed(3);
+  MoELayer layer(small_config(4));
+  layer->to(at::kDouble);
+  const at::Tensor input = at::randn({40, 12}, at::kDouble);
+  layer->forward(input).output.square().sum().backward();
+  const at::Tensor raw = layer->experts->w_down.grad().clone();
+  const at::Tensor partial = layer->replica_gradient_partial_sums();
+  const int64_t width = 12 * 2 * 10 + 10 * 12;  // one expert's w_gate_up and w_down
+  ASSERT_EQ(partial.sizes(), (std::vector<int64_t>{4, width}));
+  layer->take_replica_gradient_sums(partial);
+  const at::Tensor halves = layer->experts->w_down.grad().clone();
+  EXPECT_GT(max_diff(halves, raw), 1e-6) << "the replicas' gradients were not summed";
+  layer->experts->w_down.mutable_grad().copy_(raw);
+  layer->sync_replica_gradients();
+  EXPECT_LE(max_diff(halves, layer->experts->w_down.grad()), 1e-12);
+
+  try {
+    layer->take_replica_gradient_sums(at::zeros({3, width}, at::kDouble));
+    ADD_FAILURE() << "a [3, P] sum was taken by a layer with 4 replicated experts";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what_without_backtrace()).find("needs [4, 360]"), std::string::npos)
+        << error.what_without_backtrace();
+  }
+  MoELayer plain(small_config(0));
+  EXPECT_EQ(plain->replica_gradient_partial_sums().sizes(), (std::vector<int64_t>{0, width}));
+}
+
 TEST(ExpertReplicas, TokensOfAReplicatedExpertAreSplitAmongItsReplicas) {
   MoEConfig config = small_config(8);  // 16 slots: room for several replicas of hot experts
   config.force_uniform_routing = true;

@@ -40,19 +40,36 @@ at::Tensor by_logical_expert(const at::Tensor& per_slot, const MoELayerImpl& lay
 
 struct Snapshot {
   at::Tensor output, input_grad, weight_grad, exp_avg, exp_avg_sq;
+  double packed_sync_diff = 0;  // sync_replica_gradients vs its halves around a caller's sum
 };
 
 /// Forward and backward on `input` with fresh gradients; everything in logical expert order.
+/// The replicas' gradients are summed both ways: by sync_replica_gradients, and by its halves
+/// with the sums packed behind other values in the caller's own all-reduce (as moe_train does).
 Snapshot evaluate(MoELayer& layer, torch::optim::Adam& adam, const at::Tensor& input,
                   const at::Tensor& out_grad) {
   adam.zero_grad();
   at::Tensor x = input.clone().requires_grad_(true);
   const MoEOutput out = layer->forward(x);
   (out.output * out_grad).sum().backward();
+  const at::Tensor raw_gate_up = layer->experts->w_gate_up.grad().clone();
+  const at::Tensor raw_down = layer->experts->w_down.grad().clone();
+  const at::Tensor partial = layer->replica_gradient_partial_sums();
+  at::Tensor packed = at::cat({at::ones({3}, partial.options()), partial.reshape(-1)});
+  all_reduce_sum(packed, layer->group());
+  layer->take_replica_gradient_sums(packed.narrow(0, 3, partial.numel()).view(partial.sizes()));
+  const at::Tensor packed_gate_up = layer->experts->w_gate_up.grad().clone();
+  const at::Tensor packed_down = layer->experts->w_down.grad().clone();
+  layer->experts->w_gate_up.mutable_grad().copy_(raw_gate_up);
+  layer->experts->w_down.mutable_grad().copy_(raw_down);
   layer->sync_replica_gradients();
   const auto state = optimizer_state_tensors(adam, layer->experts->w_gate_up);
-  return {out.output.detach(), x.grad(), by_logical_expert(layer->experts->w_down.grad(), *layer),
-          by_logical_expert(state.at(0), *layer), by_logical_expert(state.at(1), *layer)};
+  Snapshot snapshot{out.output.detach(), x.grad(),
+                    by_logical_expert(layer->experts->w_down.grad(), *layer),
+                    by_logical_expert(state.at(0), *layer), by_logical_expert(state.at(1), *layer)};
+  snapshot.packed_sync_diff = std::max(max_diff(packed_gate_up, layer->experts->w_gate_up.grad()),
+                                       max_diff(packed_down, layer->experts->w_down.grad()));
+  return snapshot;
 }
 
 /// max/mean of `rows` over the ranks of the group.
@@ -133,6 +150,7 @@ int run_rebalance(const ExpertParallelGroup& group) {
                 << " weight_grad_diff=" << max_diff(after.weight_grad, before.weight_grad)
                 << " moved_grad_diff=" << max_diff(moved_grad, before.weight_grad)
                 << " state_diff=" << state_diff
+                << " packed_sync_diff=" << std::max(before.packed_sync_diff, after.packed_sync_diff)
                 << " bytes_received=" << decision.change.migration.bytes_received
                 << " group_moves=" << decision.change.moves << std::endl;
     }

@@ -17,7 +17,10 @@ step() on every rank of the expert-parallel group together:
      move over the group. Every decision is written to the trace while `moescope record` runs
      (moescope_rebalance records, predicted load, replica counts), as moe_train's are.
 Replicated experts need their gradients summed over replicas before each optimizer step: the
-balancer registers an optimizer step pre-hook that does it (sync_replica_gradients).
+balancer registers an optimizer step pre-hook that does it for every layer in one all-reduce
+(`ar.replica_sync`). step() makes one all-reduce too (`ar.balancer_step`: the router biases'
+loads and the rebalancer's loads, step time and cost sums), so a step adds at most two
+collectives to the training loop's, whatever the number of layers.
 """
 
 import time
@@ -65,7 +68,10 @@ class ExpertBalancer:
                    "transfer_bytes_per_second": transfer_bytes_per_second,
                    "incremental_max_over_mean": incremental_max_over_mean,
                    "ema_alpha": ema_alpha, "window_steps": window_steps,
-                   "imbalance_rule": 1.0 if rule == "imbalance" else 0.0}
+                   "imbalance_rule": 1.0 if rule == "imbalance" else 0.0,
+                   # The pre-hook sums every layer's replica gradients in one all-reduce made
+                   # anyway: a new replica adds bytes to it, not a collective.
+                   "replica_gradients_packed": 1.0}
         self._rebalancer = torch.classes.moescope.ExpertRebalancer(
             {key: float(value) for key, value in options.items()})
         for layer in self.layers:
@@ -78,9 +84,25 @@ class ExpertBalancer:
         if mark_steps:
             set_training_step(self.step_number)
 
+    def _sum_over_group(self, parts: List[torch.Tensor], name: str) -> List[torch.Tensor]:
+        """`parts` (any shapes, one dtype) summed over the expert-parallel group in one
+        all-reduce, recorded as the comm op `name`."""
+        flat = torch.cat([part.reshape(-1) for part in parts])
+        summed = self.layers[0]._layer.all_reduce_sum(flat, name)
+        out, offset = [], 0
+        for part in parts:
+            out.append(summed[offset:offset + part.numel()].view(part.shape))
+            offset += part.numel()
+        return out
+
     def _sync_replicas(self, optimizer, args, kwargs):
         for layer in self.layers:
-            layer.sync_replica_gradients()
+            layer._layer.bind(layer._tensors())
+        partial = [layer._layer.replica_gradient_partial_sums() for layer in self.layers]
+        if sum(part.numel() for part in partial) == 0:
+            return
+        for layer, summed in zip(self.layers, self._sum_over_group(partial, "ar.replica_sync")):
+            layer._layer.take_replica_gradient_sums(summed)
 
     def _optimizer_state(self, layer) -> List[torch.Tensor]:
         """This optimizer's per-slot state of the layer's expert weights (same shape)."""
@@ -99,17 +121,24 @@ class ExpertBalancer:
         bytes_sent/received, seconds, ...)."""
         now = time.perf_counter()
         step_seconds, self._last_time = now - self._last_time, now
-        if self.update_bias:
-            for layer in self.layers:
-                if layer.config.enable_expert_bias:
-                    layer.update_expert_bias()
+        biased = [layer for layer in self.layers
+                  if self.update_bias and layer.config.enable_expert_bias]
+        for layer in self.layers:
+            layer._layer.bind(layer._tensors())
+        # One all-reduce: each biased layer's load since its last update, then the rebalancer's
+        # step sums (loads, step time, cost fits).
+        parts = [layer._layer.expert_bias_partial_load().double() for layer in biased]
+        if self.rebalance:
+            parts.append(self._rebalancer.local_step_sums(step_seconds))
+        summed = self._sum_over_group(parts, "ar.balancer_step") if parts else []
+        for layer, load in zip(biased, summed):
+            layer._layer.update_expert_bias_from(load)
         decisions = []
         if self.rebalance:
             for position, layer in enumerate(self.layers):
-                layer._layer.bind(layer._tensors())
                 self._rebalancer.set_extra_slot_state(position, self._optimizer_state(layer))
-            decisions = [dict(d) for d in self._rebalancer.after_step(self.step_number,
-                                                                     step_seconds)]
+            decisions = [dict(d) for d in self._rebalancer.after_summed_step(self.step_number,
+                                                                            summed[-1])]
             self.decisions.extend(decisions)
         self.step_number += 1
         if self.mark_steps:

@@ -55,6 +55,9 @@ struct RebalancerOptions {
   bool decide_on_lower_bound = true;   // cost rule: the net's lower 95% bound must be a gain
   double compute_passes_per_step = 3;  // expert compute per step / the forward's (+ backward)
   double all_to_alls_per_step = 4;     // dispatch + combine, forward and backward
+  // The training loop sums the replicas' gradients inside an all-reduce it makes anyway
+  // (MoELayer::replica_gradient_partial_sums): a replica adds bytes to it, not a collective.
+  bool replica_gradients_packed = false;
   // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
   double transfer_bytes_per_second = 10e9;
   double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
@@ -90,6 +93,18 @@ class ExpertRebalancer {
   /// decision per layer. `step_seconds` is this rank's wall time of the step. Returns the
   /// decisions taken at this step (empty on other steps).
   std::vector<RebalanceDecision> after_step(int64_t step, double step_seconds);
+  /// after_step's two halves, for a loop that sums them in an all-reduce of its own (moe_train
+  /// packs them into its step statistics): this rank's [layers x experts tokens of the last
+  /// forward, step_seconds, the cost fits' sums] as a [local_step_sums_size()] double tensor
+  /// on the CPU (call once per step: it takes the layers' cost samples) ...
+  at::Tensor local_step_sums(double step_seconds);
+  /// ... and the decisions from `summed`, those sums added over the group (same layout, any
+  /// device). Throws c10::Error on another size.
+  std::vector<RebalanceDecision> after_summed_step(int64_t step, const at::Tensor& summed);
+  int64_t local_step_sums_size() const;
+  /// An all-reduce the loop timed itself (e.g. the gradient all-reduce the replicas' gradients
+  /// ride on): `bytes` it carried in `milliseconds`; feeds the all-reduce cost fit.
+  void observe_all_reduce(double bytes, double milliseconds);
 
   /// More per-slot tensors of the layer at `layer_position` (each [S_local, ...]) that a decision
   /// moves with its experts and counts in the migration cost: the optimizer state of an

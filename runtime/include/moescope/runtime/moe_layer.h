@@ -75,6 +75,12 @@ class MoELayerImpl : public torch::nn::Module {
   /// group, applies bias += rate * sign(mean - load) and restarts the count. Call it on every
   /// rank together, e.g. after each optimizer step. Needs MoEConfig.enable_expert_bias.
   void update_expert_bias();
+  /// update_expert_bias's two halves, for a caller that sums the load in an all-reduce of its
+  /// own: the tokens per expert routed here since the last update, [E] int64 (a copy) ...
+  at::Tensor expert_bias_partial_load() const;
+  /// ... and the bias update from that load summed over the group ([E], any dtype holding
+  /// whole numbers); restarts the count.
+  void update_expert_bias_from(const at::Tensor& summed_load);
 
   /// Copies the experts of this rank's slots out of full-size expert weights, w_gate_up
   /// [E, H, 2F] and w_down [E, F, H] (loading a checkpoint made with another expert-parallel
@@ -86,6 +92,15 @@ class MoELayerImpl : public torch::nn::Module {
   /// every replica gets the gradient of the logical expert. Call on every rank after backward,
   /// before the optimizer step. Does nothing without replicated experts.
   void sync_replica_gradients();
+  /// sync_replica_gradients' two halves, for a training loop that sums them in an all-reduce it
+  /// makes anyway (moe_train packs them into its gradient all-reduce: no collective of their
+  /// own). This rank's gradients of each replicated expert, summed over its local replicas:
+  /// [R, P] in the expert weights' dtype, R = replicated experts, P = the elements of one
+  /// expert's w_gate_up and w_down (an empty [0, P] tensor without replicas) ...
+  at::Tensor replica_gradient_partial_sums();
+  /// ... and `summed` (those [R, P] summed over the group) written into every local replica's
+  /// gradient. Throws c10::Error when `summed` has another shape.
+  void take_replica_gradient_sums(const at::Tensor& summed);
 
   /// Moves to a new placement between steps: `target` is a one-layer placement over the group's
   /// ranks with the layer's slot count (e.g. from plan_expert_placement_incremental). GPUs are
@@ -150,7 +165,14 @@ class MoELayerImpl : public torch::nn::Module {
   const ExpertSlots& slots_on(const at::Device& device);
   /// For every replicated expert: each replica's rows of the per-slot tensors ([S_local, ...])
   /// become the sum over all its replicas (or, first_replica_only, the first replica's rows).
+  /// One all-reduce for all of them.
   void reduce_over_replicas(const std::vector<at::Tensor>& per_slot, bool first_replica_only);
+  /// reduce_over_replicas' local half: [R, sum of the tensors' elements per slot], this rank's
+  /// rows added per replicated expert.
+  at::Tensor replica_partial_sums(const std::vector<at::Tensor>& per_slot,
+                                  bool first_replica_only) const;
+  /// reduce_over_replicas' last half: the group's sums [R, ...] back into every local replica.
+  void write_replica_sums(const std::vector<at::Tensor>& per_slot, const at::Tensor& summed) const;
   /// MoEConfig.receive_cap_rows: every rank learns how many rows each rank sends each rank (one
   /// all-reduce of [ep, ep] counts), splits each receiver's cap among its senders
   /// (split_receive_cap) and drops its own rows beyond its quotas. slot_indices/keep_mask/

@@ -14,8 +14,9 @@
 //   migration           one-off: expert_copies x expert_bytes x moved_tensors_per_expert moved
 //                       (applied rebalance records' ms per byte, else the all-to-all fit's),
 //                       amortised over window_steps
-//   rebalance           the rebalancer's own time per step: its load all-reduce (the all-reduce's
-//                       fixed ms) and its decisions' recorded time amortised over the window
+//   rebalance           the rebalancer's own time per step: its load all-reduces
+//                       (rebalancer_collectives_per_step x the all-reduce's fixed ms) and its
+//                       decisions' recorded time amortised over the window
 // Fits (fit_comm_costs): each op's transfer time (duration less the wait for the last rank,
 // collective_op_wait.h) against the bytes of the collective's largest copy (it ends when its
 // largest transfer does), least squares (linear_fit.h). Without all-reduce ops in
@@ -53,9 +54,15 @@ struct PlacementChangeCosts {
   size_t expert_copies = 0;             // slots that take in another expert's weights
   double expert_bytes = 0;              // one expert's weights (= its gradient); 0: unknown
   double moved_tensors_per_expert = 4;  // weights, gradient, Adam's two moments
-  int sync_collectives_per_layer = 2;   // MoELayer::sync_replica_gradients: w_gate_up, w_down
-  double window_steps = 50;             // steps the placement is kept (the rebalance interval)
-  bool rebalancer = true;               // a runtime rebalancer applies it (its own time counts)
+  // All-reduces a layer's first replica adds: 0 where the loop packs the replicas' gradients
+  // into its gradient all-reduce (moe_train, moescope.runtime's ExpertBalancer per step), 1
+  // where it calls MoELayer::sync_replica_gradients per layer.
+  int sync_collectives_per_layer = 0;
+  double window_steps = 50;  // steps the placement is kept (the rebalance interval)
+  bool rebalancer = true;    // a runtime rebalancer applies it (its own time counts)
+  // All-reduces of its own the rebalancer makes per step: 0 where its loads ride on one the
+  // loop makes anyway (moe_train's step statistics), 1 standalone (ExpertRebalancer::after_step).
+  int rebalancer_collectives_per_step = 0;
 };
 
 struct StepCostTerm {
