@@ -16,11 +16,12 @@ step() on every rank of the expert-parallel group together:
      pays for the replicas' gradient sync and the move (rule="net"; docs/balancer.md). Expert weights, their gradients and this optimizer's state for them (exp_avg, ...)
      move over the group. Every decision is written to the trace while `moescope record` runs
      (moescope_rebalance records, predicted load, replica counts), as moe_train's are.
-Replicated experts need their gradients summed over replicas before each optimizer step: the
-balancer registers an optimizer step pre-hook that does it for every layer in one all-reduce
-(`ar.replica_sync`). step() makes one all-reduce too (`ar.balancer_step`: the router biases'
-loads and the rebalancer's loads, step time and cost sums), so a step adds at most two
-collectives to the training loop's, whatever the number of layers.
+Replicated experts need their gradients summed over replicas before each optimizer step. With
+an optimizer the balancer registers a step pre-hook that makes the step's one all-reduce
+(`ar.balancer_step`): every layer's replica gradients (needed before the update), with the
+router biases' loads and the rebalancer's loads, step time and cost sums riding along for
+step(). So the balancer adds one collective per optimizer step, whatever the number of layers
+(step() makes it itself when no hook ran: no optimizer given).
 """
 
 import time
@@ -31,6 +32,11 @@ import torch
 from . import _library
 from .hf import moe_layers
 from .layer import set_training_step
+
+
+# Replica gradients up to this many elements travel in float64 with step()'s sums, in one
+# all-reduce; larger ones in their own dtype, in their own all-reduce.
+_PACK_LIMIT_ELEMENTS = 1 << 18
 
 
 class ExpertBalancer:
@@ -69,17 +75,17 @@ class ExpertBalancer:
                    "incremental_max_over_mean": incremental_max_over_mean,
                    "ema_alpha": ema_alpha, "window_steps": window_steps,
                    "imbalance_rule": 1.0 if rule == "imbalance" else 0.0,
-                   # The pre-hook sums every layer's replica gradients in one all-reduce made
-                   # anyway: a new replica adds bytes to it, not a collective.
+                   # The replicas' gradients ride on the step's one all-reduce: a new replica
+                   # adds bytes to it, not a collective.
                    "replica_gradients_packed": 1.0}
         self._rebalancer = torch.classes.moescope.ExpertRebalancer(
             {key: float(value) for key, value in options.items()})
         for layer in self.layers:
             self._rebalancer.add_layer(layer._layer)
         self._hook = None
-        if optimizer is not None and any(layer.config.num_redundant_experts > 0
-                                         for layer in self.layers):
-            self._hook = optimizer.register_step_pre_hook(self._sync_replicas)
+        if optimizer is not None:
+            self._hook = optimizer.register_step_pre_hook(self._before_optimizer_step)
+        self._summed = None  # (biased layers, their summed loads + the rebalancer's sums)
         self._last_time = time.perf_counter()
         if mark_steps:
             set_training_step(self.step_number)
@@ -88,6 +94,8 @@ class ExpertBalancer:
         """`parts` (any shapes, one dtype) summed over the expert-parallel group in one
         all-reduce, recorded as the comm op `name`."""
         flat = torch.cat([part.reshape(-1) for part in parts])
+        if flat.numel() == 0:
+            return list(parts)
         summed = self.layers[0]._layer.all_reduce_sum(flat, name)
         out, offset = [], 0
         for part in parts:
@@ -95,14 +103,38 @@ class ExpertBalancer:
             offset += part.numel()
         return out
 
-    def _sync_replicas(self, optimizer, args, kwargs):
+    def _step_parts(self):
+        """This rank's values step() needs summed over the group: each biased layer's load since
+        its last update, then the rebalancer's step sums (loads, step time, cost fits)."""
+        now = time.perf_counter()
+        step_seconds, self._last_time = now - self._last_time, now
+        biased = [layer for layer in self.layers
+                  if self.update_bias and layer.config.enable_expert_bias]
+        parts = [layer._layer.expert_bias_partial_load().double() for layer in biased]
+        if self.rebalance:
+            parts.append(self._rebalancer.local_step_sums(step_seconds))
+        return biased, parts
+
+    def _before_optimizer_step(self, optimizer, args, kwargs):
+        """The step's one all-reduce: the replicas' gradients (summed before the update) with
+        step()'s sums riding along, in float64 (the cost fits' sums need it). Replica gradients
+        larger than _PACK_LIMIT_ELEMENTS keep their dtype in an all-reduce of their own
+        (`ar.replica_sync`): there bytes cost more than a second collective's latency."""
         for layer in self.layers:
             layer._layer.bind(layer._tensors())
-        partial = [layer._layer.replica_gradient_partial_sums() for layer in self.layers]
-        if sum(part.numel() for part in partial) == 0:
-            return
-        for layer, summed in zip(self.layers, self._sum_over_group(partial, "ar.replica_sync")):
-            layer._layer.take_replica_gradient_sums(summed)
+        replicas = [layer._layer.replica_gradient_partial_sums() for layer in self.layers]
+        biased, parts = self._step_parts()
+        parts = [part.double() for part in parts]
+        if sum(r.numel() for r in replicas) > _PACK_LIMIT_ELEMENTS:
+            summed_replicas = self._sum_over_group(replicas, "ar.replica_sync")
+            summed = self._sum_over_group(parts, "ar.balancer_step") if parts else []
+        else:
+            summed = self._sum_over_group([r.double() for r in replicas] + parts,
+                                          "ar.balancer_step")
+            summed_replicas, summed = summed[:len(replicas)], summed[len(replicas):]
+        for layer, sums in zip(self.layers, summed_replicas):
+            layer._layer.take_replica_gradient_sums(sums)
+        self._summed = (biased, summed)
 
     def _optimizer_state(self, layer) -> List[torch.Tensor]:
         """This optimizer's per-slot state of the layer's expert weights (same shape)."""
@@ -119,18 +151,13 @@ class ExpertBalancer:
         """Call after optimizer.step() on every rank together. Returns the decisions taken at this
         step (one dict per layer on decision steps: imbalance_before/after, applied, moves,
         bytes_sent/received, seconds, ...)."""
-        now = time.perf_counter()
-        step_seconds, self._last_time = now - self._last_time, now
-        biased = [layer for layer in self.layers
-                  if self.update_bias and layer.config.enable_expert_bias]
         for layer in self.layers:
             layer._layer.bind(layer._tensors())
-        # One all-reduce: each biased layer's load since its last update, then the rebalancer's
-        # step sums (loads, step time, cost fits).
-        parts = [layer._layer.expert_bias_partial_load().double() for layer in biased]
-        if self.rebalance:
-            parts.append(self._rebalancer.local_step_sums(step_seconds))
-        summed = self._sum_over_group(parts, "ar.balancer_step") if parts else []
+        if self._summed is None:  # no optimizer hook ran: the all-reduce is made here
+            biased, parts = self._step_parts()
+            self._summed = (biased,
+                            self._sum_over_group(parts, "ar.balancer_step") if parts else [])
+        (biased, summed), self._summed = self._summed, None
         for layer, load in zip(biased, summed):
             layer._layer.update_expert_bias_from(load)
         decisions = []
