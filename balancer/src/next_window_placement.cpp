@@ -65,4 +65,40 @@ ExpertPlacement plan_for_next_window(const std::vector<ExpertLoads>& scenarios,
                                             first.num_gpus, physical_to_logical);
 }
 
+ExpertPlacement plan_incremental_for_next_window(const std::vector<ExpertLoads>& scenarios,
+                                                 const PlacementConfig& config,
+                                                 const ExpertPlacement& current) {
+  if (scenarios.empty()) {
+    throw std::invalid_argument("plan_incremental_for_next_window: no load scenario to plan for");
+  }
+  if (current.num_layers != scenarios.front().num_layers ||
+      current.num_logical_experts != scenarios.front().num_experts) {
+    throw std::invalid_argument("plan_incremental_for_next_window: the current placement is of " +
+                                std::to_string(current.num_layers) + " x " +
+                                std::to_string(current.num_logical_experts) + ", the loads " +
+                                std::to_string(scenarios.front().num_layers) + " x " +
+                                std::to_string(scenarios.front().num_experts));
+  }
+  std::vector<ExpertPlacement> candidates{current};
+  for (const ExpertLoads& scenario : scenarios) {
+    candidates.push_back(plan_expert_placement_incremental(scenario, config, current));
+  }
+  const std::vector<ExpertLoads> forecast{scenarios.front()};
+  std::vector<int32_t> physical_to_logical;
+  for (int layer = 0; layer < current.num_layers; ++layer) {
+    const double current_on_forecast = expected_max_over_mean(current, forecast, layer);
+    size_t best = 0;
+    double best_score = expected_max_over_mean(current, scenarios, layer);
+    for (size_t c = 1; c < candidates.size(); ++c) {
+      if (expected_max_over_mean(candidates[c], forecast, layer) > current_on_forecast) continue;
+      const double score = expected_max_over_mean(candidates[c], scenarios, layer);
+      if (score < best_score) best = c, best_score = score;
+    }
+    const auto slots = candidates[best].phy2log(layer);
+    physical_to_logical.insert(physical_to_logical.end(), slots.begin(), slots.end());
+  }
+  return placement_from_physical_to_logical(current.num_layers, current.num_logical_experts,
+                                            current.num_gpus, physical_to_logical);
+}
+
 }  // namespace moescope::balancer

@@ -100,6 +100,13 @@ std::optional<PredictionAccuracy> PredictionAccuracyTracker::record(
   }
   if (!(actual_total > 0.0)) return std::nullopt;
 
+  if (std::any_of(window_prediction_.begin(), window_prediction_.end(),
+                  [](double value) { return value != 0.0; })) {
+    std::vector<double>& error = recent_errors_.emplace_back(window_actual_sum_);
+    for (size_t expert = 0; expert < error.size(); ++expert)
+      error[expert] -= window_prediction_[expert];
+    if (recent_errors_.size() > kRecentWindowErrors) recent_errors_.erase(recent_errors_.begin());
+  }
   const PredictionAccuracy accuracy = score_prediction(window_prediction_, window_actual_sum_);
   sum_.mean_absolute_percentage_error += accuracy.mean_absolute_percentage_error;
   sum_.weighted_absolute_percentage_error += accuracy.weighted_absolute_percentage_error;
@@ -133,6 +140,7 @@ PredictionAccuracyTrackerState PredictionAccuracyTracker::state() const {
   state.num_windows_scored = num_windows_scored_;
   state.sum = sum_;
   state.latest = latest_;
+  state.recent_errors = recent_errors_;
   return state;
 }
 
@@ -153,8 +161,17 @@ void PredictionAccuracyTracker::load_state(const PredictionAccuracyTrackerState&
                                 " scored windows do not fit a " + std::to_string(horizon_steps_) +
                                 "-step horizon");
   }
+  if (state.recent_errors.size() > kRecentWindowErrors) {
+    throw std::invalid_argument(
+        "prediction accuracy: the state holds " + std::to_string(state.recent_errors.size()) +
+        " window errors, at most " + std::to_string(kRecentWindowErrors) + " are kept");
+  }
+  for (const std::vector<double>& error : state.recent_errors) {
+    check_size(error, num_experts_, "state.recent_errors");
+  }
   window_prediction_ = state.window_prediction;
   window_actual_sum_ = state.window_actual_sum;
+  recent_errors_ = state.recent_errors;
   steps_in_window_ = state.steps_in_window;
   num_windows_scored_ = state.num_windows_scored;
   sum_ = state.sum;

@@ -53,27 +53,25 @@ NextWindowScenarios next_window_scenarios(const analysis::TraceModel& model, siz
     throw std::runtime_error("--next-window: no step holds the expert loads of every layer");
   }
   const ExpertLoads& first = steps.front();
+  // The forecaster scores windows of window_steps and keeps each layer's last errors (window
+  // mean - the forecast made before it), as the runtime rebalancer's does.
   balancer::ExpertLoadForecaster forecaster(first.num_layers, first.num_experts, {},
                                             static_cast<int>(window_steps));
-  std::vector<ExpertLoads> errors;
-  for (size_t start = 0; start < steps.size(); start += window_steps) {
-    const size_t end = std::min(steps.size(), start + window_steps);
-    if (start > 0 && end - start == window_steps) {  // a forecast exists: its error on the window
-      ExpertLoads error = forecaster.predict_all();
-      std::vector<double> actual(error.values.size(), 0.0);  // the window's mean
-      for (size_t s = start; s < end; ++s) {
-        for (size_t i = 0; i < actual.size(); ++i) {
-          actual[i] += steps[s].values[i] / static_cast<double>(window_steps);
-        }
-      }
-      for (size_t i = 0; i < actual.size(); ++i) error.values[i] = actual[i] - error.values[i];
-      errors.push_back(std::move(error));
-      if (errors.size() > kNextWindowErrors) errors.erase(errors.begin());
-    }
-    for (size_t s = start; s < end; ++s) {
-      for (int layer = 0; layer < first.num_layers; ++layer) {
-        forecaster.observe(layer, steps[s].layer(layer));
-      }
+  for (const ExpertLoads& step : steps) {
+    for (int layer = 0; layer < first.num_layers; ++layer)
+      forecaster.observe(layer, step.layer(layer));
+  }
+  // The windows every layer has an error for (a window with no token leaves none): the last.
+  size_t windows = balancer::kRecentWindowErrors;
+  for (int layer = 0; layer < first.num_layers; ++layer) {
+    windows = std::min(windows, forecaster.accuracy(layer).recent_errors().size());
+  }
+  std::vector<ExpertLoads> errors(windows, ExpertLoads{first.num_layers, first.num_experts, {}});
+  for (int layer = 0; layer < first.num_layers; ++layer) {
+    const auto& layer_errors = forecaster.accuracy(layer).recent_errors();
+    for (size_t e = 0; e < windows; ++e) {
+      const std::vector<double>& error = layer_errors[layer_errors.size() - windows + e];
+      errors[e].values.insert(errors[e].values.end(), error.begin(), error.end());
     }
   }
   return {balancer::forecast_scenarios(forecaster.predict_all(), errors), steps.size()};

@@ -1,8 +1,8 @@
 // `moescope plan --next-window`: the loads to plan for are the next window's, not the recorded
 // mean. From the run's per-step expert loads (analysis::layer_step_loads) the balancer's EMA
 // forecaster (the runtime rebalancer's) is fed every step in windows of `window_steps`; the
-// forecast after the last step and the forecast's errors on the last kNextWindowErrors windows
-// (window mean - the forecast made before it) are the scenarios plan_for_next_window weighs
+// forecast after the last step and the forecast's errors on the last
+// balancer::kRecentWindowErrors windows (window mean - the forecast made before it) are the scenarios plan_for_next_window weighs
 // (balancer/next_window_placement.h; measured in docs/performance.md).
 #pragma once
 
@@ -15,8 +15,6 @@
 #include "moescope/balancer/expert_loads.h"
 
 namespace moescope::cli {
-
-inline constexpr size_t kNextWindowErrors = 4;
 
 struct NextWindowScenarios {
   std::vector<balancer::ExpertLoads> scenarios;  // the forecast first, then forecast + errors

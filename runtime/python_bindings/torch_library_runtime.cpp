@@ -174,6 +174,8 @@ class RebalancerHolder : public torch::CustomClassHolder {
             value != 0 ? RebalanceRule::kImbalanceGain : RebalanceRule::kPredictedNetGain;
       } else if (key == "decision_window_steps") {
         options_.window_steps = static_cast<int64_t>(value);
+      } else if (key == "plan_for_next_window") {
+        options_.plan_for_next_window = value != 0;
       } else if (key == "replica_gradients_packed") {
         options_.replica_gradients_packed = value != 0;
       } else if (key == "accuracy_horizon_steps") {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "moescope/balancer/next_window_placement.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
@@ -252,7 +253,17 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
     config.policy = balancer::PlacementPolicy::kGlobal;
     config.incremental_max_over_mean = options_.incremental_max_over_mean;
     try {
-      candidate = balancer::plan_expert_placement_incremental(loads, config, current);
+      // Planned for the next window: the forecast and the forecast plus each of its recent
+      // window errors are the scenarios a plan is weighed on (next_window_placement.h).
+      std::vector<balancer::ExpertLoads> errors;
+      if (options_.plan_for_next_window) {
+        for (const std::vector<double>& error :
+             forecaster_.accuracy(static_cast<int>(layer_position)).recent_errors()) {
+          errors.push_back({1, static_cast<int>(error.size()), error});
+        }
+      }
+      candidate = balancer::plan_incremental_for_next_window(
+          balancer::forecast_scenarios(loads, errors), config, current);
     } catch (const std::invalid_argument& error) {
       TORCH_CHECK(false, "ExpertRebalancer: planning layer ", decision.layer,
                   " failed: ", error.what());

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -81,6 +82,11 @@ void save_forecaster(const balancer::ExpertLoadForecaster& forecaster,
     layer.write("accuracy_sum", tensor_of(accuracy_fields(accuracy.sum)));
     layer.write("accuracy_latest", tensor_of(accuracy.latest ? accuracy_fields(*accuracy.latest)
                                                              : std::vector<double>{}));
+    std::vector<double> errors;  // [windows x experts], row after row
+    for (const std::vector<double>& error : accuracy.recent_errors) {
+      errors.insert(errors.end(), error.begin(), error.end());
+    }
+    layer.write("recent_errors", tensor_of(errors));
     archive.write("layer" + std::to_string(l), layer);
   }
 }
@@ -123,6 +129,18 @@ void load_forecaster(balancer::ExpertLoadForecaster& forecaster,
                 ": accuracy_sum/accuracy_latest must hold the 5 PredictionAccuracy fields");
     accuracy.sum = accuracy_from(sum);
     if (!latest.empty()) accuracy.latest = accuracy_from(latest);
+    // Checkpoints written before the errors were kept have none: the next windows refill them.
+    at::Tensor saved_errors;
+    if (layer.try_read("recent_errors", saved_errors)) {
+      const std::vector<double> errors = values_of<double>(saved_errors, at::kDouble, where);
+      const auto experts = static_cast<size_t>(std::max(predictor.num_experts, 1));
+      TORCH_CHECK(errors.size() % experts == 0, where, ": recent_errors holds ", errors.size(),
+                  " values, not a whole number of windows of ", experts, " experts");
+      for (size_t first = 0; first < errors.size(); first += experts) {
+        accuracy.recent_errors.emplace_back(errors.begin() + first,
+                                            errors.begin() + first + experts);
+      }
+    }
   }
   try {
     forecaster.load_state(layers);

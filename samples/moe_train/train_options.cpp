@@ -85,6 +85,11 @@ bool parse_train_options(int argc, char** argv, TrainOptions& options, int& exit
                  "the runtime); imbalance = the earlier rule (imbalance ratio x step time vs "
                  "bytes / 10 GB/s)")
       ->check(CLI::IsMember({"net", "imbalance"}));
+  app.add_option("--rebalance-plan", options.rebalance_plan,
+                 "What a placement is planned for: next-window = weighed over the load forecast "
+                 "and the forecast plus each of its last window errors; forecast = the forecast "
+                 "alone")
+      ->check(CLI::IsMember({"next-window", "forecast"}));
   app.add_option("--receive-cap", options.receive_cap,
                  "Rows a rank's experts accept per forward (cold-start guard); 0 = no cap")
       ->check(CLI::NonNegativeNumber);

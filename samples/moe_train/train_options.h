@@ -44,6 +44,8 @@ struct TrainOptions {
   int64_t rebalance_every = 0;         // consider a new expert placement every N steps; 0 = never
   double rebalance_threshold = 1.1;    // predicted max/mean per-rank load that triggers one
   std::string rebalance_rule = "net";  // net (the cost rule) or imbalance (the earlier rule)
+  std::string rebalance_plan =
+      "next-window";  // next-window (over the forecast's errors) or forecast
 
   // ---- memory ----
   int64_t receive_cap = 0;     // rows a rank's experts accept per forward; 0 = no cap

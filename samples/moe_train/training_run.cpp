@@ -337,6 +337,7 @@ int train(const TrainOptions& options) {
     rebalance.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);
     rebalance.imbalance_threshold = options.rebalance_threshold;
     rebalance.replica_gradients_packed = true;  // sync_gradients
+    rebalance.plan_for_next_window = options.rebalance_plan == "next-window";
     rebalance.rule = options.rebalance_rule == "imbalance"
                          ? moescope::runtime::RebalanceRule::kImbalanceGain
                          : moescope::runtime::RebalanceRule::kPredictedNetGain;

@@ -144,6 +144,35 @@ TEST(PredictionAccuracyTracker, ComparesThePredictionWithTheNextWindowsMean) {
                std::invalid_argument);
 }
 
+// The errors the next-window planner weighs: each scored window's mean minus the prediction
+// made before it, the last kRecentWindowErrors kept, none from a window predicted before any
+// data (all zero); they survive a state round trip and a bad state is refused.
+TEST(PredictionAccuracyTracker, KeepsTheLastWindowErrors) {
+  PredictionAccuracyTracker tracker(2, 2);
+  tracker.record(std::vector<double>{0, 0}, std::vector<double>{4, 2});  // nothing observed yet
+  tracker.record(std::vector<double>{0, 0}, std::vector<double>{4, 2});
+  EXPECT_TRUE(tracker.recent_errors().empty());
+  for (int window = 0; window < 6; ++window) {
+    const double w = window;
+    tracker.record(std::vector<double>{10, 10}, std::vector<double>{10 + w, 9});
+    tracker.record(std::vector<double>{99, 99}, std::vector<double>{12 + w, 9});
+  }
+  ASSERT_EQ(tracker.recent_errors().size(), kRecentWindowErrors);
+  // Oldest kept: window 2, mean {13, 9} - {10, 10}; newest: window 5.
+  EXPECT_EQ(tracker.recent_errors().front(), (std::vector<double>{3, -1}));
+  EXPECT_EQ(tracker.recent_errors().back(), (std::vector<double>{6, -1}));
+
+  PredictionAccuracyTracker restored(2, 2);
+  restored.load_state(tracker.state());
+  EXPECT_EQ(restored.recent_errors(), tracker.recent_errors());
+  PredictionAccuracyTrackerState bad = tracker.state();
+  bad.recent_errors.push_back({1, 2});
+  EXPECT_THROW(restored.load_state(bad), std::invalid_argument);
+  bad = tracker.state();
+  bad.recent_errors.back() = {1, 2, 3};
+  EXPECT_THROW(restored.load_state(bad), std::invalid_argument);
+}
+
 TEST(ExpertLoadForecaster, TracksEachLayerAndScoresItsForecasts) {
   LoadPredictorConfig config;
   config.kind = LoadPredictorConfig::Kind::kWindow;

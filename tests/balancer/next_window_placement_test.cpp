@@ -81,4 +81,59 @@ TEST(NextWindowPlacement, NeverWorseOnTheScenariosAndBetterWhereTheForecastMisse
   EXPECT_GT(better_than_search, 0);
 }
 
+// The runtime's counterpart plans incrementally from the placement it has: over seeded cases the
+// chosen plan is never worse on the scenarios than the placement kept or the forecast's
+// incremental plan, never worse than the kept one on the forecast itself (what the rebalancer
+// reports as imbalance after), and somewhere strictly better than the forecast's plan; with
+// the forecast alone it is the forecast's incremental plan or, when that balances no better,
+// the placement kept.
+TEST(NextWindowPlacement, IncrementalPlanWeighsTheScenariosFromThePlacementItHas) {
+  std::mt19937_64 random(5);
+  std::uniform_real_distribution<double> base(10.0, 200.0), miss(-0.6, 0.6);
+  PlacementConfig config = two_gpus_ten_slots();
+  config.policy = PlacementPolicy::kGlobal;
+  const ExpertPlacement current = plan_expert_placement(
+      loads_of(1, 8, {1, 1, 1, 1, 1, 1, 1, 1}), config);  // uniform: 2 replicas, no preference
+  int better_than_forecast_plan = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<double> values(8);
+    for (double& value : values) value = base(random);
+    values[trial % 8] *= 6;  // a hot expert
+    const ExpertLoads forecast = loads_of(1, 8, values);
+    std::vector<ExpertLoads> errors;
+    for (int k = 0; k < 4; ++k) {
+      std::vector<double> error(8);
+      for (size_t i = 0; i < error.size(); ++i) error[i] = miss(random) * values[i];
+      errors.push_back(loads_of(1, 8, error));
+    }
+    const std::vector<ExpertLoads> scenarios = forecast_scenarios(forecast, errors);
+    const ExpertPlacement plan = plan_incremental_for_next_window(scenarios, config, current);
+    ASSERT_EQ(plan.num_physical_experts, 10);
+    const ExpertPlacement forecast_plan =
+        plan_expert_placement_incremental(forecast, config, current);
+    const double chosen = expected_max_over_mean(plan, scenarios, 0);
+    EXPECT_LE(chosen, expected_max_over_mean(current, scenarios, 0) + 1e-12);
+    const double forecast_only = expected_max_over_mean(forecast_plan, scenarios, 0);
+    const bool forecast_plan_eligible = expected_max_over_mean(forecast_plan, {forecast}, 0) <=
+                                        expected_max_over_mean(current, {forecast}, 0);
+    if (forecast_plan_eligible) {
+      EXPECT_LE(chosen, forecast_only + 1e-12);
+    }
+    EXPECT_LE(expected_max_over_mean(plan, {forecast}, 0),
+              expected_max_over_mean(current, {forecast}, 0) + 1e-12);
+    better_than_forecast_plan += chosen < forecast_only - 1e-9 ? 1 : 0;
+
+    const ExpertPlacement alone = plan_incremental_for_next_window({forecast}, config, current);
+    const bool forecast_plan_better = expected_max_over_mean(forecast_plan, {forecast}, 0) <
+                                      expected_max_over_mean(current, {forecast}, 0);
+    EXPECT_EQ(alone.physical_to_logical,
+              (forecast_plan_better ? forecast_plan : current).physical_to_logical);
+  }
+  EXPECT_GT(better_than_forecast_plan, 0);
+  EXPECT_THROW(plan_incremental_for_next_window({}, config, current), std::invalid_argument);
+  EXPECT_THROW(
+      plan_incremental_for_next_window({loads_of(1, 6, {1, 1, 1, 1, 1, 1})}, config, current),
+      std::invalid_argument);
+}
+
 }  // namespace moescope::balancer

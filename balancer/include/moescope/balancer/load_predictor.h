@@ -141,7 +141,12 @@ struct PredictionAccuracyTrackerState {
   int64_t num_windows_scored = 0;
   PredictionAccuracy sum{0, 0, 0, 0, 0};  // of every scored window
   std::optional<PredictionAccuracy> latest;
+  std::vector<std::vector<double>> recent_errors;  // [<= kRecentWindowErrors][num_experts]
 };
+
+/// Window errors a tracker keeps for planning over the forecast's uncertainty
+/// (next_window_placement.h: one load scenario per error).
+inline constexpr size_t kRecentWindowErrors = 4;
 
 /// Scores consecutive, non-overlapping windows of `horizon_steps` steps: at a window's first
 /// step it keeps the prediction made before that step, sums the actual loads over the window
@@ -163,6 +168,10 @@ class PredictionAccuracyTracker {
   const std::optional<PredictionAccuracy>& latest() const { return latest_; }
   /// Mean of every field over all scored windows (nullopt before the first).
   std::optional<PredictionAccuracy> mean() const;
+  /// The errors of the last kRecentWindowErrors scored windows, oldest first: the window's mean
+  /// load minus the prediction made before it, [num_experts] each. A window whose prediction
+  /// was all zero (made before anything was observed) leaves none.
+  const std::vector<std::vector<double>>& recent_errors() const { return recent_errors_; }
 
   /// The open window and the scores so far, for a checkpoint.
   PredictionAccuracyTrackerState state() const;
@@ -179,6 +188,7 @@ class PredictionAccuracyTracker {
   int64_t num_windows_scored_ = 0;
   PredictionAccuracy sum_{0, 0, 0, 0, 0};
   std::optional<PredictionAccuracy> latest_;
+  std::vector<std::vector<double>> recent_errors_;
 };
 
 /// Scores prediction P against actual mean load A, both [num_experts]. Requires sum(A) > 0.

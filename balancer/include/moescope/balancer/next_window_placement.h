@@ -31,4 +31,15 @@ double expected_max_over_mean(const ExpertPlacement& placement,
 ExpertPlacement plan_for_next_window(const std::vector<ExpertLoads>& scenarios,
                                      const PlacementConfig& config);
 
+/// The same choice for a runtime that moves experts from `current` (the runtime rebalancer):
+/// the candidates are `current` itself and plan_expert_placement_incremental(scenario, config,
+/// current) of every scenario (the forecast's first); per layer the one with the lowest mean
+/// max/mean over the scenarios is kept among those no worse than `current` on the forecast
+/// (ties: the earlier, so `current`, then the forecast's plan). With the forecast alone it is
+/// the forecast's incremental plan, or `current` when that plan balances no better. Throws
+/// std::invalid_argument when there is no scenario or `current` does not fit them.
+ExpertPlacement plan_incremental_for_next_window(const std::vector<ExpertLoads>& scenarios,
+                                                 const PlacementConfig& config,
+                                                 const ExpertPlacement& current);
+
 }  // namespace moescope::balancer

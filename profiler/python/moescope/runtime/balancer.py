@@ -45,7 +45,8 @@ class ExpertBalancer:
                  imbalance_threshold: float = 1.10, transfer_bytes_per_second: float = 10e9,
                  incremental_max_over_mean: float = 1.02, ema_alpha: float = 0.1,
                  window_steps: int = 0, update_bias: bool = True, rebalance: bool = True,
-                 mark_steps: bool = True, first_step: int = 0, rule: str = "net"):
+                 mark_steps: bool = True, first_step: int = 0, rule: str = "net",
+                 plan_for_next_window: bool = True):
         """`model` holds moescope MoELayers (e.g. after replace_moe_blocks), all over one
         expert-parallel group. `optimizer` (any torch.optim optimizer) holds their parameters:
         its per-parameter state moves with the experts. `window_steps` > 0 predicts by a moving
@@ -55,7 +56,9 @@ class ExpertBalancer:
         planned placement when its predicted net gain over the next interval (the busiest rank's
         rows saved x the measured ms per row, less the replicas' gradient all-reduce and the
         move amortised) is a gain beyond its uncertainty; "imbalance" is the earlier rule
-        (imbalance ratio x step time vs bytes / transfer_bytes_per_second)."""
+        (imbalance ratio x step time vs bytes / transfer_bytes_per_second).
+        `plan_for_next_window` weighs each plan over the load forecast and the forecast plus
+        each of its last window errors (False: the forecast alone)."""
         if rule not in ("net", "imbalance"):
             raise ValueError(f"ExpertBalancer: rule must be 'net' or 'imbalance', got {rule!r}")
         _library.load()
@@ -75,6 +78,7 @@ class ExpertBalancer:
                    "incremental_max_over_mean": incremental_max_over_mean,
                    "ema_alpha": ema_alpha, "window_steps": window_steps,
                    "imbalance_rule": 1.0 if rule == "imbalance" else 0.0,
+                   "plan_for_next_window": 1.0 if plan_for_next_window else 0.0,
                    # The replicas' gradients ride on the step's one all-reduce: a new replica
                    # adds bytes to it, not a collective.
                    "replica_gradients_packed": 1.0}

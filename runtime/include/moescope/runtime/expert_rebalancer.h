@@ -1,10 +1,12 @@
 // ExpertRebalancer: periodic expert re-placement for a model's MoE layers, between steps.
 //
 // After every step it sums each layer's tokens per expert over the group and feeds a load
-// predictor (moescope_balancer). Every interval_steps it plans a new placement per layer from
-// the forecast (incremental EPLB planning: experts stay put unless a rank would be overloaded)
-// when the predicted imbalance (max/mean per-rank load, current placement) is above
-// imbalance_threshold, and decides whether to apply it by RebalancerOptions::rule:
+// predictor (moescope_balancer). Every interval_steps it plans a new placement per layer for
+// the next window (incremental EPLB planning: experts stay put unless a rank would be
+// overloaded; each plan weighed over the forecast and the forecast plus each of its last
+// window errors, balancer/next_window_placement.h) when the predicted imbalance (max/mean per-rank
+// load, current placement) is above imbalance_threshold, and decides whether to apply it by
+// RebalancerOptions::rule:
 //   kPredictedNetGain (default): the cost rule of balancer/rebalance_cost_model.h, over the
 //     next window_steps: the busiest rank's rows saved x the measured ms per row (expert compute
 //     and all-to-all) minus the replicas' added gradient all-reduce per step minus the move's
@@ -61,6 +63,9 @@ struct RebalancerOptions {
   // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
   double transfer_bytes_per_second = 10e9;
   double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
+  // Weigh each plan over the forecast and the forecast plus each of its last window errors
+  // (plan_incremental_for_next_window); false: the forecast's incremental plan alone.
+  bool plan_for_next_window = true;
   balancer::LoadPredictorConfig predictor;  // EMA by default
   int accuracy_horizon_steps = 10;          // window of the forecast's accuracy score
 };

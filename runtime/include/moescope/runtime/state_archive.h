@@ -17,6 +17,8 @@
 //   layer<l>/window_actual_sum         [E] double
 //   layer<l>/accuracy_sum              [5] double   (PredictionAccuracy fields in order)
 //   layer<l>/accuracy_latest           [5] double, or [0] before the first scored window
+//   layer<l>/recent_errors             [windows x experts] double, the last window errors
+//                                      (absent in older checkpoints: none)
 #pragma once
 
 #include <torch/serialize/input-archive.h>
