@@ -58,6 +58,21 @@ void clear_flag(std::vector<uint8_t>& flags, size_t index) {
   if (index < flags.size()) flags[index] = 0;
 }
 
+// Removes the ops of track `index` (a GPU stream or a communicator) that `bad` says are bad and
+// counts them as `what`. When any went, the track's read index is stale: its ready flag is
+// cleared and its running maximum of ends (`max_end`) dropped, to be rebuilt. Returns whether any
+// went.
+template <typename Track, typename Bad>
+bool remove_bad_ops(Track& track, std::vector<uint8_t>& ready, size_t index, Bad bad,
+                    const std::string& what, Problems& problems) {
+  const uint64_t ops = remove_bad(track.ops, bad);
+  problems.add(what, ops);
+  if (!ops) return false;
+  clear_flag(ready, index);
+  track.max_end.clear();
+  return true;
+}
+
 // Times: every item with a time outside +-2^62 ns (or an end before its start) is skipped.
 void check_times(FileLoad& file, Problems& problems) {
   ProcessTrack& process = file.process;
@@ -88,29 +103,20 @@ void check_times(FileLoad& file, Problems& problems) {
   }
   for (size_t s = 0; s < process.gpu_streams.size(); ++s) {
     GpuStreamTrack& stream = process.gpu_streams[s];
-    uint64_t ops =
-        remove_bad(stream.ops, [&](const GpuOp& op) { return bad_interval(op.start, op.end); });
-    problems.add(std::string("GPU op(s) with a time ") + kOutside + " on device " +
-                     std::to_string(stream.device) + " stream " + std::to_string(stream.stream) +
-                     " skipped",
-                 ops);
-    if (ops) {
-      clear_flag(index.gpu_stream_ready, s);
-      stream.max_end.clear();
-      removed_any = true;
-    }
+    removed_any |= remove_bad_ops(
+        stream, index.gpu_stream_ready, s,
+        [&](const GpuOp& op) { return bad_interval(op.start, op.end); },
+        std::string("GPU op(s) with a time ") + kOutside + " on device " +
+            std::to_string(stream.device) + " stream " + std::to_string(stream.stream) + " skipped",
+        problems);
   }
   for (size_t c = 0; c < process.communicators.size(); ++c) {
-    CommunicatorTrack& comm = process.communicators[c];
-    uint64_t ops = remove_bad(comm.ops, [&](const CommOp& op) {
-      return !plausible_time(op.enqueue) || bad_interval(op.start, op.end);
-    });
-    problems.add(std::string("collective(s) with a time ") + kOutside + " skipped", ops);
-    if (ops) {
-      clear_flag(index.communicator_ready, c);
-      comm.max_end.clear();
-      removed_any = true;
-    }
+    removed_any |= remove_bad_ops(
+        process.communicators[c], index.communicator_ready, c,
+        [&](const CommOp& op) {
+          return !plausible_time(op.enqueue) || bad_interval(op.start, op.end);
+        },
+        std::string("collective(s) with a time ") + kOutside + " skipped", problems);
   }
   for (size_t c = 0; c < process.counters.size(); ++c) {
     CounterTrack& counter = process.counters[c];
