@@ -58,6 +58,21 @@ void clear_flag(std::vector<uint8_t>& flags, size_t index) {
   if (index < flags.size()) flags[index] = 0;
 }
 
+// Removes the ops of track `index` (a GPU stream or a communicator) that `bad` says are bad and
+// counts them as `what`. When any went, the track's read index is stale: its ready flag is
+// cleared and its running maximum of ends (`max_end`) dropped, to be rebuilt. Returns whether any
+// went.
+template <typename Track, typename Bad>
+bool remove_bad_ops(Track& track, std::vector<uint8_t>& ready, size_t index, Bad bad,
+                    const std::string& what, Problems& problems) {
+  const uint64_t ops = remove_bad(track.ops, bad);
+  problems.add(what, ops);
+  if (!ops) return false;
+  clear_flag(ready, index);
+  track.max_end.clear();
+  return true;
+}
+
 // Times: every item with a time outside +-2^62 ns (or an end before its start) is skipped.
 void check_times(FileLoad& file, Problems& problems) {
   ProcessTrack& process = file.process;
@@ -88,29 +103,20 @@ void check_times(FileLoad& file, Problems& problems) {
   }
   for (size_t s = 0; s < process.gpu_streams.size(); ++s) {
     GpuStreamTrack& stream = process.gpu_streams[s];
-    uint64_t ops =
-        remove_bad(stream.ops, [&](const GpuOp& op) { return bad_interval(op.start, op.end); });
-    problems.add(std::string("GPU op(s) with a time ") + kOutside + " on device " +
-                     std::to_string(stream.device) + " stream " + std::to_string(stream.stream) +
-                     " skipped",
-                 ops);
-    if (ops) {
-      clear_flag(index.gpu_stream_ready, s);
-      stream.max_end.clear();
-      removed_any = true;
-    }
+    removed_any |= remove_bad_ops(
+        stream, index.gpu_stream_ready, s,
+        [&](const GpuOp& op) { return bad_interval(op.start, op.end); },
+        std::string("GPU op(s) with a time ") + kOutside + " on device " +
+            std::to_string(stream.device) + " stream " + std::to_string(stream.stream) + " skipped",
+        problems);
   }
   for (size_t c = 0; c < process.communicators.size(); ++c) {
-    CommunicatorTrack& comm = process.communicators[c];
-    uint64_t ops = remove_bad(comm.ops, [&](const CommOp& op) {
-      return !plausible_time(op.enqueue) || bad_interval(op.start, op.end);
-    });
-    problems.add(std::string("collective(s) with a time ") + kOutside + " skipped", ops);
-    if (ops) {
-      clear_flag(index.communicator_ready, c);
-      comm.max_end.clear();
-      removed_any = true;
-    }
+    removed_any |= remove_bad_ops(
+        process.communicators[c], index.communicator_ready, c,
+        [&](const CommOp& op) {
+          return !plausible_time(op.enqueue) || bad_interval(op.start, op.end);
+        },
+        std::string("collective(s) with a time ") + kOutside + " skipped", problems);
   }
   for (size_t c = 0; c < process.counters.size(); ++c) {
     CounterTrack& counter = process.counters[c];
@@ -128,32 +134,26 @@ void check_times(FileLoad& file, Problems& problems) {
     if (dropped) removed_any = true;
   }
   auto time_bad = [](const auto& item) { return !plausible_time(item.time); };
-  uint64_t dropped = 0;
-  problems.add(std::string("memory event(s) with a time ") + kOutside + " skipped",
-               dropped = remove_bad(process.memory_events, time_bad));
-  removed_any |= dropped != 0;
-  problems.add(std::string("step marker(s) with a time ") + kOutside + " skipped",
-               dropped = remove_bad(process.step_markers, time_bad));
-  removed_any |= dropped != 0;
-  problems.add(std::string("clock sync point(s) with a time ") + kOutside + " skipped",
-               dropped = remove_bad(process.clock_sync_points, time_bad));
-  problems.add(std::string("trigger(s) with a time ") + kOutside + " skipped",
-               dropped = remove_bad(process.triggers, time_bad));
-  removed_any |= dropped != 0;
-  problems.add(std::string("expert load sample(s) with a time ") + kOutside + " skipped",
-               dropped = remove_bad(file.expert_loads, time_bad));
-  removed_any |= dropped != 0;
-  problems.add(std::string("expert value sample(s) with a time ") + kOutside + " skipped",
-               remove_bad(file.expert_values, time_bad));
-  problems.add(std::string("layer statistics with a time ") + kOutside + " skipped",
-               dropped = remove_bad(file.layer_stats, time_bad));
-  removed_any |= dropped != 0;
-  problems.add(std::string("rebalance decision(s) with a time ") + kOutside + " skipped",
-               remove_bad(file.rebalances, time_bad));
-  problems.add(std::string("flow(s) with a time ") + kOutside + " skipped",
-               remove_bad(file.flows, [](const FlowArrow& flow) {
-                 return !plausible_time(flow.from_time) || !plausible_time(flow.to_time);
-               }));
+  // Drops the items `bad` says have a time outside, counted as `what`; whether any went.
+  auto drop_outside = [&](auto& items, const char* what, auto bad) {
+    const uint64_t dropped = remove_bad(items, bad);
+    problems.add(std::string(what) + " with a time " + kOutside + " skipped", dropped);
+    return dropped != 0;
+  };
+  // The reader's time range covers these (tracks_.cover in moetrace_file_load.cpp): dropping one
+  // makes finalize measure the range again.
+  removed_any |= drop_outside(process.memory_events, "memory event(s)", time_bad);
+  removed_any |= drop_outside(process.step_markers, "step marker(s)", time_bad);
+  removed_any |= drop_outside(process.triggers, "trigger(s)", time_bad);
+  removed_any |= drop_outside(file.expert_loads, "expert load sample(s)", time_bad);
+  removed_any |= drop_outside(file.layer_stats, "layer statistics", time_bad);
+  // The reader leaves these out of its time range (no tracks_.cover).
+  drop_outside(process.clock_sync_points, "clock sync point(s)", time_bad);
+  drop_outside(file.expert_values, "expert value sample(s)", time_bad);
+  drop_outside(file.rebalances, "rebalance decision(s)", time_bad);
+  drop_outside(file.flows, "flow(s)", [](const FlowArrow& flow) {
+    return !plausible_time(flow.from_time) || !plausible_time(flow.to_time);
+  });
   if (removed_any) index.have_range = false;  // finalize measures the range again
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/placement_prediction.h"
@@ -217,14 +217,10 @@ void run_plan(const PlanOptions& options) {
     return;
   }
   const std::string json = placement_json(options, plan, balances, prediction, advice);
-  if (options.json_output == "-") {
-    std::cout << json;
-    return;
+  if (!write_command_output(json, options.json_output)) {
+    throw std::runtime_error(options.json_output + ": cannot write the JSON output");
   }
-  std::ofstream file(options.json_output, std::ios::binary);
-  file << json;
-  file.close();
-  if (!file) throw std::runtime_error(options.json_output + ": cannot write the JSON output");
+  if (options.json_output == "-") return;  // stdout holds the JSON alone
   print_all(/*with_slots=*/false);
   std::cout << "placement written to " << options.json_output << "\n";
 }
