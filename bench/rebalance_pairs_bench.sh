@@ -8,7 +8,8 @@
 # the advice, the measured change with its interval, and whether the prediction lies inside.
 #   bench/rebalance_pairs_bench.sh [BUILD_DIR] [PAIRS] [STEPS]      (default: build 10 200)
 # Environment: MOESCOPE_BENCH_DIR (work folder, default a new temporary one), WINDOW (10),
-# PYTHON (python3 with torch). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
+# PYTHON (python3 with torch), REBALANCED_ARGS (more moe_train options for the rebalanced run,
+# e.g. "--rebalance-plan forecast"). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 pairs=${2:-10}
@@ -37,7 +38,7 @@ for ((seed = 1; seed <= pairs; seed++)); do
   dir="$work/pair$seed"
   train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
   train "$dir/rebalanced" "$seed" --redundant-experts 2 --rebalance-every "$window" \
-    --rebalance-threshold 1.05 --dispatch-pool || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
+    --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
     --expert-bytes $((3 * hidden * ffn * 4)) --advise --json "$dir/plan.json" \
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1

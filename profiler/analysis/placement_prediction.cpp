@@ -142,10 +142,32 @@ std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
   return result;
 }
 
+std::vector<double> mean_busiest_rows_per_step(const TraceModel& model,
+                                               const std::vector<uint32_t>& layers,
+                                               size_t skip_steps) {
+  const std::set<int64_t> kept = kept_steps(model, skip_steps);
+  std::map<std::pair<uint32_t, int64_t>, double> busiest;  // (layer, step) -> max over ranks
+  for (const RankStepRows& entry : received_rows_by_rank(model)) {
+    if (!kept.count(entry.step)) continue;
+    double& rows = busiest[{entry.layer, entry.step}];
+    rows = std::max(rows, entry.rows);
+  }
+  std::vector<double> sum(layers.size(), 0.0), steps(layers.size(), 0.0);
+  for (const auto& [key, rows] : busiest) {
+    const auto layer = std::find(layers.begin(), layers.end(), key.first);
+    if (layer == layers.end()) continue;
+    sum[size_t(layer - layers.begin())] += rows;
+    steps[size_t(layer - layers.begin())] += 1;
+  }
+  for (size_t l = 0; l < sum.size(); ++l) sum[l] = steps[l] > 0 ? sum[l] / steps[l] : 0.0;
+  return sum;
+}
+
 PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
                                       size_t skip_steps, const TimeBreakdown* breakdown,
-                                      const PlacementChangeCosts* costs) {
+                                      const PlacementChangeCosts* costs,
+                                      const std::vector<double>* busiest_rows_after) {
   PlacementPrediction prediction;
   TimeBreakdown storage;
   breakdown = &breakdown_of(model, breakdown, storage);  // computed once for all three uses
@@ -180,6 +202,14 @@ PlacementPrediction predict_placement(const TraceModel& model,
     rank.busy_ms_after = rank.busy_ms_before + rank.expert_ms_after - rank.expert_ms_before;
     prediction.ranks.push_back(std::move(rank));
   }
+  if (busiest_rows_after && busiest_rows_after->size() != prediction.layers.size()) {
+    throw std::invalid_argument("the plan's busiest rows per step cover " +
+                                std::to_string(busiest_rows_after->size()) + " layers, the trace " +
+                                std::to_string(prediction.layers.size()));
+  }
+  const std::vector<double> busiest_before =
+      busiest_rows_after ? mean_busiest_rows_per_step(model, prediction.layers, skip_steps)
+                         : std::vector<double>{};
   double rows_change = 0;  // the busiest rank's, summed over layers
   for (size_t layer = 0; layer < prediction.layers.size(); ++layer) {
     double max_before = 0, max_after = 0;
@@ -187,12 +217,18 @@ PlacementPrediction predict_placement(const TraceModel& model,
       max_before = std::max(max_before, rank.rows_before[layer]);
       max_after = std::max(max_after, rank.rows_after[layer]);
     }
+    if (busiest_rows_after) {
+      max_before = busiest_before[layer];
+      max_after = (*busiest_rows_after)[layer];
+    }
     rows_change += max_after - max_before;
   }
-  prediction.terms.push_back({"expert compute", ms_per_row * rows_change,
-                              prediction.cost.ms_per_row_stderr * std::abs(rows_change),
-                              "busiest rank's rows x ms/row fitted over " +
-                                  std::to_string(prediction.cost.samples) + " rank-steps"});
+  prediction.terms.push_back(
+      {"expert compute", ms_per_row * rows_change,
+       prediction.cost.ms_per_row_stderr * std::abs(rows_change),
+       std::string(busiest_rows_after ? "each step's busiest rank's rows (mean over the steps)"
+                                      : "busiest rank's mean rows") +
+           " x ms/row fitted over " + std::to_string(prediction.cost.samples) + " rank-steps"});
   if (costs) {
     if (costs->replicated_after.size() != prediction.layers.size() ||
         costs->replicated_before.size() != prediction.layers.size()) {

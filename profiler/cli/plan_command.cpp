@@ -29,6 +29,7 @@
 #include "plan_options.h"
 #include "plan_placement_output.h"
 #include "plan_prediction_output.h"
+#include "plan_step_loads.h"
 #include "run_inputs.h"
 
 namespace moescope::cli {
@@ -193,9 +194,13 @@ void run_plan(const PlanOptions& options) {
     cost_options.num_nodes = options.num_nodes;
     const analysis::PlacementChangeCosts costs =
         placement_change_costs(cost_options, plan, current, copies, loads.num_experts);
+    // The busiest GPU of each recorded step under the plan, not of the mean loads.
+    const std::vector<double> busiest_after =
+        mean_busiest_gpu_rows(*model, plan, options.skip_steps);
     try {
       prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
-                                               run->breakdown_or_null(), &costs);
+                                               run->breakdown_or_null(), &costs,
+                                               busiest_after.empty() ? nullptr : &busiest_after);
     } catch (const std::invalid_argument& error) {
       no_prediction = error.what();
     }

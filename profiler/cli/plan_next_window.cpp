@@ -6,49 +6,17 @@
 #include <stdexcept>
 #include <string>
 
-#include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/balancer/load_predictor.h"
 #include "moescope/balancer/next_window_placement.h"
+#include "plan_step_loads.h"
 
 namespace moescope::cli {
-namespace {
-
 using balancer::ExpertLoads;
-
-// [steps] of [layers x experts], the steps every layer has, layers in id order (as
-// expert_loads_of_model orders them).
-std::vector<ExpertLoads> loads_by_step(const analysis::TraceModel& model) {
-  std::map<int64_t, std::map<uint32_t, const std::vector<double>*>> by_step;
-  std::map<uint32_t, size_t> experts_of_layer;
-  const std::vector<analysis::LayerStepLoad> loads = analysis::layer_step_loads(model);
-  for (const analysis::LayerStepLoad& load : loads) {
-    by_step[load.step][load.layer] = &load.tokens;
-    experts_of_layer[load.layer] = load.tokens.size();
-  }
-  std::vector<ExpertLoads> steps;
-  for (const auto& [step, per_layer] : by_step) {
-    if (per_layer.size() != experts_of_layer.size()) continue;
-    ExpertLoads step_loads;
-    step_loads.num_layers = static_cast<int>(per_layer.size());
-    step_loads.num_experts = static_cast<int>(per_layer.begin()->second->size());
-    for (const auto& [layer, tokens] : per_layer) {
-      if (static_cast<int>(tokens->size()) != step_loads.num_experts) {
-        throw std::runtime_error("--next-window: layer " + std::to_string(layer) + " has " +
-                                 std::to_string(tokens->size()) + " experts, the first layer " +
-                                 std::to_string(step_loads.num_experts));
-      }
-      step_loads.values.insert(step_loads.values.end(), tokens->begin(), tokens->end());
-    }
-    steps.push_back(std::move(step_loads));
-  }
-  return steps;
-}
-
-}  // namespace
 
 NextWindowScenarios next_window_scenarios(const analysis::TraceModel& model, size_t window_steps) {
   if (window_steps == 0) throw std::runtime_error("--next-window needs --window of at least 1");
-  const std::vector<ExpertLoads> steps = loads_by_step(model);
+  std::vector<ExpertLoads> steps;
+  for (RecordedStepLoads& step : recorded_step_loads(model)) steps.push_back(std::move(step.loads));
   if (steps.empty()) {
     throw std::runtime_error("--next-window: no step holds the expert loads of every layer");
   }

@@ -234,5 +234,50 @@ TEST(PlacementPrediction, CostModelAndStepChangeMatchABalancedRun) {
   EXPECT_THROW(prediction_from_json("{\"ranks\": []}"), std::invalid_argument);
 }
 
+// What a step waits for is its busiest rank that step: with loads that vary from step to step
+// the mean of the per-step max is above the max of the means (by the noise; on the skewed layer
+// rank 0 is the busiest every step, so there they nearly agree). Given the plan's per-step
+// busiest rows, the expert compute term compares the two per-step figures.
+TEST(PlacementPrediction, TheBusiestRankOfEachStepIsWhatTheChangeCompares) {
+  const std::string directory = testing::test_directory("placement_prediction_per_step");
+  DiffRunOptions skewed;
+  skewed.seed = 23;
+  skewed.hot_layer = 1;
+  skewed.hot_factor = 4.0;
+  const TraceModel before = load_run(directory, "skewed", skewed);
+  const std::vector<RankMeasurement> measured = measure_rank_load(before, {0, 1});
+  const std::vector<double> busiest = mean_busiest_rows_per_step(before, {0, 1});
+  ASSERT_EQ(busiest.size(), 2u);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const double max_of_means = std::max(measured[0].rows[layer], measured[1].rows[layer]);
+    EXPECT_GE(busiest[layer], max_of_means - 1e-9) << "layer " << layer;
+  }
+  EXPECT_GT(busiest[0], std::max(measured[0].rows[0], measured[1].rows[0]) + 1.0)
+      << "layer 0's ranks trade places from step to step: the per-step max is above";
+  EXPECT_NEAR(busiest[1], measured[0].rows[1], 0.005 * measured[0].rows[1]);
+
+  std::vector<std::vector<double>> balanced(2);
+  std::vector<double> busiest_after;
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const double mean = 0.5 * (measured[0].rows[layer] + measured[1].rows[layer]);
+    balanced[layer] = {mean, mean};
+    busiest_after.push_back(mean + 40.0);  // the plan's per-step max: its mean plus noise
+  }
+  const PlacementPrediction mean_based = predict_placement(before, balanced);
+  const PlacementPrediction per_step =
+      predict_placement(before, balanced, 1, nullptr, nullptr, &busiest_after);
+  const double ms_per_row = per_step.cost.ms_per_row;
+  const double expected =
+      ms_per_row * ((busiest_after[0] - busiest[0]) + (busiest_after[1] - busiest[1]));
+  ASSERT_EQ(per_step.terms.front().name, "expert compute");
+  EXPECT_NEAR(per_step.terms.front().ms, expected, 1e-9);
+  EXPECT_NE(per_step.terms.front().basis.find("each step's busiest"), std::string::npos);
+  EXPECT_GT(per_step.step_ms_change, mean_based.step_ms_change)
+      << "the noise a balanced plan keeps takes part of the mean-based gain back";
+  const std::vector<double> one_layer{1.0};
+  EXPECT_THROW(predict_placement(before, balanced, 1, nullptr, nullptr, &one_layer),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace moescope::analysis

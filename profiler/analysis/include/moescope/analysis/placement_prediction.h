@@ -15,11 +15,15 @@
 //   busy_ms_after(g)   = busy_ms_before(g) + ms_per_row * (rows_after(g) - rows_before(g))
 //   step change        = ms_per_row * sum over layers of (max_g load_after - max_r rows_before)
 // Every rank waits for the busiest one at each layer's all-to-all, so a layer costs its busiest
-// rank's expert time; rows_before(r, layer) is the measured mean per step.
+// rank's expert time; rows_before(r, layer) is the measured mean per step. Given the plan's
+// busiest rows per step (`busiest_rows_after`: per layer the mean over the recorded steps of
+// the max over GPUs of that step's loads under the plan), the change compares it with the
+// measured mean of the per-step max over ranks instead: the busiest rank of each step, not of
+// the mean, which is what a step waits for when the loads vary from step to step (a balanced
+// placement's busiest rank is above its mean by the loads' noise).
 // With PlacementChangeCosts (step_cost_terms.h) the change also counts the all-to-all bytes,
 // the replicas' gradient all-reduce, the migration and the rebalancer's own time, each a term
-// fitted from the trace; step_ms_change is then their net sum. Not modelled: noise in the
-// per-step max.
+// fitted from the trace; step_ms_change is then their net sum.
 #pragma once
 
 #include <cstdint>
@@ -88,7 +92,14 @@ PlacementPrediction predict_placement(const TraceModel& model,
                                       const std::vector<std::vector<double>>& gpu_loads_after,
                                       size_t skip_steps = 1,
                                       const TimeBreakdown* breakdown = nullptr,
-                                      const PlacementChangeCosts* costs = nullptr);
+                                      const PlacementChangeCosts* costs = nullptr,
+                                      const std::vector<double>* busiest_rows_after = nullptr);
+
+// Per layer of `layers` ([layers]): the mean over the steps after `skip_steps` of the max over
+// ranks of the rows each rank received that step.
+std::vector<double> mean_busiest_rows_per_step(const TraceModel& model,
+                                               const std::vector<uint32_t>& layers,
+                                               size_t skip_steps = 1);
 
 // JSON object text (the "prediction" of `moescope plan --json`) and back. The parser throws
 // std::invalid_argument naming what is missing.
