@@ -9,7 +9,8 @@
 #   bench/rebalance_pairs_bench.sh [BUILD_DIR] [PAIRS] [STEPS]      (default: build 10 200)
 # Environment: MOESCOPE_BENCH_DIR (work folder, default a new temporary one), WINDOW (10),
 # PYTHON (python3 with torch), REBALANCED_ARGS (more moe_train options for the rebalanced run,
-# e.g. "--rebalance-plan forecast"). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
+# e.g. "--rebalance-plan forecast"), REPLAN_ONLY=1 (no training: plan and diff again the runs
+# already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 pairs=${2:-10}
@@ -32,13 +33,16 @@ train() {  # train OUT SEED ARGS...
     --seed "$seed" --balance none "$@" > "$out/train.log" 2>&1
 }
 echo "work folder: $work"
+: > "$work/pairs.jsonl"  # this run's rows only
 echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for ((seed = 1; seed <= pairs; seed++)); do
   dir="$work/pair$seed"
-  train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
-  train "$dir/rebalanced" "$seed" --redundant-experts 2 --rebalance-every "$window" \
-    --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
+  if [ -z "${REPLAN_ONLY:-}" ]; then
+    train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
+    train "$dir/rebalanced" "$seed" --redundant-experts 2 --rebalance-every "$window" \
+      --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
+  fi
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
     --expert-bytes $((3 * hidden * ffn * 4)) --advise --json "$dir/plan.json" \
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
