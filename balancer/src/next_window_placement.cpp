@@ -37,6 +37,33 @@ double expected_max_over_mean(const ExpertPlacement& placement,
   return scenarios.empty() ? 1.0 : sum / double(scenarios.size());
 }
 
+namespace {
+
+// Per layer, the candidate with the lowest mean max/mean over `scenarios` among those
+// `eligible(candidate, layer)` accepts (the first is always one; ties: the earlier), put
+// together into one placement.
+template <typename Eligible>
+ExpertPlacement best_per_layer(const std::vector<ExpertPlacement>& candidates,
+                               const std::vector<ExpertLoads>& scenarios, Eligible eligible) {
+  const ExpertPlacement& first = candidates.front();
+  std::vector<int32_t> physical_to_logical;
+  for (int layer = 0; layer < first.num_layers; ++layer) {
+    size_t best = 0;
+    double best_score = expected_max_over_mean(first, scenarios, layer);
+    for (size_t c = 1; c < candidates.size(); ++c) {
+      if (!eligible(candidates[c], layer)) continue;
+      const double score = expected_max_over_mean(candidates[c], scenarios, layer);
+      if (score < best_score) best = c, best_score = score;
+    }
+    const auto slots = candidates[best].phy2log(layer);
+    physical_to_logical.insert(physical_to_logical.end(), slots.begin(), slots.end());
+  }
+  return placement_from_physical_to_logical(first.num_layers, first.num_logical_experts,
+                                            first.num_gpus, physical_to_logical);
+}
+
+}  // namespace
+
 ExpertPlacement plan_for_next_window(const std::vector<ExpertLoads>& scenarios,
                                      const PlacementConfig& config) {
   if (scenarios.empty()) {
@@ -49,20 +76,7 @@ ExpertPlacement plan_for_next_window(const std::vector<ExpertLoads>& scenarios,
   for (const ExpertLoads& scenario : scenarios) {
     candidates.push_back(plan_expert_placement(scenario, config));
   }
-  const ExpertPlacement& first = candidates.front();
-  std::vector<int32_t> physical_to_logical;
-  for (int layer = 0; layer < first.num_layers; ++layer) {
-    size_t best = 0;
-    double best_score = expected_max_over_mean(first, scenarios, layer);
-    for (size_t c = 1; c < candidates.size(); ++c) {
-      const double score = expected_max_over_mean(candidates[c], scenarios, layer);
-      if (score < best_score) best = c, best_score = score;
-    }
-    const auto slots = candidates[best].phy2log(layer);
-    physical_to_logical.insert(physical_to_logical.end(), slots.begin(), slots.end());
-  }
-  return placement_from_physical_to_logical(first.num_layers, first.num_logical_experts,
-                                            first.num_gpus, physical_to_logical);
+  return best_per_layer(candidates, scenarios, [](const ExpertPlacement&, int) { return true; });
 }
 
 ExpertPlacement plan_incremental_for_next_window(const std::vector<ExpertLoads>& scenarios,
@@ -83,22 +97,12 @@ ExpertPlacement plan_incremental_for_next_window(const std::vector<ExpertLoads>&
   for (const ExpertLoads& scenario : scenarios) {
     candidates.push_back(plan_expert_placement_incremental(scenario, config, current));
   }
+  // A candidate the forecast itself says is worse than `current` is not one.
   const std::vector<ExpertLoads> forecast{scenarios.front()};
-  std::vector<int32_t> physical_to_logical;
-  for (int layer = 0; layer < current.num_layers; ++layer) {
-    const double current_on_forecast = expected_max_over_mean(current, forecast, layer);
-    size_t best = 0;
-    double best_score = expected_max_over_mean(current, scenarios, layer);
-    for (size_t c = 1; c < candidates.size(); ++c) {
-      if (expected_max_over_mean(candidates[c], forecast, layer) > current_on_forecast) continue;
-      const double score = expected_max_over_mean(candidates[c], scenarios, layer);
-      if (score < best_score) best = c, best_score = score;
-    }
-    const auto slots = candidates[best].phy2log(layer);
-    physical_to_logical.insert(physical_to_logical.end(), slots.begin(), slots.end());
-  }
-  return placement_from_physical_to_logical(current.num_layers, current.num_logical_experts,
-                                            current.num_gpus, physical_to_logical);
+  return best_per_layer(candidates, scenarios, [&](const ExpertPlacement& candidate, int layer) {
+    return expected_max_over_mean(candidate, forecast, layer) <=
+           expected_max_over_mean(current, forecast, layer);
+  });
 }
 
 }  // namespace moescope::balancer
