@@ -44,17 +44,23 @@ std::string record_command(const std::string& output_pattern) {
          " -- ";
 }
 
-TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLoad) {
-  const std::string dir = fresh_dir("recorded_moe_train");
+// moe_train on 2 Gloo ranks under `moescope record` (traces dir/run.<rank>.moetrace) with the
+// small model every test here uses and `args` after it.
+CommandResult record_two_rank_moe_train(const std::string& dir, const std::string& args) {
   const int port = free_port_pair();
   const std::string command =
       record_command(dir + "/run.%r.moetrace") +
       "env OMP_NUM_THREADS=1 python3 -m torch.distributed.run --no-python --nproc_per_node 2 "
       "--master_addr 127.0.0.1 --master_port " +
       std::to_string(port) + " " + shell_quote(build_dir() + "/bin/moe_train") +
-      " --threads 1 --layers 2 --hidden 32 --heads 4 --ffn-hidden 64 --experts 4 --top-k 2"
-      " --batch 4 --seq-len 16 --steps 4 --gate-skew 2 --skew-layer 1 --print-expert-load";
-  CommandResult run = run_shell("timeout 300 " + command);
+      " --threads 1 --layers 2 --hidden 32 --heads 4 --ffn-hidden 64 --experts 4 --top-k 2 " + args;
+  return run_shell("timeout 300 " + command);
+}
+
+TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLoad) {
+  const std::string dir = fresh_dir("recorded_moe_train");
+  CommandResult run = record_two_rank_moe_train(
+      dir, "--batch 4 --seq-len 16 --steps 4 --gate-skew 2 --skew-layer 1 --print-expert-load");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto printed = parse_expert_load_lines(run.output);
   ASSERT_EQ(printed.size(), 2u * 4u * 2u) << run.output;  // ranks x steps x layers
@@ -96,15 +102,8 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
 // the rule says it pays; `moescope report` words them.
 TEST(RecordedSamplesTest, MoeTrainRecordsEachRebalanceDecisionWithItsNumbers) {
   const std::string dir = fresh_dir("recorded_rebalance");
-  const int port = free_port_pair();
-  const std::string command =
-      record_command(dir + "/run.%r.moetrace") +
-      "env OMP_NUM_THREADS=1 python3 -m torch.distributed.run --no-python --nproc_per_node 2 "
-      "--master_addr 127.0.0.1 --master_port " +
-      std::to_string(port) + " " + shell_quote(build_dir() + "/bin/moe_train") +
-      " --threads 1 --layers 2 --hidden 32 --heads 4 --ffn-hidden 64 --experts 4 --top-k 2"
-      " --batch 8 --seq-len 32 --steps 24 --gate-skew 4 --skew-layer 1 --rebalance-every 8";
-  CommandResult run = run_shell("timeout 300 " + command);
+  CommandResult run = record_two_rank_moe_train(
+      dir, "--batch 8 --seq-len 32 --steps 24 --gate-skew 4 --skew-layer 1 --rebalance-every 8");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::vector<std::string> traces = glob_files(dir + "/run.[0-9]*.moetrace");
   ASSERT_EQ(traces.size(), 2u) << run.output;
