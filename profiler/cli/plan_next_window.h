@@ -2,8 +2,9 @@
 // mean. From the run's per-step expert loads (analysis::layer_step_loads) the balancer's EMA
 // forecaster (the runtime rebalancer's) is fed every step in windows of `window_steps`; the
 // forecast after the last step and the forecast's errors on the last
-// balancer::kRecentWindowErrors windows (window mean - the forecast made before it) are the scenarios plan_for_next_window weighs
-// (balancer/next_window_placement.h; measured in docs/performance.md).
+// balancer::kRecentWindowErrors windows (window mean - the forecast made before it) are the
+// scenarios plan_for_next_window weighs (balancer/next_window_placement.h; measured in
+// docs/performance.md).
 #pragma once
 
 #include <cstddef>
