@@ -212,14 +212,14 @@ PlacementPrediction predict_placement(const TraceModel& model,
                          : std::vector<double>{};
   double rows_change = 0;  // the busiest rank's, summed over layers
   for (size_t layer = 0; layer < prediction.layers.size(); ++layer) {
-    double max_before = 0, max_after = 0;
+    if (busiest_rows_after) {
+      rows_change += (*busiest_rows_after)[layer] - busiest_before[layer];
+      continue;
+    }
+    double max_before = 0, max_after = 0;  // of the mean rows (a plan from a loads file)
     for (const RankPrediction& rank : prediction.ranks) {
       max_before = std::max(max_before, rank.rows_before[layer]);
       max_after = std::max(max_after, rank.rows_after[layer]);
-    }
-    if (busiest_rows_after) {
-      max_before = busiest_before[layer];
-      max_after = (*busiest_rows_after)[layer];
     }
     rows_change += max_after - max_before;
   }
