@@ -4,10 +4,14 @@
 # (Gloo) under `moescope record` with the demo's model and layer 1's router skewed, once without
 # balancing and once with 2 redundant experts rebalanced every WINDOW steps; then `moescope plan
 # --advise` on the skewed run alone (every cost fitted from it) and `moescope diff --predicted`
-# against the rebalanced run. One table row per pair: predicted net change with its interval,
+# against the rebalanced run: the plan replays the runtime rebalancer's decisions (every WINDOW
+# steps, threshold 1.05) on the skewed run's recorded loads. One table row per pair: predicted net change with its interval,
 # the advice, the measured change with its interval, and whether the prediction lies inside.
 #   bench/rebalance_pairs_bench.sh [BUILD_DIR] [PAIRS] [STEPS]      (default: build 10 200)
 # Environment: MOESCOPE_BENCH_DIR (work folder, default a new temporary one), WINDOW (10),
+# FIRST_SEED (1: the seeds are FIRST_SEED .. FIRST_SEED + PAIRS - 1), PLAN_ARGS (the plan's
+# rebalancer options, default "--rebalance-every WINDOW --rebalance-threshold 1.05"; "--window
+# WINDOW" alone predicts the one placement planned from the whole run, applied once),
 # PYTHON (python3 with torch), REBALANCED_ARGS (more moe_train options for the rebalanced run,
 # e.g. "--rebalance-plan forecast"), REPLAN_ONLY=1 (no training: plan and diff again the runs
 # already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
@@ -36,7 +40,8 @@ echo "work folder: $work"
 : > "$work/pairs.jsonl"  # this run's rows only
 echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change |"
 echo "| --- | --- | --- | --- | --- | --- |"
-for ((seed = 1; seed <= pairs; seed++)); do
+first_seed=${FIRST_SEED:-1}
+for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
   dir="$work/pair$seed"
   if [ -z "${REPLAN_ONLY:-}" ]; then
     train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
@@ -44,7 +49,8 @@ for ((seed = 1; seed <= pairs; seed++)); do
       --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
   fi
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
-    --expert-bytes $((3 * hidden * ffn * 4)) --advise --json "$dir/plan.json" \
+    --expert-bytes $((3 * hidden * ffn * 4)) ${PLAN_ARGS:---rebalance-every $window --rebalance-threshold 1.05} \
+    --advise --json "$dir/plan.json" \
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
   "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \
     --skip-steps "$window" --predicted "$dir/plan.json" --format json -o "$dir/diff.json" > /dev/null 2>&1

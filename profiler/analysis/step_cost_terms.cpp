@@ -165,9 +165,12 @@ std::vector<StepCostTerm> placement_cost_terms(const CommCostFit& fit,
   const double moved =
       double(costs.expert_copies) * costs.expert_bytes * costs.moved_tensors_per_expert;
   if (costs.expert_copies > 0) {
-    // Derived from the all-to-all: one transfer per moved tensor; measured: per decision.
-    const double transfers =
-        fit.migration_measured ? 1.0 : costs.moved_tensors_per_expert * double(layers);
+    // Derived from the all-to-all: one transfer per moved tensor of each layer moved (every
+    // layer once unless counted); measured: per decision.
+    const double transfers = fit.migration_measured
+                                 ? double(std::max<size_t>(1, costs.layer_moves))
+                                 : costs.moved_tensors_per_expert *
+                                       double(costs.layer_moves > 0 ? costs.layer_moves : layers);
     const LinearFit& line = fit.migration;
     terms.push_back(
         {"migration", (transfers * line.intercept + line.slope * moved) / window,

@@ -29,6 +29,7 @@
 #include "plan_options.h"
 #include "plan_placement_output.h"
 #include "plan_prediction_output.h"
+#include "plan_replay.h"
 #include "plan_step_loads.h"
 #include "run_inputs.h"
 
@@ -179,9 +180,18 @@ void run_plan(const PlanOptions& options) {
   // From a trace: what this placement would save, from the expert cost measured there.
   std::optional<analysis::PlacementPrediction> prediction;
   std::string no_prediction;
+  std::optional<balancer::RebalanceReplay> replay;
+  if (options.rebalance_every > 0) {
+    if (!model) throw std::invalid_argument("--rebalance-every needs TRACE files");
+    replay = replay_recorded_run(*model, options);
+  }
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    for (size_t layer = 0; replay && layer < replay->layers.size(); ++layer) {
+      gpu_loads_after[layer] = balancer::gpu_loads_of_placement(
+          loads.layer(int(layer)), replay->layers[layer].final_placement, 0);
+    }
     size_t copies = 0;
     for (const LayerBalance& balance : balances) copies += balance.moves.size();
     ChangeCostOptions cost_options;
@@ -192,11 +202,18 @@ void run_plan(const PlanOptions& options) {
     cost_options.replica_sync_collectives = options.replica_sync_collectives;
     cost_options.rebalancer_collectives = options.rebalancer_collectives;
     cost_options.num_nodes = options.num_nodes;
-    const analysis::PlacementChangeCosts costs =
+    analysis::PlacementChangeCosts costs =
         placement_change_costs(cost_options, plan, current, copies, loads.num_experts);
-    // The busiest GPU of each recorded step under the plan, not of the mean loads.
-    const std::vector<double> busiest_after =
-        mean_busiest_gpu_rows(*model, plan, options.skip_steps);
+    // The busiest GPU of each recorded step under the plan, not of the mean loads; with
+    // --rebalance-every under the placement the replayed rebalancer holds at that step.
+    std::vector<double> busiest_after = mean_busiest_gpu_rows(*model, plan, options.skip_steps);
+    if (replay) {
+      count_replay_costs(*replay, costs);
+      busiest_after.clear();
+      for (const balancer::ReplayedLayer& layer : replay->layers) {
+        busiest_after.push_back(layer.mean_busiest_rows);
+      }
+    }
     try {
       prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
                                                run->breakdown_or_null(), &costs,
@@ -212,6 +229,7 @@ void run_plan(const PlanOptions& options) {
   }
   auto print_all = [&](bool with_slots) {
     if (next_window) std::cout << next_window_note(*next_window, options.window_steps) << "\n";
+    if (replay) std::cout << replay_note(*replay, options) << "\n";
     print_placement(std::cout, options, plan, balances, with_slots);
     if (prediction) print_prediction(std::cout, *prediction, options.expert_bytes > 0);
     if (advice) print_advice(std::cout, *advice);
@@ -301,6 +319,15 @@ void add_plan_command(CLI::App& app) {
   plan->add_flag("--next-window", options->next_window,
                  "from traces: plan for the next --window steps, by the expected max/mean over "
                  "the load forecast and its recent errors, instead of the recorded mean loads");
+  plan->add_option("--rebalance-every", options->rebalance_every,
+                   "from traces: predict a run whose runtime rebalancer re-plans every N steps "
+                   "(its decisions replayed on the recorded loads, judged by the cost rule with "
+                   "the rates fitted from the traces) instead of this placement applied once")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--rebalance-threshold", options->rebalance_threshold,
+                   "with --rebalance-every: the rebalancer's forecast max/mean above which it "
+                   "plans (default 1.10, moe_train's)")
+      ->check(CLI::Range(1.0, 1e9));
   plan->add_flag("--advise", options->advise,
                  "from traces: say whether the change pays over the window (the steps' predicted "
                  "gain beats the move's cost) and record it as \"advice\" in --json");

@@ -37,6 +37,9 @@ struct PlanOptions {
   int replica_sync_collectives = 0;  // all-reduces a layer's first replica adds per step
   int rebalancer_collectives = 0;    // the rebalancer's own all-reduces per step
   bool next_window = false;          // plan for the next --window steps (plan_next_window.h)
+  // Predict the runtime rebalancer re-planning every N steps (plan_replay.h); 0: one placement.
+  int64_t rebalance_every = 0;
+  double rebalance_threshold = 1.10;  // its RebalancerOptions::imbalance_threshold
 };
 
 struct LayerBalance {

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "moescope/balancer/next_window_placement.h"
+#include "moescope/balancer/layer_rebalance.h"
 #include "moescope/recorder.h"
 #include "moescope/runtime/moe_instrumentation.h"
 #include "moescope/runtime/optimizer_state.h"
@@ -18,11 +18,6 @@ namespace {
 int64_t num_experts_of(const std::vector<MoELayer>& layers) {
   TORCH_CHECK(!layers.empty(), "ExpertRebalancer: no MoE layers given");
   return layers.front()->config().num_experts;
-}
-
-double imbalance(std::span<const double> loads, const balancer::ExpertPlacement& placement) {
-  return balancer::summarize_gpu_loads(balancer::gpu_loads_of_placement(loads, placement, 0))
-      .max_over_mean();
 }
 
 void record_values(int64_t step, const MoELayerImpl& layer, uint32_t quantity,
@@ -87,18 +82,6 @@ static_assert(static_cast<uint32_t>(balancer::RebalanceReason::kPays) == MOESCOP
 
 constexpr size_t kNumCostFits = 4;  // compute, dispatch, all-reduce, migration
 constexpr size_t kCostSums = kNumCostFits * balancer::RunningLineFit::kNumSums;
-
-// Rows of the busiest rank per step of `loads` [E] under `placement`.
-double busiest_rows(std::span<const double> loads, const balancer::ExpertPlacement& placement) {
-  return balancer::summarize_gpu_loads(balancer::gpu_loads_of_placement(loads, placement, 0))
-      .max_gpu_load;
-}
-
-int replicated_experts(const balancer::ExpertPlacement& placement) {
-  int replicated = 0;
-  for (const int count : placement.logcnt(0)) replicated += count > 1 ? 1 : 0;
-  return replicated;
-}
 
 }  // namespace
 
@@ -215,8 +198,8 @@ std::vector<RebalanceDecision> ExpertRebalancer::after_summed_step(int64_t step,
   // over the layers (the assumption of the imbalance rule; an upper bound).
   double rows = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    rows += busiest_rows(forecaster_.predict(static_cast<int>(l)),
-                         layers_[l]->expert_slots().placement());
+    rows += balancer::busiest_gpu_load(forecaster_.predict(static_cast<int>(l)),
+                                       layers_[l]->expert_slots().placement());
   }
   const double assumed_ms_per_row = rows > 0 ? mean_step_seconds * 1e3 / rows : 0.0;
   for (size_t l = 0; l < layers_.size(); ++l)
@@ -232,83 +215,55 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
   const balancer::ExpertPlacement& current = layer.expert_slots().placement();
   const std::vector<double> forecast = forecaster_.predict(static_cast<int>(layer_position));
 
+  // Bytes of one expert slot: its weights plus the optimizer state that travels with them;
+  // its gradient (what a replica's all-reduce sums) is one weights' worth.
+  balancer::ExpertSlotBytes bytes;
+  for (const at::Tensor& weight : {layer.experts->w_gate_up, layer.experts->w_down}) {
+    int64_t copies = 1;
+    for (const torch::optim::Optimizer* optimizer : optimizers_) {
+      copies += static_cast<int64_t>(optimizer_state_tensors(*optimizer, weight).size());
+    }
+    const double weight_bytes =
+        static_cast<double>(weight[0].numel() * static_cast<int64_t>(weight.element_size()));
+    bytes.migrated += static_cast<double>(copies) * weight_bytes;
+    bytes.gradient += weight_bytes;
+  }
+  for (const at::Tensor& state : extra_slot_state_[layer_position]) {
+    bytes.migrated +=
+        static_cast<double>(state[0].numel() * static_cast<int64_t>(state.element_size()));
+  }
+  bytes.row = static_cast<double>(layer.config().hidden_size *
+                                  static_cast<int64_t>(layer.experts->w_gate_up.element_size()));
+  balancer::LayerRebalancePolicy policy;
+  policy.imbalance_threshold = options_.imbalance_threshold;
+  policy.incremental_max_over_mean = options_.incremental_max_over_mean;
+  policy.plan_for_next_window = options_.plan_for_next_window;
+  policy.replica_gradients_packed = options_.replica_gradients_packed;
+  policy.decide_on_lower_bound = options_.decide_on_lower_bound;
+  policy.window_steps = static_cast<double>(options_.window_steps > 0 ? options_.window_steps
+                                                                      : options_.interval_steps);
+
+  balancer::LayerRebalanceDecision planned;
+  try {
+    planned = balancer::decide_layer_rebalance(
+        forecast, forecaster_.accuracy(static_cast<int>(layer_position)).recent_errors(), current,
+        policy, bytes, cost_rates(assumed_ms_per_row));
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK(false, "ExpertRebalancer: planning layer ", layer.config().layer_index,
+                " failed: ", error.what());
+  }
   RebalanceDecision decision;
   decision.step = step;
   decision.layer = layer.config().layer_index;
-  decision.imbalance_before = imbalance(forecast, current);
-  decision.imbalance_after = decision.imbalance_before;
-  decision.busiest_rows_before = busiest_rows(forecast, current);
-  decision.busiest_rows_after = decision.busiest_rows_before;
-  const double window = static_cast<double>(options_.window_steps > 0 ? options_.window_steps
-                                                                      : options_.interval_steps);
-  decision.verdict.window_steps = window;
-  decision.verdict.reason = balancer::RebalanceReason::kBalanced;
-
-  balancer::ExpertPlacement candidate = current;
-  if (decision.imbalance_before > options_.imbalance_threshold) {
-    balancer::ExpertLoads loads{1, static_cast<int>(forecast.size()), forecast};
-    balancer::PlacementConfig config;
-    config.num_physical_experts = current.num_physical_experts;
-    config.num_gpus = current.num_gpus;
-    config.policy = balancer::PlacementPolicy::kGlobal;
-    config.incremental_max_over_mean = options_.incremental_max_over_mean;
-    try {
-      // Planned for the next window: the forecast and the forecast plus each of its recent
-      // window errors are the scenarios a plan is weighed on (next_window_placement.h).
-      std::vector<balancer::ExpertLoads> errors;
-      if (options_.plan_for_next_window) {
-        for (const std::vector<double>& error :
-             forecaster_.accuracy(static_cast<int>(layer_position)).recent_errors()) {
-          errors.push_back({1, static_cast<int>(error.size()), error});
-        }
-      }
-      candidate = balancer::plan_incremental_for_next_window(
-          balancer::forecast_scenarios(loads, errors), config, current);
-    } catch (const std::invalid_argument& error) {
-      TORCH_CHECK(false, "ExpertRebalancer: planning layer ", decision.layer,
-                  " failed: ", error.what());
-    }
-    decision.imbalance_after = imbalance(forecast, candidate);
-    decision.busiest_rows_after = busiest_rows(forecast, candidate);
-    // Bytes of one expert slot: its weights plus the optimizer state that travels with them;
-    // its gradient (what a replica's all-reduce sums) is one weights' worth.
-    int64_t expert_bytes = 0, gradient_bytes = 0;
-    for (const at::Tensor& weight : {layer.experts->w_gate_up, layer.experts->w_down}) {
-      int64_t copies = 1;
-      for (const torch::optim::Optimizer* optimizer : optimizers_) {
-        copies += static_cast<int64_t>(optimizer_state_tensors(*optimizer, weight).size());
-      }
-      const int64_t bytes = weight[0].numel() * static_cast<int64_t>(weight.element_size());
-      expert_bytes += copies * bytes;
-      gradient_bytes += bytes;
-    }
-    for (const at::Tensor& state : extra_slot_state_[layer_position]) {
-      expert_bytes += state[0].numel() * static_cast<int64_t>(state.element_size());
-    }
-    const auto moves = balancer::plan_expert_migration(current, candidate).moves.size();
-    decision.bytes_to_move = static_cast<int64_t>(moves) * expert_bytes;
-
-    balancer::RebalanceCandidate change;
-    change.busiest_rows_before = decision.busiest_rows_before;
-    change.busiest_rows_after = decision.busiest_rows_after;
-    change.row_bytes = static_cast<double>(
-        layer.config().hidden_size * static_cast<int64_t>(layer.experts->w_gate_up.element_size()));
-    const int replicated_before = replicated_experts(current);
-    const int replicated_after = replicated_experts(candidate);
-    // MoELayer::sync_replica_gradients: one all-reduce while the layer has any replica, of
-    // every replicated expert's gradient (none of its own when the loop packs them).
-    change.sync_collectives_added =
-        options_.replica_gradients_packed
-            ? 0.0
-            : static_cast<double>((replicated_after > 0 ? 1 : 0) - (replicated_before > 0 ? 1 : 0));
-    change.sync_bytes_added = static_cast<double>(replicated_after - replicated_before) *
-                              static_cast<double>(gradient_bytes);
-    change.migration_bytes = static_cast<double>(decision.bytes_to_move);
-    change.window_steps = window;
-    change.moves = moves > 0;
-    decision.verdict = balancer::judge_rebalance(cost_rates(assumed_ms_per_row), change,
-                                                 options_.decide_on_lower_bound);
-
+  decision.imbalance_before = planned.imbalance_before;
+  decision.imbalance_after = planned.imbalance_after;
+  decision.busiest_rows_before = planned.busiest_rows_before;
+  decision.busiest_rows_after = planned.busiest_rows_after;
+  decision.bytes_to_move = static_cast<int64_t>(planned.bytes_to_move);
+  decision.verdict = planned.verdict;
+  const balancer::ExpertPlacement& candidate = planned.candidate;
+  const size_t moves = planned.moves;
+  if (planned.verdict.reason != balancer::RebalanceReason::kBalanced) {
     decision.gain_seconds = step_seconds *
                             (1.0 - decision.imbalance_after / decision.imbalance_before) *
                             static_cast<double>(options_.interval_steps);
@@ -331,9 +286,7 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
   }
   // The dispatch buffers follow the forecast: the busiest rank's predicted rows, with headroom.
   layer.reserve_dispatch_buffers(
-      balancer::summarize_gpu_loads(
-          balancer::gpu_loads_of_placement(forecast, layer.expert_slots().placement(), 0))
-          .max_gpu_load);
+      balancer::busiest_gpu_load(forecast, layer.expert_slots().placement()));
 
   if (is_trace_recording()) record_decision(decision, layer, forecast);
   return decision;

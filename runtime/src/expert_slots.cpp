@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "moescope/balancer/layer_rebalance.h"
+
 namespace moescope::runtime {
 
 balancer::ExpertPlacement placement_layer(const balancer::ExpertPlacement& placement, int layer) {
@@ -16,19 +18,8 @@ balancer::ExpertPlacement placement_layer(const balancer::ExpertPlacement& place
 
 balancer::ExpertPlacement ExpertSlots::initial_placement(int64_t num_experts, int64_t num_slots,
                                                          int64_t ep_size) {
-  if (num_slots == num_experts) {
-    return balancer::make_identity_placement(1, static_cast<int>(num_experts),
-                                             static_cast<int>(ep_size));
-  }
-  balancer::ExpertLoads uniform;
-  uniform.num_layers = 1;
-  uniform.num_experts = static_cast<int>(num_experts);
-  uniform.values.assign(static_cast<size_t>(num_experts), 1.0);
-  balancer::PlacementConfig config;
-  config.num_physical_experts = static_cast<int>(num_slots);
-  config.num_gpus = static_cast<int>(ep_size);
-  config.policy = balancer::PlacementPolicy::kGlobal;
-  return balancer::plan_expert_placement(uniform, config);
+  return balancer::initial_slot_placement(static_cast<int>(num_experts),
+                                          static_cast<int>(num_slots), static_cast<int>(ep_size));
 }
 
 ExpertSlots::ExpertSlots(const balancer::ExpertPlacement& placement, int layer,

@@ -51,8 +51,9 @@ CommCostFit fit_comm_costs(const TraceModel& model);
 // What the placement change does besides moving rows (from the planner), and how it is run.
 struct PlacementChangeCosts {
   std::vector<int> replicated_before, replicated_after;  // [layers] experts with > 1 replica
-  size_t expert_copies = 0;             // slots that take in another expert's weights
-  double expert_bytes = 0;              // one expert's weights (= its gradient); 0: unknown
+  size_t expert_copies = 0;  // slots that take in another expert's weights
+  size_t layer_moves = 0;    // layer placements changed (each a migration); 0: every layer once
+  double expert_bytes = 0;   // one expert's weights (= its gradient); 0: unknown
   double moved_tensors_per_expert = 4;  // weights, gradient, Adam's two moments
   // All-reduces a layer's first replica adds: 0 where the loop packs the replicas' gradients
   // into its gradient all-reduce (moe_train, moescope.runtime's ExpertBalancer per step), 1

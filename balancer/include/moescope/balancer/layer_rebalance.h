@@ -1,0 +1,70 @@
+// One layer's rebalance decision, taken from a load forecast: the runtime's rebalancer
+// (runtime/expert_rebalancer.h) takes it between steps, and `moescope plan` replays it on a
+// recorded run's loads (rebalance_replay.h), so the two cannot drift apart.
+//
+//   1. imbalance_before = max/mean per-GPU load of the forecast on the current placement; at or
+//      below the threshold the layer is balanced enough and nothing is planned.
+//   2. The candidate: plan_incremental_for_next_window over the forecast and the forecast plus
+//      each of its recent window errors (next_window_placement.h), or the forecast alone.
+//   3. The cost rule (rebalance_cost_model.h) judges the candidate with the given rates: the
+//      busiest GPU's rows saved against the replicas' added gradient sync and the migration.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "moescope/balancer/expert_placement.h"
+#include "moescope/balancer/rebalance_cost_model.h"
+
+namespace moescope::balancer {
+
+struct LayerRebalancePolicy {
+  double imbalance_threshold = 1.10;        // forecast max/mean worth planning for
+  double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
+  bool plan_for_next_window = true;         // weigh the plan over the recent errors too
+  // The loop sums the replicas' gradients in an all-reduce it makes anyway: a replica adds
+  // bytes to it, not a collective.
+  bool replica_gradients_packed = false;
+  bool decide_on_lower_bound = true;  // the net's lower 95% bound must be a gain
+  double window_steps = 50;           // steps the placement is expected to be kept
+};
+
+/// Bytes of one expert slot.
+struct ExpertSlotBytes {
+  double migrated = 0;  // its weights plus the optimizer state that travels with them
+  double gradient = 0;  // its gradient, what a replica's all-reduce sums
+  double row = 0;       // one token row in the all-to-all
+};
+
+struct LayerRebalanceDecision {
+  double imbalance_before = 1, imbalance_after = 1;        // of the forecast
+  double busiest_rows_before = 0, busiest_rows_after = 0;  // of the forecast, per step
+  ExpertPlacement candidate;                               // the current one when not planned
+  size_t moves = 0;                                        // expert copies to reach it
+  double bytes_to_move = 0;                                // over the whole group
+  int replicated_before = 0, replicated_after = 0;         // experts with more than one slot
+  RebalanceVerdict verdict;                                // reason kBalanced when not planned
+};
+
+/// `forecast` [num_experts] tokens per step; `recent_errors` each [num_experts] (actual window
+/// mean - forecast); `current` a one-layer placement. Throws std::invalid_argument when the
+/// shapes do not match.
+LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
+                                              const std::vector<std::vector<double>>& recent_errors,
+                                              const ExpertPlacement& current,
+                                              const LayerRebalancePolicy& policy,
+                                              const ExpertSlotBytes& bytes,
+                                              const RebalanceCostRates& rates);
+
+/// The one-layer placement a runtime layer's slots start from: the identity without spare slots,
+/// else the plan of uniform loads (the spare slots replicate the first experts).
+ExpertPlacement initial_slot_placement(int num_experts, int num_slots, int num_gpus);
+
+/// Experts of layer 0 of `placement` with more than one slot.
+int replicated_experts(const ExpertPlacement& placement);
+
+/// Max per-GPU load of `loads` [num_experts] on layer 0 of `placement` (replicas share evenly).
+double busiest_gpu_load(std::span<const double> loads, const ExpertPlacement& placement);
+
+}  // namespace moescope::balancer

@@ -1,0 +1,53 @@
+// What the runtime's rebalancer would do on a run recorded without it: the recorded tokens per
+// expert of every step are fed, step by step, to the forecaster the runtime uses
+// (ExpertLoadForecaster), and every `interval_steps` after `warmup_steps` each layer's decision
+// is taken by decide_layer_rebalance, as ExpertRebalancer::after_step takes it. An applied plan
+// holds from the next step. The placement in force at each step gives that step's busiest GPU.
+//
+// Why: a plan made from the whole run's mean loads, with hindsight, promises more than a
+// rebalancer that plans every window from a forecast can deliver (`moescope plan`'s step-time
+// prediction of a rebalanced run; docs/balancer.md, "Does it pay?").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moescope/balancer/expert_loads.h"
+#include "moescope/balancer/layer_rebalance.h"
+#include "moescope/balancer/load_predictor.h"
+
+namespace moescope::balancer {
+
+struct RebalanceReplayOptions {
+  int num_slots = 0;  // expert slots per layer over all GPUs
+  int num_gpus = 0;
+  int64_t interval_steps = 50;  // RebalancerOptions::interval_steps
+  int64_t warmup_steps = 10;    // RebalancerOptions::warmup_steps
+  LayerRebalancePolicy policy;
+  LoadPredictorConfig predictor;  // EMA by default, as the runtime's
+  int accuracy_horizon_steps = 10;
+  ExpertSlotBytes bytes;
+  RebalanceCostRates rates;  // what judges each plan (the runtime's own measured rates)
+};
+
+struct ReplayedLayer {
+  double mean_busiest_rows = 0;        // kept steps: max over GPUs of the step's tokens
+  double mean_replicated_experts = 0;  // kept steps: experts with more than one slot
+  size_t decisions = 0, applied = 0;   // decisions taken after a kept step
+  size_t expert_copies = 0;            // copies the applied ones made
+  ExpertPlacement final_placement;
+};
+
+struct RebalanceReplay {
+  std::vector<ReplayedLayer> layers;  // [num_layers]
+  size_t kept_steps = 0;              // steps after `skip_steps`
+};
+
+/// `steps`: each recorded step's loads [num_layers, num_experts] in step order; the first
+/// `skip_steps` are fed to the forecaster but not averaged. Throws std::invalid_argument when
+/// the steps differ in shape, there are none, or the slots and GPUs do not fit the experts.
+RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
+                                  const RebalanceReplayOptions& options, size_t skip_steps);
+
+}  // namespace moescope::balancer

@@ -1,0 +1,69 @@
+// The runtime rebalancer's policy replayed on recorded loads (rebalance_replay.h).
+#include "moescope/balancer/rebalance_replay.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "moescope/balancer/expert_migration.h"
+
+namespace moescope::balancer {
+
+RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
+                                  const RebalanceReplayOptions& options, size_t skip_steps) {
+  if (steps.empty()) throw std::invalid_argument("replay_rebalancer: no recorded step");
+  const int layers = steps.front().num_layers, experts = steps.front().num_experts;
+  for (const ExpertLoads& step : steps) {
+    if (step.num_layers != layers || step.num_experts != experts) {
+      throw std::invalid_argument("replay_rebalancer: the steps' loads differ in shape (" +
+                                  std::to_string(step.num_layers) + " x " +
+                                  std::to_string(step.num_experts) + " after " +
+                                  std::to_string(layers) + " x " + std::to_string(experts) + ")");
+    }
+  }
+  std::vector<ExpertPlacement> placements(
+      size_t(layers), initial_slot_placement(experts, options.num_slots, options.num_gpus));
+  ExpertLoadForecaster forecaster(layers, experts, options.predictor,
+                                  options.accuracy_horizon_steps);
+  RebalanceReplay replay;
+  replay.layers.resize(size_t(layers));
+  int64_t observed = 0, since_decision = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const bool kept = s >= skip_steps;
+    replay.kept_steps += kept ? 1 : 0;
+    for (int l = 0; l < layers; ++l) {
+      ReplayedLayer& layer = replay.layers[size_t(l)];
+      const ExpertPlacement& placement = placements[size_t(l)];
+      if (kept) {
+        layer.mean_busiest_rows += busiest_gpu_load(steps[s].layer(l), placement);
+        layer.mean_replicated_experts += replicated_experts(placement);
+      }
+      forecaster.observe(l, steps[s].layer(l));
+    }
+    ++observed, ++since_decision;
+    if (observed < options.warmup_steps || since_decision < options.interval_steps) continue;
+    since_decision = 0;
+    for (int l = 0; l < layers; ++l) {
+      ReplayedLayer& layer = replay.layers[size_t(l)];
+      ExpertPlacement& placement = placements[size_t(l)];
+      const LayerRebalanceDecision decision =
+          decide_layer_rebalance(forecaster.predict(l), forecaster.accuracy(l).recent_errors(),
+                                 placement, options.policy, options.bytes, options.rates);
+      if (kept) layer.decisions += 1;
+      if (!decision.verdict.apply) continue;
+      if (kept) layer.applied += 1, layer.expert_copies += decision.moves;
+      // As MoELayer::apply_placement: renumbered so that experts stay where they are.
+      placement = plan_expert_migration(placement, decision.candidate).placement;
+    }
+  }
+  for (int l = 0; l < layers; ++l) {
+    ReplayedLayer& layer = replay.layers[size_t(l)];
+    const double kept = double(std::max<size_t>(1, replay.kept_steps));
+    layer.mean_busiest_rows /= kept;
+    layer.mean_replicated_experts /= kept;
+    layer.final_placement = placements[size_t(l)];
+  }
+  return replay;
+}
+
+}  // namespace moescope::balancer

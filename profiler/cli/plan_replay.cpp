@@ -1,0 +1,111 @@
+// The runtime rebalancer replayed on a recorded run (plan_replay.h).
+#include "plan_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include "moescope/analysis/placement_prediction.h"
+#include "plan_step_loads.h"
+
+namespace moescope::cli {
+namespace {
+
+balancer::LineEstimate line_estimate(const analysis::LinearFit& fit) {
+  balancer::LineEstimate line;
+  line.valid = fit.valid;
+  line.has_slope = fit.valid;
+  line.intercept = fit.intercept;
+  line.slope = fit.slope;
+  line.intercept_stderr = fit.intercept_stderr;
+  line.slope_stderr = fit.slope_stderr;
+  line.samples = double(fit.samples);
+  return line;
+}
+
+// The rates the runtime would have measured, from the trace: expert compute per forward row
+// (the step's per-row cost over the rates' passes), the all-to-all, all-reduce and migration
+// lines of fit_comm_costs.
+balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model, size_t skip_steps,
+                                              balancer::ExpertSlotBytes& bytes) {
+  const analysis::ExpertCostModel expert = analysis::fit_expert_cost(model, skip_steps);
+  if (!expert.valid) {
+    throw std::invalid_argument(
+        "--rebalance-every: no expert cost from the traces to judge the "
+        "replayed plans with: " +
+        expert.problem);
+  }
+  const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
+  balancer::RebalanceCostRates rates;
+  rates.compute.valid = rates.compute.has_slope = true;
+  rates.compute.slope = expert.ms_per_row / rates.compute_passes_per_step;
+  rates.compute.slope_stderr = expert.ms_per_row_stderr / rates.compute_passes_per_step;
+  rates.compute.samples = double(expert.samples);
+  rates.all_to_all = line_estimate(comm.all_to_all);
+  rates.all_reduce = line_estimate(comm.all_reduce);
+  if (comm.migration_measured) rates.migration = line_estimate(comm.migration);
+  // The trace's all-to-all bytes per row cover every all-to-all of a step; the rates count
+  // them per all-to-all.
+  bytes.row = comm.all_to_all_bytes_per_row / rates.all_to_alls_per_step;
+  return rates;
+}
+
+}  // namespace
+
+balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
+                                              const PlanOptions& options) {
+  const std::vector<int64_t> kept_steps = analysis::steps_after_warmup(model, options.skip_steps);
+  const std::set<int64_t> kept(kept_steps.begin(), kept_steps.end());
+  std::vector<balancer::ExpertLoads> steps;
+  size_t skipped = 0;
+  for (RecordedStepLoads& step : recorded_step_loads(model)) {
+    if (!kept.count(step.step)) ++skipped;  // the kept steps are the last ones
+    steps.push_back(std::move(step.loads));
+  }
+  if (steps.empty()) {
+    throw std::invalid_argument(
+        "--rebalance-every: no step of the traces holds every layer's "
+        "expert loads");
+  }
+  balancer::RebalanceReplayOptions replay;
+  replay.num_slots = options.num_slots;
+  replay.num_gpus = options.num_gpus;
+  replay.interval_steps = options.rebalance_every;
+  replay.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);  // as moe_train's
+  replay.policy.imbalance_threshold = options.rebalance_threshold;
+  replay.policy.incremental_max_over_mean = options.incremental_bound;
+  replay.policy.replica_gradients_packed = options.replica_sync_collectives == 0;
+  replay.policy.window_steps = double(options.rebalance_every);
+  replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
+  replay.bytes.gradient = options.expert_bytes;
+  replay.rates = trace_cost_rates(model, options.skip_steps, replay.bytes);
+  return balancer::replay_rebalancer(steps, replay, skipped);
+}
+
+void count_replay_costs(const balancer::RebalanceReplay& replay,
+                        analysis::PlacementChangeCosts& costs) {
+  costs.expert_copies = 0;
+  costs.layer_moves = 0;
+  for (size_t layer = 0; layer < replay.layers.size(); ++layer) {
+    const balancer::ReplayedLayer& replayed = replay.layers[layer];
+    costs.replicated_after.at(layer) = int(std::lround(replayed.mean_replicated_experts));
+    costs.expert_copies += replayed.expert_copies;
+    costs.layer_moves += replayed.applied;
+  }
+  costs.window_steps = double(std::max<size_t>(1, replay.kept_steps));
+}
+
+std::string replay_note(const balancer::RebalanceReplay& replay, const PlanOptions& options) {
+  size_t decisions = 0, applied = 0, copies = 0;
+  for (const balancer::ReplayedLayer& layer : replay.layers) {
+    decisions += layer.decisions, applied += layer.applied, copies += layer.expert_copies;
+  }
+  return "replayed the runtime rebalancer every " + std::to_string(options.rebalance_every) +
+         " steps on " + std::to_string(replay.kept_steps) +
+         " recorded steps: " + std::to_string(applied) + " of " + std::to_string(decisions) +
+         " layer decisions applied, " + std::to_string(copies) +
+         " expert copies; the prediction is for that run";
+}
+
+}  // namespace moescope::cli

@@ -1,0 +1,164 @@
+// One layer's rebalance decision (what the runtime's ExpertRebalancer and `moescope plan
+// --rebalance-every` both take) and its replay over recorded steps.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "moescope/balancer/layer_rebalance.h"
+#include "moescope/balancer/rebalance_replay.h"
+
+using namespace moescope::balancer;
+
+namespace {
+
+constexpr int kExperts = 8, kSlots = 10, kGpus = 2;
+
+// A measured compute line (ms per forward row), nothing else measured.
+RebalanceCostRates compute_rates(double ms_per_row) {
+  RebalanceCostRates rates;
+  rates.compute.valid = rates.compute.has_slope = true;
+  rates.compute.slope = ms_per_row;
+  rates.compute.samples = 100;
+  return rates;
+}
+
+// Tokens per expert of one step: every expert 100 rows, `hot` expert `hot_rows`.
+std::vector<double> step_tokens(int hot, double hot_rows) {
+  std::vector<double> tokens(kExperts, 100.0);
+  tokens[size_t(hot)] = hot_rows;
+  return tokens;
+}
+
+// `steps` steps of two layers: layer 0 uniform, layer 1 with expert 5 hot.
+std::vector<ExpertLoads> skewed_steps(size_t steps) {
+  std::vector<ExpertLoads> recorded;
+  for (size_t s = 0; s < steps; ++s) {
+    ExpertLoads loads{2, kExperts, std::vector<double>(kExperts, 100.0)};
+    const std::vector<double> hot = step_tokens(5, 700.0);
+    loads.values.insert(loads.values.end(), hot.begin(), hot.end());
+    recorded.push_back(std::move(loads));
+  }
+  return recorded;
+}
+
+RebalanceReplayOptions replay_options(double ms_per_row, double migrated_bytes) {
+  RebalanceReplayOptions options;
+  options.num_slots = kSlots;
+  options.num_gpus = kGpus;
+  options.interval_steps = 10;
+  options.warmup_steps = 10;
+  options.policy.window_steps = 10;
+  options.bytes.migrated = migrated_bytes;
+  options.rates = compute_rates(ms_per_row);
+  return options;
+}
+
+}  // namespace
+
+TEST(LayerRebalanceTest, BalancedForecastIsNotPlanned) {
+  const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
+  const std::vector<double> forecast(kExperts, 100.0);
+  const LayerRebalanceDecision decision =
+      decide_layer_rebalance(forecast, {}, current, {}, {}, compute_rates(0.01));
+  EXPECT_EQ(decision.verdict.reason, RebalanceReason::kBalanced);
+  EXPECT_FALSE(decision.verdict.apply);
+  EXPECT_EQ(decision.candidate.physical_to_logical, current.physical_to_logical);
+  EXPECT_EQ(decision.moves, 0u);
+  // The spare slots replicate two experts: each GPU holds 3 whole experts and 2 halves.
+  EXPECT_DOUBLE_EQ(decision.busiest_rows_before, 400.0);
+  EXPECT_EQ(decision.replicated_before, 2);
+}
+
+TEST(LayerRebalanceTest, AHotExpertIsReplicatedWhenItPaysAndKeptWhenTheMoveCostsMore) {
+  const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
+  const std::vector<double> forecast = step_tokens(5, 700.0);
+  LayerRebalancePolicy policy;
+  policy.window_steps = 10;
+  ExpertSlotBytes bytes;
+  bytes.migrated = 1e6;
+  const LayerRebalanceDecision pays =
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, compute_rates(0.01));
+  EXPECT_EQ(pays.verdict.reason, RebalanceReason::kPays);
+  EXPECT_TRUE(pays.verdict.apply);
+  EXPECT_GT(pays.imbalance_before, policy.imbalance_threshold);
+  EXPECT_LT(pays.busiest_rows_after, pays.busiest_rows_before);
+  EXPECT_GT(pays.moves, 0u);
+  EXPECT_DOUBLE_EQ(pays.bytes_to_move, double(pays.moves) * bytes.migrated);
+  // The gain is the busiest GPU's rows saved x ms per row x 3 passes.
+  EXPECT_NEAR(pays.verdict.gain_ms, (pays.busiest_rows_before - pays.busiest_rows_after) * 0.03,
+              1e-9);
+
+  // The same plan at 1 ms per MB moved over 1e12 bytes a copy: the move costs more.
+  bytes.migrated = 1e12;
+  RebalanceCostRates rates = compute_rates(0.01);
+  rates.assumed_bytes_per_ms = 1e6;
+  const LayerRebalanceDecision kept =
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, rates);
+  EXPECT_EQ(kept.verdict.reason, RebalanceReason::kCostsExceedGain);
+  EXPECT_FALSE(kept.verdict.apply);
+  EXPECT_EQ(kept.busiest_rows_after, pays.busiest_rows_after);  // the same plan, judged
+}
+
+TEST(LayerRebalanceTest, WrongShapesAreRefusedNamingThem) {
+  const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
+  const std::vector<double> forecast(kExperts - 1, 1.0);
+  try {
+    decide_layer_rebalance(forecast, {}, current, {}, {}, {});
+    FAIL() << "a 7-expert forecast on an 8-expert placement was taken";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("7 experts"), std::string::npos) << error.what();
+  }
+}
+
+TEST(RebalanceReplayTest, APlacementAppliedAtTheFirstDecisionHoldsForTheKeptSteps) {
+  const std::vector<ExpertLoads> steps = skewed_steps(60);
+  const RebalanceReplay replay = replay_rebalancer(steps, replay_options(0.01, 1e6), 10);
+  ASSERT_EQ(replay.layers.size(), 2u);
+  EXPECT_EQ(replay.kept_steps, 50u);
+  const ReplayedLayer& uniform = replay.layers[0];
+  const ReplayedLayer& hot = replay.layers[1];
+  // Decisions after the 10th, 20th, ..., 60th step; the first comes after the last skipped
+  // step (its move is not counted), the other 5 after kept ones.
+  EXPECT_EQ(hot.decisions, 5u);
+  EXPECT_EQ(uniform.applied, 0u);  // 1.0 max/mean: balanced, nothing planned
+  // The hot layer's plan is applied at the first decision and holds from the first kept step;
+  // the loads do not change, so no later decision moves anything.
+  EXPECT_EQ(hot.applied, 0u);
+  EXPECT_EQ(hot.expert_copies, 0u);
+  const double initial =
+      busiest_gpu_load(steps[0].layer(1), initial_slot_placement(kExperts, kSlots, kGpus));
+  EXPECT_DOUBLE_EQ(hot.mean_busiest_rows, busiest_gpu_load(steps[0].layer(1), hot.final_placement));
+  EXPECT_LT(hot.mean_busiest_rows, initial);
+  EXPECT_GE(replicated_experts(hot.final_placement), 1);
+  EXPECT_EQ(hot.final_placement.logcnt(0)[5], 2);  // the hot expert got the spare slot
+}
+
+TEST(RebalanceReplayTest, BelowTheThresholdNothingMovesAndTheInitialPlacementCounts) {
+  const std::vector<ExpertLoads> steps = skewed_steps(30);
+  RebalanceReplayOptions options = replay_options(0.01, 1e6);
+  options.policy.imbalance_threshold = 1e9;
+  const RebalanceReplay replay = replay_rebalancer(steps, options, 5);
+  const ExpertPlacement initial = initial_slot_placement(kExperts, kSlots, kGpus);
+  for (int layer = 0; layer < 2; ++layer) {
+    const ReplayedLayer& replayed = replay.layers[size_t(layer)];
+    EXPECT_EQ(replayed.applied, 0u);
+    EXPECT_EQ(replayed.decisions, 3u);  // after the 10th, 20th and 30th step
+    EXPECT_DOUBLE_EQ(replayed.mean_busiest_rows, busiest_gpu_load(steps[0].layer(layer), initial));
+    EXPECT_DOUBLE_EQ(replayed.mean_replicated_experts, 2.0);
+    EXPECT_EQ(replayed.final_placement.physical_to_logical, initial.physical_to_logical);
+  }
+}
+
+TEST(RebalanceReplayTest, StepsOfAnotherShapeOrNoneAreRefused) {
+  EXPECT_THROW(replay_rebalancer({}, replay_options(0.01, 1e6), 0), std::invalid_argument);
+  std::vector<ExpertLoads> steps = skewed_steps(3);
+  steps[2].num_experts = 4;
+  steps[2].values.resize(8);
+  try {
+    replay_rebalancer(steps, replay_options(0.01, 1e6), 0);
+    FAIL() << "a step of 2 x 4 loads after 2 x 8 ones was taken";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("2 x 4 after 2 x 8"), std::string::npos)
+        << error.what();
+  }
+}
