@@ -21,6 +21,11 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
                                   std::to_string(layers) + " x " + std::to_string(experts) + ")");
     }
   }
+  if (options.rates.size() != 1 && options.rates.size() != steps.size()) {
+    throw std::invalid_argument("replay_rebalancer: " + std::to_string(options.rates.size()) +
+                                " cost rates for " + std::to_string(steps.size()) +
+                                " steps (give 1, or 1 per step)");
+  }
   std::vector<ExpertPlacement> placements(
       size_t(layers), initial_slot_placement(experts, options.num_slots, options.num_gpus));
   ExpertLoadForecaster forecaster(layers, experts, options.predictor,
@@ -46,9 +51,9 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
     for (int l = 0; l < layers; ++l) {
       ReplayedLayer& layer = replay.layers[size_t(l)];
       ExpertPlacement& placement = placements[size_t(l)];
-      const LayerRebalanceDecision decision =
-          decide_layer_rebalance(forecaster.predict(l), forecaster.accuracy(l).recent_errors(),
-                                 placement, options.policy, options.bytes, options.rates);
+      const LayerRebalanceDecision decision = decide_layer_rebalance(
+          forecaster.predict(l), forecaster.accuracy(l).recent_errors(), placement, options.policy,
+          options.bytes, options.rates.size() == 1 ? options.rates[0] : options.rates[s]);
       if (kept) layer.decisions += 1;
       if (!decision.verdict.apply) continue;
       if (kept) layer.applied += 1, layer.expert_copies += decision.moves;

@@ -3,13 +3,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <stdexcept>
 
+#include "moescope/analysis/expert_compute_samples.h"
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/linear_fit.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/trace/time_arithmetic.h"
@@ -64,10 +67,34 @@ double RankPrediction::total_rows_after() const {
   return total;
 }
 
+namespace {
+
+// The moe.experts spans' line over the kept steps; not valid without them or their spread.
+ExpertCostModel expert_span_cost(const TraceModel& model, const std::set<int64_t>& kept) {
+  std::vector<double> rows, ms;
+  for (const ExpertComputeSample& sample : expert_compute_samples(model)) {
+    if (kept.count(sample.step)) rows.push_back(sample.rows), ms.push_back(sample.ms);
+  }
+  const LinearFit line = fit_line(rows, ms);
+  ExpertCostModel cost;
+  if (!line.valid || !(line.slope > 0) || line.samples < 3) return cost;
+  cost.valid = cost.from_expert_spans = true;
+  cost.forward_ms_per_row = line.slope;
+  cost.ms_per_row = line.slope * kExpertComputePasses;
+  cost.ms_per_row_stderr = line.slope_stderr * kExpertComputePasses;
+  cost.fixed_ms = line.intercept;  // per layer forward
+  cost.r_squared = line.r_squared;
+  cost.samples = line.samples;
+  return cost;
+}
+
+}  // namespace
+
 ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
                                 const TimeBreakdown* breakdown) {
-  ExpertCostModel cost;
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
+  if (ExpertCostModel spans = expert_span_cost(model, kept); spans.valid) return spans;
+  ExpertCostModel cost;
   std::map<std::pair<int32_t, int64_t>, double> rows;
   for (const RankStepRows& entry : received_rows_by_rank(model)) {
     if (kept.count(entry.step)) rows[{entry.rank, entry.step}] += entry.rows;
@@ -105,6 +132,22 @@ ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
   }
   cost.valid = true;
   return cost;
+}
+
+std::string describe_expert_cost(const ExpertCostModel& cost) {
+  char text[256];
+  if (cost.from_expert_spans) {
+    std::snprintf(text, sizeof(text),
+                  "moe.experts spans: %.3f ms + %.6f ms x rows per layer forward, R^2 %.2f over "
+                  "%zu forwards; x %.0f passes = %.5f ms per row",
+                  cost.fixed_ms, cost.forward_ms_per_row, cost.r_squared, cost.samples,
+                  kExpertComputePasses, cost.ms_per_row);
+  } else {
+    std::snprintf(text, sizeof(text),
+                  "busy = %.3f ms + %.5f ms x rows computed, R^2 %.2f over %zu rank-steps",
+                  cost.fixed_ms, cost.ms_per_row, cost.r_squared, cost.samples);
+  }
+  return text;
 }
 
 std::vector<RankMeasurement> measure_rank_load(const TraceModel& model,
@@ -228,7 +271,9 @@ PlacementPrediction predict_placement(const TraceModel& model,
        prediction.cost.ms_per_row_stderr * std::abs(rows_change),
        std::string(busiest_rows_after ? "each step's busiest rank's rows (mean over the steps)"
                                       : "busiest rank's mean rows") +
-           " x ms/row fitted over " + std::to_string(prediction.cost.samples) + " rank-steps"});
+           " x ms/row fitted over " + std::to_string(prediction.cost.samples) +
+           (prediction.cost.from_expert_spans ? " layer forwards' moe.experts spans"
+                                              : " rank-steps")});
   if (costs) {
     if (costs->replicated_after.size() != prediction.layers.size() ||
         costs->replicated_before.size() != prediction.layers.size()) {
@@ -280,7 +325,12 @@ std::string prediction_to_json(const PlacementPrediction& prediction) {
   const ExpertCostModel& cost = prediction.cost;
   nlohmann::ordered_json object = {
       {"cost_model",
-       {{"model", "busy_ms = fixed_ms + ms_per_row * rows (least squares over rank x step)"},
+       {{"model", cost.from_expert_spans
+                      ? "ms_per_row = 3 x the moe.experts spans' ms per forward row (least "
+                        "squares over layer forwards)"
+                      : "busy_ms = fixed_ms + ms_per_row * rows (least squares over rank x step)"},
+        {"from_expert_spans", cost.from_expert_spans},
+        {"forward_ms_per_row", cost.forward_ms_per_row},
         {"fixed_ms", cost.fixed_ms},
         {"ms_per_row", cost.ms_per_row},
         {"ms_per_row_stderr", cost.ms_per_row_stderr},
@@ -378,6 +428,10 @@ PlacementPrediction prediction_from_json(const std::string& json_object_text) {
     prediction.step_ms_before = finite_at(object, "step_ms_before");
     prediction.step_ms_change = finite_at(object, "step_ms_change");
     // Written since the step time counts every cost; older plans hold expert compute only.
+    if (cost.contains("from_expert_spans") && cost.at("from_expert_spans").is_boolean()) {
+      prediction.cost.from_expert_spans = cost.at("from_expert_spans").get<bool>();
+      prediction.cost.forward_ms_per_row = finite_at(cost, "forward_ms_per_row");
+    }
     if (cost.contains("ms_per_row_stderr")) {
       prediction.cost.ms_per_row_stderr = finite_at(cost, "ms_per_row_stderr");
     }

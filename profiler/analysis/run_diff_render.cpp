@@ -104,10 +104,7 @@ std::string side_text(const RunSide& side) {
 void render_prediction(TextWriter& w, const PredictionCheck& check) {
   const PlacementPrediction& p = check.prediction;
   w.heading("Predicted by the plan vs measured in the new run");
-  w.line(printf_text("cost model from the base run: busy = %.3f ms", p.cost.fixed_ms) +
-         printf_text(" + %.5f ms x rows", p.cost.ms_per_row) +
-         printf_text(" (R^2 %.2f, ", p.cost.r_squared) + std::to_string(p.cost.samples) +
-         " rank-steps)");
+  w.line("cost model from the base run: " + describe_expert_cost(p.cost));
   std::vector<std::vector<std::string>> rows;
   double busy_gap = 0;  // mean over ranks of measured - predicted busy time
   for (size_t i = 0; i < p.ranks.size(); ++i) {

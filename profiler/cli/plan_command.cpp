@@ -104,7 +104,10 @@ void run_plan(const PlanOptions& options) {
   // From the ranks' summaries where they exist (same numbers), else the traces.
   std::optional<RunInputs> run;
   if (!options.traces.empty()) {
-    run = load_run_inputs(options.traces, options.detail, "plan");
+    // The prediction's expert cost comes from the moe.experts spans, which only the full traces
+    // hold: read them, not the rank summaries, where a prediction is asked for.
+    const bool spans_needed = options.advise || options.rebalance_every > 0;
+    run = load_run_inputs(options.traces, options.detail || spans_needed, "plan");
     for (const analysis::LoadError& error : run->model.errors) {
       std::cerr << "moescope plan: " << error.to_string() << "\n";
     }

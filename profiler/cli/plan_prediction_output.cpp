@@ -19,9 +19,8 @@ std::string number(double value, const char* format) {
 void print_prediction(std::ostream& out, const analysis::PlacementPrediction& prediction,
                       bool expert_bytes_known) {
   const analysis::ExpertCostModel& cost = prediction.cost;
-  out << "prediction (cost model from the trace: busy = " << number(cost.fixed_ms, "%.3f")
-      << " ms + " << number(cost.ms_per_row, "%.5f") << " ms x rows computed, R^2 "
-      << number(cost.r_squared, "%.2f") << " over " << cost.samples << " rank-steps):\n";
+  out << "prediction (cost model from the trace: " << analysis::describe_expert_cost(cost)
+      << "):\n";
   for (const analysis::RankPrediction& rank : prediction.ranks) {
     out << "  rank " << rank.rank << ": rows/step " << number(rank.total_rows_before(), "%.1f")
         << " -> " << number(rank.total_rows_after(), "%.1f") << ", expert compute "

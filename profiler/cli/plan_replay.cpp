@@ -6,7 +6,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "moescope/analysis/expert_compute_samples.h"
 #include "moescope/analysis/placement_prediction.h"
+#include "moescope/balancer/running_line_fit.h"
 #include "plan_step_loads.h"
 
 namespace moescope::cli {
@@ -42,12 +44,56 @@ balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model,
   rates.compute.slope = expert.ms_per_row / rates.compute_passes_per_step;
   rates.compute.slope_stderr = expert.ms_per_row_stderr / rates.compute_passes_per_step;
   rates.compute.samples = double(expert.samples);
+  rates.assumed_ms_per_row = expert.ms_per_row;
   rates.all_to_all = line_estimate(comm.all_to_all);
   rates.all_reduce = line_estimate(comm.all_reduce);
   if (comm.migration_measured) rates.migration = line_estimate(comm.migration);
   // The trace's all-to-all bytes per row cover every all-to-all of a step; the rates count
   // them per all-to-all.
   bytes.row = comm.all_to_all_bytes_per_row / rates.all_to_alls_per_step;
+  return rates;
+}
+
+// A running line over (step, x, ms) samples sorted by step, taking those up to each step in turn.
+class StepwiseFit {
+ public:
+  explicit StepwiseFit(std::vector<analysis::ExpertComputeSample> samples)
+      : samples_(std::move(samples)) {}
+  bool empty() const { return samples_.empty(); }
+  balancer::LineEstimate through(int64_t step) {
+    for (; next_ < samples_.size() && samples_[next_].step <= step; ++next_) {
+      fit_.add(samples_[next_].rows, samples_[next_].ms);
+    }
+    return fit_.estimate();
+  }
+
+ private:
+  std::vector<analysis::ExpertComputeSample> samples_;
+  size_t next_ = 0;
+  balancer::RunningLineFit fit_;
+};
+
+// What the runtime had measured by the end of each step of `step_ids`: its compute line from
+// the moe.experts spans of the steps so far (what it times itself: each layer forward's expert
+// compute against the rows its rank received, over every rank), and the whole run's other lines
+// with their errors widened to the steps seen so far (x sqrt(steps / steps so far): the same
+// noise over fewer samples). Early decisions are uncertain, and the cost rule waits for them.
+std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceModel& model,
+                                                        const std::vector<int64_t>& step_ids,
+                                                        const balancer::RebalanceCostRates& run) {
+  StepwiseFit compute(analysis::expert_compute_samples(model));
+  std::vector<balancer::RebalanceCostRates> rates;
+  for (size_t s = 0; s < step_ids.size(); ++s) {
+    balancer::RebalanceCostRates at = run;
+    const double widen = std::sqrt(double(step_ids.size()) / double(s + 1));
+    for (balancer::LineEstimate* line :
+         {&at.compute, &at.all_to_all, &at.all_reduce, &at.migration}) {
+      line->slope_stderr *= widen;
+      line->intercept_stderr *= widen;
+    }
+    if (!compute.empty()) at.compute = compute.through(step_ids[s]);
+    rates.push_back(at);
+  }
   return rates;
 }
 
@@ -58,10 +104,12 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   const std::vector<int64_t> kept_steps = analysis::steps_after_warmup(model, options.skip_steps);
   const std::set<int64_t> kept(kept_steps.begin(), kept_steps.end());
   std::vector<balancer::ExpertLoads> steps;
+  std::vector<int64_t> step_ids;
   size_t skipped = 0;
   for (RecordedStepLoads& step : recorded_step_loads(model)) {
     if (!kept.count(step.step)) ++skipped;  // the kept steps are the last ones
     steps.push_back(std::move(step.loads));
+    step_ids.push_back(step.step);
   }
   if (steps.empty()) {
     throw std::invalid_argument(
@@ -79,7 +127,8 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   replay.policy.window_steps = double(options.rebalance_every);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
-  replay.rates = trace_cost_rates(model, options.skip_steps, replay.bytes);
+  replay.rates =
+      rates_by_step(model, step_ids, trace_cost_rates(model, options.skip_steps, replay.bytes));
   return balancer::replay_rebalancer(steps, replay, skipped);
 }
 

@@ -2,6 +2,7 @@
 // --rebalance-every` both take) and its replay over recorded steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "moescope/balancer/layer_rebalance.h"
@@ -49,7 +50,7 @@ RebalanceReplayOptions replay_options(double ms_per_row, double migrated_bytes) 
   options.warmup_steps = 10;
   options.policy.window_steps = 10;
   options.bytes.migrated = migrated_bytes;
-  options.rates = compute_rates(ms_per_row);
+  options.rates = {compute_rates(ms_per_row)};
   return options;
 }
 
@@ -161,4 +162,28 @@ TEST(RebalanceReplayTest, StepsOfAnotherShapeOrNoneAreRefused) {
     EXPECT_NE(std::string(error.what()).find("2 x 4 after 2 x 8"), std::string::npos)
         << error.what();
   }
+}
+
+TEST(RebalanceReplayTest, TheRuntimesFitsDecideWhenItMovesAndTheStepsBeforeKeepTheOldPlacement) {
+  const std::vector<ExpertLoads> steps = skewed_steps(60);
+  RebalanceReplayOptions options = replay_options(0.01, 1e6);
+  // Until the 30th step the compute line is too uncertain for the net gain's lower bound to
+  // clear 0 (the runtime's first samples); from then on it is tight.
+  RebalanceCostRates uncertain = compute_rates(0.01);
+  uncertain.compute.slope_stderr = 1.0;
+  options.rates.assign(steps.size(), compute_rates(0.01));
+  std::fill(options.rates.begin(), options.rates.begin() + 29, uncertain);
+  const RebalanceReplay replay = replay_rebalancer(steps, options, 10);
+  const ReplayedLayer& hot = replay.layers[1];
+  EXPECT_EQ(hot.applied, 1u);  // after the 30th step
+  EXPECT_GT(hot.expert_copies, 0u);
+  // 20 kept steps (11th-30th) under the initial placement, 30 under the plan.
+  const double before =
+      busiest_gpu_load(steps[0].layer(1), initial_slot_placement(kExperts, kSlots, kGpus));
+  const double after = busiest_gpu_load(steps[0].layer(1), hot.final_placement);
+  EXPECT_LT(after, before);
+  EXPECT_NEAR(hot.mean_busiest_rows, (20 * before + 30 * after) / 50, 1e-9);
+
+  options.rates.resize(7);
+  EXPECT_THROW(replay_rebalancer(steps, options, 10), std::invalid_argument);
 }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "moescope/analysis/expert_compute_samples.h"
+#include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/trace_model.h"
 #include "moescope/recorder.h"
@@ -94,6 +96,21 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
   EXPECT_EQ(ranks, (std::set<int32_t>{0, 1}));
   EXPECT_EQ(model.step_source, analysis::StepSource::kMarkers);
   EXPECT_EQ(local_loads_in(model), printed);
+
+  // Each layer forward's expert compute, paired with the rows its rank received: one sample per
+  // rank, step and layer, the layers in forward order, each inside its step.
+  const std::vector<analysis::ExpertComputeSample> forwards =
+      analysis::expert_compute_samples(model);
+  ASSERT_EQ(forwards.size(), 2u * 4u * 2u);
+  for (size_t i = 0; i < forwards.size(); ++i) {
+    const analysis::ExpertComputeSample& sample = forwards[i];
+    EXPECT_EQ(sample.layer, uint32_t(i % 2)) << i;
+    EXPECT_EQ(sample.rank, int32_t(i / 2 % 2)) << i;
+    EXPECT_EQ(sample.step, int64_t(i / 4)) << i;
+    EXPECT_GE(sample.rows, 0) << i;  // the skewed layer may send a rank nothing
+    EXPECT_GT(sample.ms, 0) << i;
+    EXPECT_LT(sample.ms, 10'000) << i;
+  }
 }
 
 // The runtime's rebalancer decides on the cost rule with what it measured on this run, and
@@ -111,6 +128,12 @@ TEST(RecordedSamplesTest, MoeTrainRecordsEachRebalanceDecisionWithItsNumbers) {
   for (const auto& error : model.errors) ADD_FAILURE() << error.message;
   // Steps 7, 15, 23 x 2 layers x 2 ranks.
   ASSERT_EQ(model.rebalances.size(), 12u) << run.output;
+  // The expert cost comes from the moe.experts spans (tight: the GEMMs timed alone).
+  const analysis::ExpertCostModel cost = analysis::fit_expert_cost(model, 1);
+  EXPECT_TRUE(cost.from_expert_spans) << cost.problem;
+  EXPECT_EQ(cost.samples, 23u * 2u * 2u);  // steps after the first x layers x ranks
+  EXPECT_GT(cost.forward_ms_per_row, 0);
+  EXPECT_DOUBLE_EQ(cost.ms_per_row, analysis::kExpertComputePasses * cost.forward_ms_per_row);
   std::map<std::pair<int64_t, uint32_t>, const analysis::RebalanceDecision*> first_rank;
   for (const analysis::RebalanceDecision& d : model.rebalances) {
     SCOPED_TRACE("step " + std::to_string(d.step) + " layer " + std::to_string(d.layer) + " rank " +

@@ -28,7 +28,9 @@ struct RebalanceReplayOptions {
   LoadPredictorConfig predictor;  // EMA by default, as the runtime's
   int accuracy_horizon_steps = 10;
   ExpertSlotBytes bytes;
-  RebalanceCostRates rates;  // what judges each plan (the runtime's own measured rates)
+  // What judges each plan: [1] the same at every decision, or [steps] what the runtime had
+  // measured by the end of each step (its fits start empty and tighten as it runs).
+  std::vector<RebalanceCostRates> rates;
 };
 
 struct ReplayedLayer {
@@ -46,7 +48,8 @@ struct RebalanceReplay {
 
 /// `steps`: each recorded step's loads [num_layers, num_experts] in step order; the first
 /// `skip_steps` are fed to the forecaster but not averaged. Throws std::invalid_argument when
-/// the steps differ in shape, there are none, or the slots and GPUs do not fit the experts.
+/// the steps differ in shape, there are none, the rates are neither 1 nor one per step, or the
+/// slots and GPUs do not fit the experts.
 RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
                                   const RebalanceReplayOptions& options, size_t skip_steps);
 

@@ -1,13 +1,19 @@
 // What a new expert placement would save, predicted from one trace before anyone runs it.
 //
-// Cost model (fit_expert_cost), per rank r and step s of the measured run:
+// Cost model (fit_expert_cost): ms_per_row, the cost of one routed token on one expert, forward
+// and backward. Where the trace has the runtime's moe.experts spans (expert_compute_samples.h),
+// per layer forward f (rank, step, layer) of the measured run:
+//   experts_ms(f) = forward_fixed_ms + forward_ms_per_row * rows(f)
+// and ms_per_row = forward_ms_per_row * kExpertComputePasses (the backward about twice the
+// forward): the expert GEMMs timed alone, so the line is tight. Otherwise (rank summaries,
+// traces of other tools), per rank r and step s:
 //   busy_ms(r, s) = fixed_ms + ms_per_row * rows(r, s)
 // busy_ms = step - exposed communication - idle (time_breakdown.h: the work the rank did
 // itself, forward and backward), rows = the rows the rank's experts computed (its RECEIVED
-// expert-load samples summed over layers). Least squares over every (rank, step) after the
-// warm-up steps; ms_per_row is the measured cost of one routed token on one expert, forward and
-// backward. It needs rows that vary across ranks or steps; without RECEIVED samples there is no
-// model (`valid` false, `problem` says why).
+// expert-load samples summed over layers): everything else the rank did is noise around that
+// line (R^2 0.02-0.9 on moe_train). Least squares after the warm-up steps; it needs rows that
+// vary across ranks or steps; without RECEIVED samples there is no model (`valid` false,
+// `problem` says why).
 //
 // Prediction (predict_placement), given the per-GPU loads [layer][gpu] of a plan (tokens per
 // step, `moescope plan`'s gpu_loads_after) for a run with one GPU per rank:
@@ -48,12 +54,18 @@ struct ExpertCostModel {
   double ms_per_row = 0;
   double ms_per_row_stderr = 0;  // standard error of the slope
   double r_squared = 0;
-  size_t samples = 0;  // (rank, step) pairs fitted
+  size_t samples = 0;              // (rank, step) pairs fitted, or layer forwards with the spans
+  bool from_expert_spans = false;  // ms_per_row = forward_ms_per_row x kExpertComputePasses
+  double forward_ms_per_row = 0;   // the spans' slope (from_expert_spans)
 };
 
 // `skip_steps`: the first steps of the run (warm-up) left out.
 ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps = 1,
                                 const TimeBreakdown* breakdown = nullptr);
+
+// "moe.experts spans: 0.120 ms + 0.000980 ms x rows per layer forward, R^2 0.95 over 760
+// forwards; x 3 passes = 0.00294 ms per row" (or the busy-time line's terms).
+std::string describe_expert_cost(const ExpertCostModel& cost);
 
 struct RankPrediction {
   int32_t rank = 0;
