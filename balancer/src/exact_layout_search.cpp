@@ -8,7 +8,6 @@
 // Every complete packing found is strictly better than the incumbent and becomes it.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "balanced_packing.h"
 #include "layout_search.h"
@@ -22,19 +21,11 @@ struct Replica {
   int32_t expert;
 };
 
-class ExactSearch {
+class ExactSearch : LayoutSearchProblem {
  public:
   ExactSearch(std::span<const double> loads, const ReplicaLayout& incumbent, int64_t node_budget)
-      : loads_(loads),
-        num_experts_(static_cast<int>(loads.size())),
-        num_gpus_(static_cast<int>(incumbent.experts_of_gpu.size())),
-        slots_per_gpu_(static_cast<int>(incumbent.experts_of_gpu[0].size())),
-        node_budget_(node_budget),
-        best_layout_(incumbent) {
+      : LayoutSearchProblem(loads, incumbent), node_budget_(node_budget), best_layout_(incumbent) {
     const int num_slots = num_gpus_ * slots_per_gpu_;
-    const double total = std::accumulate(loads.begin(), loads.end(), 0.0);
-    // Gains below this are rounding, not a better layout.
-    tolerance_ = 1e-9 * total / num_gpus_;
     best_ = layout_max_gpu_load(loads, incumbent);
     lower_bound_ = layout_lower_bound(loads, num_slots, num_gpus_);
     order_ = heaviest_first(loads);
@@ -45,8 +36,7 @@ class ExactSearch {
     gpu_of_replica_.resize(static_cast<size_t>(num_slots));
     gpu_load_.resize(static_cast<size_t>(num_gpus_));
     gpu_free_.resize(static_cast<size_t>(num_gpus_));
-    mean_ = total / num_gpus_;
-    total_ = total;
+    mean_ = total_load_ / num_gpus_;
   }
 
   LayoutSearchResult run(ReplicaLayout& layout) {
@@ -143,7 +133,7 @@ class ExactSearch {
     // the others stay below the target, each GPU must end at or above total - (G - 1) x target,
     // which its free slots must be able to reach with the heaviest remaining replicas.
     double room = 0.0;
-    const double least_final_load = total_ - (num_gpus_ - 1) * target();
+    const double least_final_load = total_load_ - (num_gpus_ - 1) * target();
     for (size_t gpu = 0; gpu < gpu_load_.size(); ++gpu) {
       const int free = gpu_free_[gpu];
       if (free == 0) continue;
@@ -214,19 +204,13 @@ class ExactSearch {
 
   static constexpr int kMaxGpusOnStack = 64;
 
-  std::span<const double> loads_;
-  int num_experts_;
-  int num_gpus_;
-  int slots_per_gpu_;
   int64_t node_budget_;
   int64_t nodes_ = 0;
   bool out_of_budget_ = false;
   bool improved_ = false;
-  double tolerance_ = 0.0;
   double best_ = 0.0;
   double lower_bound_ = 0.0;
   double mean_ = 0.0;
-  double total_ = 0.0;
   ReplicaLayout best_layout_;
   std::vector<int32_t> order_;   // experts, heaviest first
   std::vector<int32_t> counts_;  // [num_experts], the count vector being tried

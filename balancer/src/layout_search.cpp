@@ -23,6 +23,14 @@ constexpr int64_t kExhaustiveLocalFactor = 10;
 
 }  // namespace
 
+LayoutSearchProblem::LayoutSearchProblem(std::span<const double> loads, const ReplicaLayout& start)
+    : loads_(loads),
+      num_experts_(static_cast<int>(loads.size())),
+      num_gpus_(static_cast<int>(start.experts_of_gpu.size())),
+      slots_per_gpu_(static_cast<int>(start.experts_of_gpu[0].size())),
+      total_load_(std::accumulate(loads.begin(), loads.end(), 0.0)),
+      tolerance_(1e-9 * total_load_ / num_gpus_) {}
+
 std::vector<double> layout_gpu_loads(std::span<const double> loads, const ReplicaLayout& layout) {
   std::vector<double> gpu_loads;
   gpu_loads.reserve(layout.experts_of_gpu.size());

@@ -36,6 +36,20 @@ double layout_max_gpu_load(std::span<const double> loads, const ReplicaLayout& l
 /// mean GPU load, and the smallest possible largest replica (the greedy replication's).
 double layout_lower_bound(std::span<const double> loads, int num_slots, int num_gpus);
 
+/// What both searches know of their problem, read off the loads and the starting layout. The
+/// searches derive from it.
+class LayoutSearchProblem {
+ protected:
+  LayoutSearchProblem(std::span<const double> loads, const ReplicaLayout& start);
+
+  std::span<const double> loads_;
+  int num_experts_;
+  int num_gpus_;
+  int slots_per_gpu_;
+  double total_load_;
+  double tolerance_;  // gains below this are rounding, not a better layout
+};
+
 struct LayoutSearchResult {
   bool improved = false;        // layout was replaced by a strictly better one
   bool proven_optimal = false;  // no layout has a lower maximum (exact search finished)

@@ -36,18 +36,11 @@ struct Move {
   double sum_of_squares = 0.0;
 };
 
-class LocalSearch {
+class LocalSearch : LayoutSearchProblem {
  public:
   LocalSearch(std::span<const double> loads, const ReplicaLayout& start,
               const LocalSearchOptions& options)
-      : loads_(loads),
-        options_(options),
-        num_experts_(static_cast<int>(loads.size())),
-        num_gpus_(static_cast<int>(start.experts_of_gpu.size())),
-        slots_per_gpu_(static_cast<int>(start.experts_of_gpu[0].size())),
-        random_(options.seed) {
-    const double total = std::accumulate(loads.begin(), loads.end(), 0.0);
-    tolerance_ = 1e-9 * total / num_gpus_;
+      : LayoutSearchProblem(loads, start), options_(options), random_(options.seed) {
     delta_.assign(static_cast<size_t>(num_gpus_), 0.0);
     touched_stamp_.assign(static_cast<size_t>(num_gpus_), 0);
     load_state(start);
@@ -393,13 +386,8 @@ class LocalSearch {
   // The search ends after this many kicks in a row that found nothing better.
   static constexpr int kKicksWithoutGain = 16;
 
-  std::span<const double> loads_;
   LocalSearchOptions options_;
-  int num_experts_;
-  int num_gpus_;
-  int slots_per_gpu_;
   std::mt19937_64 random_;
-  double tolerance_ = 0.0;
   int64_t evaluations_ = 0;
 
   std::vector<int32_t> counts_;                       // [num_experts]

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace moescope::kernels::detail {
 
@@ -58,6 +59,40 @@ inline bool rows_are_vectorizable(long long hidden, int element_bytes, const voi
                                   const void* second) {
   return (hidden * element_bytes) % 16 == 0 && reinterpret_cast<std::uintptr_t>(first) % 16 == 0 &&
          reinterpret_cast<std::uintptr_t>(second) % 16 == 0;
+}
+
+/// The item a kernel steps along a row by: one 16-byte vector of Elements (kVectorized) or one
+/// element; either way kPer floats to compute with, so one kernel body serves both.
+template <typename Elements, bool kVectorized>
+struct RowItem {
+  using Storage = std::conditional_t<kVectorized, uint4, typename Elements::Storage>;
+  static constexpr int kPer = kVectorized ? Elements::kPerVector : 1;
+  __device__ static void unpack(const Storage& item, float (&values)[kPer]) {
+    if constexpr (kVectorized) {
+      Elements::unpack(item, values);
+    } else {
+      values[0] = Elements::to_float(item);
+    }
+  }
+  __device__ static Storage pack(const float (&values)[kPer]) {
+    if constexpr (kVectorized) {
+      return Elements::pack(values);
+    } else {
+      return Elements::from_float(values[0]);
+    }
+  }
+};
+
+/// Calls launch(RowItem<Elements, true>{}) when rows of `hidden` elements at both pointers can
+/// move as 16-byte vectors, else launch(RowItem<Elements, false>{}).
+template <typename Elements, typename Launch>
+void launch_by_row_item(long long hidden, const void* first, const void* second, Launch&& launch) {
+  if (rows_are_vectorizable(hidden, static_cast<int>(sizeof(typename Elements::Storage)), first,
+                            second)) {
+    launch(RowItem<Elements, true>{});
+  } else {
+    launch(RowItem<Elements, false>{});
+  }
 }
 
 /// Threads per block for a loop over `items_per_row` items: a multiple of 32 in [32, 256].

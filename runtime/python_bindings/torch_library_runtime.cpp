@@ -275,6 +275,24 @@ void set_step(int64_t step) {
   set_training_step(step);
 }
 
+// A MoELayer member function as a method of the TorchScript class: self->layer->method(args).
+// torch::class_::def needs a callable with a concrete signature (no generic lambda), so the
+// arguments are taken from the member function's type.
+template <auto Method, typename Result, typename... Args>
+Result call_on_layer(const c10::intrusive_ptr<LayerHolder>& self, Args... args) {
+  return ((*self->layer).*Method)(args...);
+}
+template <auto Method, typename Result, typename... Args>
+constexpr auto layer_method_of(Result (MoELayerImpl::*)(Args...)) {
+  return &call_on_layer<Method, Result, Args...>;
+}
+template <auto Method, typename Result, typename... Args>
+constexpr auto layer_method_of(Result (MoELayerImpl::*)(Args...) const) {
+  return &call_on_layer<Method, Result, Args...>;
+}
+template <auto Method>
+constexpr auto layer_method = layer_method_of<Method>(Method);
+
 }  // namespace
 
 TORCH_LIBRARY(moescope, m) {
@@ -287,39 +305,20 @@ TORCH_LIBRARY(moescope, m) {
       .def("bind", [](const c10::intrusive_ptr<LayerHolder>& self,
                       const std::vector<at::Tensor>& t) { self->bind(t); })
       .def("describe_config", &LayerHolder::describe_config)
-      .def("update_expert_bias",
-           [](const c10::intrusive_ptr<LayerHolder>& self) { self->layer->update_expert_bias(); })
-      .def("sync_replica_gradients",
-           [](const c10::intrusive_ptr<LayerHolder>& self) {
-             self->layer->sync_replica_gradients();
-           })
+      .def("update_expert_bias", layer_method<&MoELayerImpl::update_expert_bias>)
+      .def("sync_replica_gradients", layer_method<&MoELayerImpl::sync_replica_gradients>)
       .def("replica_gradient_partial_sums",
-           [](const c10::intrusive_ptr<LayerHolder>& self) {
-             return self->layer->replica_gradient_partial_sums();
-           })
-      .def("take_replica_gradient_sums",
-           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& summed) {
-             self->layer->take_replica_gradient_sums(summed);
-           })
-      .def("expert_bias_partial_load",
-           [](const c10::intrusive_ptr<LayerHolder>& self) {
-             return self->layer->expert_bias_partial_load();
-           })
-      .def("update_expert_bias_from",
-           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& summed_load) {
-             self->layer->update_expert_bias_from(summed_load);
-           })
+           layer_method<&MoELayerImpl::replica_gradient_partial_sums>)
+      .def("take_replica_gradient_sums", layer_method<&MoELayerImpl::take_replica_gradient_sums>)
+      .def("expert_bias_partial_load", layer_method<&MoELayerImpl::expert_bias_partial_load>)
+      .def("update_expert_bias_from", layer_method<&MoELayerImpl::update_expert_bias_from>)
       // Sums `tensor` over the layer's group in place, recorded as the comm op `name`.
       .def("all_reduce_sum",
            [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& tensor,
               const std::string& name) {
              return all_reduce_sum(tensor, self->layer->group(), name.c_str());
            })
-      .def("load_full_expert_weights",
-           [](const c10::intrusive_ptr<LayerHolder>& self, const at::Tensor& w_gate_up,
-              const at::Tensor& w_down) {
-             self->layer->load_full_expert_weights(w_gate_up, w_down);
-           })
+      .def("load_full_expert_weights", layer_method<&MoELayerImpl::load_full_expert_weights>)
       .def("local_slot_experts", &LayerHolder::local_slot_experts)
       .def("physical_to_logical", &LayerHolder::physical_to_logical)
       .def("last_tokens_per_expert", &LayerHolder::last_tokens_per_expert)
@@ -327,10 +326,7 @@ TORCH_LIBRARY(moescope, m) {
            [](const c10::intrusive_ptr<LayerHolder>& self) { return self->layer->group().rank(); })
       .def("group_size",
            [](const c10::intrusive_ptr<LayerHolder>& self) { return self->layer->group().size(); })
-      .def("num_local_experts",
-           [](const c10::intrusive_ptr<LayerHolder>& self) {
-             return self->layer->num_local_experts();
-           })
+      .def("num_local_experts", layer_method<&MoELayerImpl::num_local_experts>)
       .def("drain_trace_statistics", [](const c10::intrusive_ptr<LayerHolder>& self) {
         self->layer->trace_statistics().drain();
       });

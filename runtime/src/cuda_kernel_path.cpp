@@ -88,6 +88,21 @@ bool grouped_gemm_b_layout(const at::Tensor& b, bool* b_is_n_by_k) {
   return false;
 }
 
+/// What both grouped GEMMs ask of a [M, K] and `other` (b [G, K, N] or d [M, N], of rank
+/// `other_dim`): CUDA tensors on one device in one kernel dtype, `a` non-empty and contiguous
+/// with rows an int32 offset reaches, and the launcher's limits on K, N and alignment.
+bool grouped_gemm_operands_fit(const at::Tensor& a, const at::Tensor& other, int64_t other_dim) {
+  if (!a.is_cuda() || !other.is_cuda() || a.device() != other.device() || a.dim() != 2 ||
+      other.dim() != other_dim || a.scalar_type() != other.scalar_type() ||
+      !is_kernel_dtype(a.scalar_type()) || a.size(0) == 0 ||
+      a.size(0) > std::numeric_limits<int32_t>::max() || !a.is_contiguous()) {
+    return false;
+  }
+  // The output is a fresh caching-allocator block (512-byte aligned): nullptr stands for it.
+  return kernels::supports_grouped_gemm(kernel_dtype(a.scalar_type()), a.size(1), other.size(-1),
+                                        a.data_ptr(), other.data_ptr(), nullptr);
+}
+
 std::vector<int32_t> host_group_offsets(const std::vector<int64_t>& rows_per_group,
                                         int64_t total_rows, const char* op) {
   std::vector<int32_t> offsets(rows_per_group.size() + 1, 0);
@@ -307,16 +322,8 @@ std::pair<at::Tensor, at::Tensor> unpermute_combine_backward(
 
 bool grouped_gemm_applies(const at::Tensor& a, const at::Tensor& b) {
   bool b_is_n_by_k = false;
-  if (!a.is_cuda() || !b.is_cuda() || a.device() != b.device() || a.dim() != 2 || b.dim() != 3 ||
-      a.scalar_type() != b.scalar_type() || !is_kernel_dtype(a.scalar_type()) || a.size(0) == 0 ||
-      a.size(0) > std::numeric_limits<int32_t>::max() || a.size(1) != b.size(1) ||
-      b.size(0) > std::numeric_limits<int>::max() || !a.is_contiguous() ||
-      !grouped_gemm_b_layout(b, &b_is_n_by_k)) {
-    return false;
-  }
-  // The output is a fresh caching-allocator block (512-byte aligned): nullptr stands for it.
-  return kernels::supports_grouped_gemm(kernel_dtype(a.scalar_type()), a.size(1), b.size(2),
-                                        a.data_ptr(), b.data_ptr(), nullptr);
+  return grouped_gemm_operands_fit(a, b, 3) && a.size(1) == b.size(1) &&
+         b.size(0) <= std::numeric_limits<int>::max() && grouped_gemm_b_layout(b, &b_is_n_by_k);
 }
 
 at::Tensor grouped_gemm(const at::Tensor& a, const at::Tensor& b,
@@ -349,14 +356,7 @@ at::Tensor grouped_gemm(const at::Tensor& a, const at::Tensor& b,
 }
 
 bool grouped_gemm_weight_grad_applies(const at::Tensor& a, const at::Tensor& d) {
-  if (!a.is_cuda() || !d.is_cuda() || a.device() != d.device() || a.dim() != 2 || d.dim() != 2 ||
-      a.scalar_type() != d.scalar_type() || !is_kernel_dtype(a.scalar_type()) || a.size(0) == 0 ||
-      a.size(0) != d.size(0) || a.size(0) > std::numeric_limits<int32_t>::max() ||
-      !a.is_contiguous() || !d.is_contiguous()) {
-    return false;
-  }
-  return kernels::supports_grouped_gemm(kernel_dtype(a.scalar_type()), a.size(1), d.size(1),
-                                        a.data_ptr(), d.data_ptr(), nullptr);
+  return grouped_gemm_operands_fit(a, d, 2) && a.size(0) == d.size(0) && d.is_contiguous();
 }
 
 at::Tensor grouped_gemm_weight_grad(const at::Tensor& a, const at::Tensor& d,
