@@ -49,7 +49,7 @@ for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
       --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
   fi
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
-    --expert-bytes $((3 * hidden * ffn * 4)) ${PLAN_ARGS:---rebalance-every $window --rebalance-threshold 1.05} \
+    --expert-bytes $((3 * hidden * ffn * 4)) --tensors-per-expert 2 ${PLAN_ARGS:---rebalance-every $window --rebalance-threshold 1.05} \
     --advise --json "$dir/plan.json" \
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
   "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \

@@ -33,6 +33,7 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
   RebalanceReplay replay;
   replay.layers.resize(size_t(layers));
   int64_t observed = 0, since_decision = 0;
+  RunningLineFit moves_timed;  // the runtime's own migration line (its moves, as it times them)
   for (size_t s = 0; s < steps.size(); ++s) {
     const bool kept = s >= skip_steps;
     replay.kept_steps += kept ? 1 : 0;
@@ -51,11 +52,16 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
     for (int l = 0; l < layers; ++l) {
       ReplayedLayer& layer = replay.layers[size_t(l)];
       ExpertPlacement& placement = placements[size_t(l)];
-      const LayerRebalanceDecision decision = decide_layer_rebalance(
-          forecaster.predict(l), forecaster.accuracy(l).recent_errors(), placement, options.policy,
-          options.bytes, options.rates.size() == 1 ? options.rates[0] : options.rates[s]);
+      RebalanceCostRates rates = options.rates.size() == 1 ? options.rates[0] : options.rates[s];
+      if (moves_timed.samples() > 0) rates.migration = moves_timed.estimate();
+      const LayerRebalanceDecision decision =
+          decide_layer_rebalance(forecaster.predict(l), forecaster.accuracy(l).recent_errors(),
+                                 placement, options.policy, options.bytes, rates);
       if (kept) layer.decisions += 1;
       if (!decision.verdict.apply) continue;
+      if (options.move_time.valid) {
+        moves_timed.add(decision.bytes_to_move, options.move_time.at(decision.bytes_to_move));
+      }
       if (kept) layer.applied += 1, layer.expert_copies += decision.moves;
       // As MoELayer::apply_placement: renumbered so that experts stay where they are.
       placement = plan_expert_migration(placement, decision.candidate).placement;

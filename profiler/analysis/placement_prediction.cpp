@@ -10,7 +10,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "moescope/analysis/expert_compute_samples.h"
+#include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/linear_fit.h"
 #include "moescope/analysis/step_detection.h"
@@ -72,8 +72,8 @@ namespace {
 // The moe.experts spans' line over the kept steps; not valid without them or their spread.
 ExpertCostModel expert_span_cost(const TraceModel& model, const std::set<int64_t>& kept) {
   std::vector<double> rows, ms;
-  for (const ExpertComputeSample& sample : expert_compute_samples(model)) {
-    if (kept.count(sample.step)) rows.push_back(sample.rows), ms.push_back(sample.ms);
+  for (const LayerForwardSample& sample : layer_forward_samples(model)) {
+    if (kept.count(sample.step)) rows.push_back(sample.rows), ms.push_back(sample.experts_ms);
   }
   const LinearFit line = fit_line(rows, ms);
   ExpertCostModel cost;

@@ -73,6 +73,7 @@ CommCostFit fit_comm_costs(const TraceModel& model) {
   CommCostFit fit;
   const CollectiveOpWaits waits = collective_op_waits(model);
   std::vector<double> a2a_bytes, a2a_ms, ar_bytes, ar_ms;
+  double a2a_duration_ms = 0;
   double payload_bytes = 0;
   const std::map<OpKey, uint64_t> largest = largest_copy_bytes(model);
   for (size_t p = 0; p < model.processes.size(); ++p) {
@@ -90,6 +91,7 @@ CommCostFit fit_comm_costs(const TraceModel& model) {
           if (model.name(op.name).find("migration") != std::string::npos) continue;
           a2a_bytes.push_back(bytes);
           a2a_ms.push_back(transfer_ms);
+          a2a_duration_ms += double(op.duration()) * kMsPerNs;
           payload_bytes += double(op.bytes);
         } else if (op.kind == kAllReduceKind) {
           ar_bytes.push_back(bytes);
@@ -99,6 +101,7 @@ CommCostFit fit_comm_costs(const TraceModel& model) {
     }
   }
   fit.all_to_all = fit_line(a2a_bytes, a2a_ms);
+  fit.all_to_all_mean_ms = a2a_ms.empty() ? 0.0 : a2a_duration_ms / double(a2a_ms.size());
   fit.all_reduce = fit_line(ar_bytes, ar_ms);
   fit.all_reduce_measured = fit.all_reduce.valid;
   if (!fit.all_reduce_measured && fit.all_to_all.valid) {

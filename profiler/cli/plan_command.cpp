@@ -301,6 +301,11 @@ void add_plan_command(CLI::App& app) {
                    "tensors of one expert's size a migration moves (default 4: weights, gradient, "
                    "Adam's two moments)")
       ->check(CLI::Range(1.0, 64.0));
+  plan->add_option("--tensors-per-expert", options->tensors_per_expert,
+                   "with --rebalance-every: weight tensors one expert is stored in (default 1; "
+                   "moe_train: 2, w_gate_up and w_down); a migration makes one all-to-all per "
+                   "tensor it moves, which is what its time is predicted from")
+      ->check(CLI::Range(1, 64));
   plan->add_option("--window", options->window_steps,
                    "steps the placement is kept (the rebalance interval, default 50): the "
                    "migration's one-off time is spread over them")

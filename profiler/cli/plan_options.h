@@ -31,6 +31,7 @@ struct PlanOptions {
   // The step cost terms besides expert compute (step_cost_terms.h).
   double expert_bytes = 0;
   double moved_tensors = 4;
+  int tensors_per_expert = 1;  // weight tensors one expert is stored in (one all-to-all each)
   double window_steps = 50;
   bool advise = false;
   bool static_placement = false;     // applied once: no rebalancer's own time per step

@@ -6,8 +6,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "moescope/analysis/expert_compute_samples.h"
+#include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/placement_prediction.h"
+#include "moescope/analysis/step_cost_terms.h"
 #include "moescope/balancer/running_line_fit.h"
 #include "plan_step_loads.h"
 
@@ -54,34 +55,52 @@ balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model,
   return rates;
 }
 
-// A running line over (step, x, ms) samples sorted by step, taking those up to each step in turn.
+// A running line over the forwards' samples (sorted by step) of y against x, taking those up to
+// each step in turn.
 class StepwiseFit {
  public:
-  explicit StepwiseFit(std::vector<analysis::ExpertComputeSample> samples)
-      : samples_(std::move(samples)) {}
+  using Point = std::pair<double, double>;  // x, y; y < 0: not measured
+  StepwiseFit(const std::vector<analysis::LayerForwardSample>& samples,
+              Point (*point)(const analysis::LayerForwardSample&))
+      : samples_(samples), point_(point) {}
   bool empty() const { return samples_.empty(); }
   balancer::LineEstimate through(int64_t step) {
     for (; next_ < samples_.size() && samples_[next_].step <= step; ++next_) {
-      fit_.add(samples_[next_].rows, samples_[next_].ms);
+      const auto [x, y] = point_(samples_[next_]);
+      if (y >= 0) fit_.add(x, y);
     }
     return fit_.estimate();
   }
 
  private:
-  std::vector<analysis::ExpertComputeSample> samples_;
+  const std::vector<analysis::LayerForwardSample>& samples_;
+  Point (*point_)(const analysis::LayerForwardSample&);
   size_t next_ = 0;
   balancer::RunningLineFit fit_;
 };
 
-// What the runtime had measured by the end of each step of `step_ids`: its compute line from
-// the moe.experts spans of the steps so far (what it times itself: each layer forward's expert
-// compute against the rows its rank received, over every rank), and the whole run's other lines
-// with their errors widened to the steps seen so far (x sqrt(steps / steps so far): the same
-// noise over fewer samples). Early decisions are uncertain, and the cost rule waits for them.
+// What the runtime had measured by the end of each step of `step_ids`, from the samples it
+// times itself (runtime/layer_cost_samples.h), where the trace has them: each layer forward's
+// expert compute against the rows its rank received (the moe.experts spans) and its dispatch
+// all-to-all against the bytes received (the a2a.dispatch ops; `row_bytes` a row), over every
+// rank. The whole run's other lines have their errors widened to the steps seen so far
+// (x sqrt(steps / steps so far): the same noise over fewer samples). Early decisions are
+// uncertain, and the cost rule waits for them.
 std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceModel& model,
                                                         const std::vector<int64_t>& step_ids,
-                                                        const balancer::RebalanceCostRates& run) {
-  StepwiseFit compute(analysis::expert_compute_samples(model));
+                                                        const balancer::RebalanceCostRates& run,
+                                                        double row_bytes) {
+  const std::vector<analysis::LayerForwardSample> forwards = analysis::layer_forward_samples(model);
+  StepwiseFit compute(forwards, [](const analysis::LayerForwardSample& forward) {
+    return StepwiseFit::Point{forward.rows, forward.experts_ms};
+  });
+  // Against the rows received; the slope per row becomes per byte below.
+  StepwiseFit dispatch(forwards, [](const analysis::LayerForwardSample& forward) {
+    return StepwiseFit::Point{forward.rows, forward.dispatch_ms};
+  });
+  const bool dispatch_known = std::any_of(
+      forwards.begin(), forwards.end(),
+      [](const analysis::LayerForwardSample& forward) { return forward.dispatch_ms >= 0; });
   std::vector<balancer::RebalanceCostRates> rates;
   for (size_t s = 0; s < step_ids.size(); ++s) {
     balancer::RebalanceCostRates at = run;
@@ -92,6 +111,11 @@ std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceMod
       line->intercept_stderr *= widen;
     }
     if (!compute.empty()) at.compute = compute.through(step_ids[s]);
+    if (dispatch_known && row_bytes > 0) {
+      at.all_to_all = dispatch.through(step_ids[s]);
+      at.all_to_all.slope /= row_bytes;
+      at.all_to_all.slope_stderr /= row_bytes;
+    }
     rates.push_back(at);
   }
   return rates;
@@ -127,8 +151,18 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   replay.policy.window_steps = double(options.rebalance_every);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
-  replay.rates =
-      rates_by_step(model, step_ids, trace_cost_rates(model, options.skip_steps, replay.bytes));
+  const balancer::RebalanceCostRates run =
+      trace_cost_rates(model, options.skip_steps, replay.bytes);
+  replay.rates = rates_by_step(model, step_ids, run, replay.bytes.row);
+  // A move as the runtime will time it: one all-to-all per tensor it moves (each as long as the
+  // trace's all-to-alls, their waits included) plus its bytes at the all-to-all's rate.
+  const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
+  if (comm.all_to_all.valid) {
+    replay.move_time.valid = replay.move_time.has_slope = true;
+    replay.move_time.intercept =
+        options.moved_tensors * options.tensors_per_expert * comm.all_to_all_mean_ms;
+    replay.move_time.slope = comm.all_to_all.slope;
+  }
   return balancer::replay_rebalancer(steps, replay, skipped);
 }
 
@@ -147,14 +181,17 @@ void count_replay_costs(const balancer::RebalanceReplay& replay,
 
 std::string replay_note(const balancer::RebalanceReplay& replay, const PlanOptions& options) {
   size_t decisions = 0, applied = 0, copies = 0;
+  std::string busiest;
   for (const balancer::ReplayedLayer& layer : replay.layers) {
     decisions += layer.decisions, applied += layer.applied, copies += layer.expert_copies;
+    busiest += " " + std::to_string(int64_t(std::lround(layer.mean_busiest_rows)));
   }
   return "replayed the runtime rebalancer every " + std::to_string(options.rebalance_every) +
          " steps on " + std::to_string(replay.kept_steps) +
          " recorded steps: " + std::to_string(applied) + " of " + std::to_string(decisions) +
          " layer decisions applied, " + std::to_string(copies) +
-         " expert copies; the prediction is for that run";
+         " expert copies; the prediction is for that run (busiest GPU's rows per step by layer:" +
+         busiest + ")";
 }
 
 }  // namespace moescope::cli

@@ -187,3 +187,22 @@ TEST(RebalanceReplayTest, TheRuntimesFitsDecideWhenItMovesAndTheStepsBeforeKeepT
   options.rates.resize(7);
   EXPECT_THROW(replay_rebalancer(steps, options, 10), std::invalid_argument);
 }
+
+// The runtime times its own moves and weighs every later move by them: a first move that took
+// long keeps the placement when the hot expert changes, which it follows when moves are cheap.
+TEST(RebalanceReplayTest, AfterItsFirstMoveTheRuntimeWeighsMovesByWhatTheyTook) {
+  std::vector<ExpertLoads> steps = skewed_steps(60);
+  for (size_t s = 30; s < steps.size(); ++s) {  // layer 1's hot expert moves from 5 to 2
+    const std::vector<double> hot = step_tokens(2, 700.0);
+    std::copy(hot.begin(), hot.end(), steps[s].values.begin() + kExperts);
+  }
+  RebalanceReplayOptions options = replay_options(0.01, 1e6);
+  options.move_time.valid = true;
+  options.move_time.intercept = 0.5;  // ms: cheap
+  const RebalanceReplay cheap = replay_rebalancer(steps, options, 0);
+  EXPECT_GE(cheap.layers[1].applied, 2u);
+  options.move_time.intercept = 1e5;  // ms: a move costs more than any window gains
+  const RebalanceReplay costly = replay_rebalancer(steps, options, 0);
+  EXPECT_EQ(costly.layers[1].applied, 1u);
+  EXPECT_GT(costly.layers[1].mean_busiest_rows, cheap.layers[1].mean_busiest_rows);
+}

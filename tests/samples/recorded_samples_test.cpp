@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "moescope/analysis/expert_compute_samples.h"
+#include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/trace_model.h"
@@ -97,19 +97,20 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
   EXPECT_EQ(model.step_source, analysis::StepSource::kMarkers);
   EXPECT_EQ(local_loads_in(model), printed);
 
-  // Each layer forward's expert compute, paired with the rows its rank received: one sample per
+  // Each layer forward's expert compute and dispatch, with the rows its rank received: one per
   // rank, step and layer, the layers in forward order, each inside its step.
-  const std::vector<analysis::ExpertComputeSample> forwards =
-      analysis::expert_compute_samples(model);
+  const std::vector<analysis::LayerForwardSample> forwards = analysis::layer_forward_samples(model);
   ASSERT_EQ(forwards.size(), 2u * 4u * 2u);
   for (size_t i = 0; i < forwards.size(); ++i) {
-    const analysis::ExpertComputeSample& sample = forwards[i];
+    const analysis::LayerForwardSample& sample = forwards[i];
     EXPECT_EQ(sample.layer, uint32_t(i % 2)) << i;
     EXPECT_EQ(sample.rank, int32_t(i / 2 % 2)) << i;
     EXPECT_EQ(sample.step, int64_t(i / 4)) << i;
     EXPECT_GE(sample.rows, 0) << i;  // the skewed layer may send a rank nothing
-    EXPECT_GT(sample.ms, 0) << i;
-    EXPECT_LT(sample.ms, 10'000) << i;
+    EXPECT_GT(sample.experts_ms, 0) << i;
+    EXPECT_LT(sample.experts_ms, 10'000) << i;
+    EXPECT_GT(sample.dispatch_ms, 0) << i;  // two ranks: every forward's rows travel
+    EXPECT_LT(sample.dispatch_ms, 10'000) << i;
   }
 }
 

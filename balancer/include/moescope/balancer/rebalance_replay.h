@@ -31,6 +31,11 @@ struct RebalanceReplayOptions {
   // What judges each plan: [1] the same at every decision, or [steps] what the runtime had
   // measured by the end of each step (its fits start empty and tighten as it runs).
   std::vector<RebalanceCostRates> rates;
+  // How long one applied layer move will take (ms vs the bytes it moves), as the runtime times
+  // it. The runtime measures its own moves: after the replay's first, every later decision
+  // weighs a move by these times (its migration line), not by the rates' (not valid: the rates'
+  // migration line throughout).
+  LineEstimate move_time;
 };
 
 struct ReplayedLayer {
