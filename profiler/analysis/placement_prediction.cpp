@@ -10,8 +10,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/linear_fit.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/time_breakdown.h"
@@ -69,22 +69,37 @@ double RankPrediction::total_rows_after() const {
 
 namespace {
 
-// The moe.experts spans' line over the kept steps; not valid without them or their spread.
-ExpertCostModel expert_span_cost(const TraceModel& model, const std::set<int64_t>& kept) {
-  std::vector<double> rows, ms;
+// From the layer forwards of the kept steps: the work between each layer's all-to-alls against
+// its rows where the trace has the all-to-alls (forward and backward measured), else the
+// moe.experts spans' line x kExpertComputePasses. Not valid without them or their spread.
+ExpertCostModel layer_forward_cost(const TraceModel& model, const std::set<int64_t>& kept) {
+  std::vector<double> rows, experts_ms, between_rows, between_ms;
   for (const LayerForwardSample& sample : layer_forward_samples(model)) {
-    if (kept.count(sample.step)) rows.push_back(sample.rows), ms.push_back(sample.experts_ms);
+    if (!kept.count(sample.step)) continue;
+    rows.push_back(sample.rows), experts_ms.push_back(sample.experts_ms);
+    if (sample.between_all_to_alls_ms >= 0) {
+      between_rows.push_back(sample.rows), between_ms.push_back(sample.between_all_to_alls_ms);
+    }
   }
-  const LinearFit line = fit_line(rows, ms);
+  const LinearFit experts = fit_line(rows, experts_ms);
   ExpertCostModel cost;
-  if (!line.valid || !(line.slope > 0) || line.samples < 3) return cost;
+  if (!experts.valid || !(experts.slope > 0) || experts.samples < 3) return cost;
   cost.valid = cost.from_expert_spans = true;
-  cost.forward_ms_per_row = line.slope;
-  cost.ms_per_row = line.slope * kExpertComputePasses;
-  cost.ms_per_row_stderr = line.slope_stderr * kExpertComputePasses;
-  cost.fixed_ms = line.intercept;  // per layer forward
-  cost.r_squared = line.r_squared;
-  cost.samples = line.samples;
+  cost.forward_ms_per_row = experts.slope;
+  cost.ms_per_row = experts.slope * kExpertComputePasses;
+  cost.ms_per_row_stderr = experts.slope_stderr * kExpertComputePasses;
+  cost.fixed_ms = experts.intercept;  // per layer forward
+  cost.r_squared = experts.r_squared;
+  cost.samples = experts.samples;
+  const LinearFit between = fit_line(between_rows, between_ms);
+  if (between.valid && between.slope > 0 && between.samples >= 3) {
+    cost.between_all_to_alls = true;
+    cost.ms_per_row = between.slope;
+    cost.ms_per_row_stderr = between.slope_stderr;
+    cost.fixed_ms = between.intercept;  // per layer, forward + backward
+    cost.r_squared = between.r_squared;
+    cost.samples = between.samples;
+  }
   return cost;
 }
 
@@ -93,7 +108,7 @@ ExpertCostModel expert_span_cost(const TraceModel& model, const std::set<int64_t
 ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
                                 const TimeBreakdown* breakdown) {
   const std::set<int64_t> kept = kept_steps(model, skip_steps);
-  if (ExpertCostModel spans = expert_span_cost(model, kept); spans.valid) return spans;
+  if (ExpertCostModel spans = layer_forward_cost(model, kept); spans.valid) return spans;
   ExpertCostModel cost;
   std::map<std::pair<int32_t, int64_t>, double> rows;
   for (const RankStepRows& entry : received_rows_by_rank(model)) {
@@ -136,7 +151,15 @@ ExpertCostModel fit_expert_cost(const TraceModel& model, size_t skip_steps,
 
 std::string describe_expert_cost(const ExpertCostModel& cost) {
   char text[256];
-  if (cost.from_expert_spans) {
+  if (cost.between_all_to_alls) {
+    std::snprintf(text, sizeof(text),
+                  "each layer's work between its all-to-alls, forward + backward: %.3f ms + "
+                  "%.5f ms x rows, R^2 %.2f over %zu layer steps (%.2f x the moe.experts "
+                  "forward's %.6f ms per row)",
+                  cost.fixed_ms, cost.ms_per_row, cost.r_squared, cost.samples,
+                  cost.forward_ms_per_row > 0 ? cost.ms_per_row / cost.forward_ms_per_row : 0.0,
+                  cost.forward_ms_per_row);
+  } else if (cost.from_expert_spans) {
     std::snprintf(text, sizeof(text),
                   "moe.experts spans: %.3f ms + %.6f ms x rows per layer forward, R^2 %.2f over "
                   "%zu forwards; x %.0f passes = %.5f ms per row",
@@ -325,11 +348,15 @@ std::string prediction_to_json(const PlacementPrediction& prediction) {
   const ExpertCostModel& cost = prediction.cost;
   nlohmann::ordered_json object = {
       {"cost_model",
-       {{"model", cost.from_expert_spans
+       {{"model", cost.between_all_to_alls
+                      ? "ms_per_row = each layer's work between its all-to-alls (forward + "
+                        "backward) per received row (least squares over layer steps)"
+                  : cost.from_expert_spans
                       ? "ms_per_row = 3 x the moe.experts spans' ms per forward row (least "
                         "squares over layer forwards)"
                       : "busy_ms = fixed_ms + ms_per_row * rows (least squares over rank x step)"},
         {"from_expert_spans", cost.from_expert_spans},
+        {"between_all_to_alls", cost.between_all_to_alls},
         {"forward_ms_per_row", cost.forward_ms_per_row},
         {"fixed_ms", cost.fixed_ms},
         {"ms_per_row", cost.ms_per_row},
@@ -431,6 +458,9 @@ PlacementPrediction prediction_from_json(const std::string& json_object_text) {
     if (cost.contains("from_expert_spans") && cost.at("from_expert_spans").is_boolean()) {
       prediction.cost.from_expert_spans = cost.at("from_expert_spans").get<bool>();
       prediction.cost.forward_ms_per_row = finite_at(cost, "forward_ms_per_row");
+      if (cost.contains("between_all_to_alls") && cost.at("between_all_to_alls").is_boolean()) {
+        prediction.cost.between_all_to_alls = cost.at("between_all_to_alls").get<bool>();
+      }
     }
     if (cost.contains("ms_per_row_stderr")) {
       prediction.cost.ms_per_row_stderr = finite_at(cost, "ms_per_row_stderr");

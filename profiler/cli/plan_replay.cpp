@@ -42,8 +42,13 @@ balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model,
   const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
   balancer::RebalanceCostRates rates;
   rates.compute.valid = rates.compute.has_slope = true;
-  rates.compute.slope = expert.ms_per_row / rates.compute_passes_per_step;
-  rates.compute.slope_stderr = expert.ms_per_row_stderr / rates.compute_passes_per_step;
+  // The runtime's compute line is the forward's experts alone (rates_by_step refits it step by
+  // step from the spans): the spans' slope where fitted, else the step's cost over the passes.
+  const double forward_share = expert.from_expert_spans
+                                   ? expert.forward_ms_per_row / expert.ms_per_row
+                                   : 1.0 / rates.compute_passes_per_step;
+  rates.compute.slope = expert.ms_per_row * forward_share;
+  rates.compute.slope_stderr = expert.ms_per_row_stderr * forward_share;
   rates.compute.samples = double(expert.samples);
   rates.assumed_ms_per_row = expert.ms_per_row;
   rates.all_to_all = line_estimate(comm.all_to_all);

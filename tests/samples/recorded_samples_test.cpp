@@ -111,6 +111,8 @@ TEST(RecordedSamplesTest, MoeTrainOnTwoRanksTraceHoldsStepsAndThePrintedExpertLo
     EXPECT_LT(sample.experts_ms, 10'000) << i;
     EXPECT_GT(sample.dispatch_ms, 0) << i;  // two ranks: every forward's rows travel
     EXPECT_LT(sample.dispatch_ms, 10'000) << i;
+    EXPECT_GE(sample.between_all_to_alls_ms, sample.experts_ms) << i;  // the experts run between
+    EXPECT_LT(sample.between_all_to_alls_ms, 10'000) << i;
   }
 }
 
@@ -129,12 +131,13 @@ TEST(RecordedSamplesTest, MoeTrainRecordsEachRebalanceDecisionWithItsNumbers) {
   for (const auto& error : model.errors) ADD_FAILURE() << error.message;
   // Steps 7, 15, 23 x 2 layers x 2 ranks.
   ASSERT_EQ(model.rebalances.size(), 12u) << run.output;
-  // The expert cost comes from the moe.experts spans (tight: the GEMMs timed alone).
+  // The expert cost is measured per layer: its work between its all-to-alls (forward and
+  // backward) against its rows, which costs more per row than the experts' forward alone.
   const analysis::ExpertCostModel cost = analysis::fit_expert_cost(model, 1);
-  EXPECT_TRUE(cost.from_expert_spans) << cost.problem;
+  EXPECT_TRUE(cost.between_all_to_alls) << cost.problem;
   EXPECT_EQ(cost.samples, 23u * 2u * 2u);  // steps after the first x layers x ranks
   EXPECT_GT(cost.forward_ms_per_row, 0);
-  EXPECT_DOUBLE_EQ(cost.ms_per_row, analysis::kExpertComputePasses * cost.forward_ms_per_row);
+  EXPECT_GT(cost.ms_per_row, cost.forward_ms_per_row);
   std::map<std::pair<int64_t, uint32_t>, const analysis::RebalanceDecision*> first_rank;
   for (const analysis::RebalanceDecision& d : model.rebalances) {
     SCOPED_TRACE("step " + std::to_string(d.step) + " layer " + std::to_string(d.layer) + " rank " +

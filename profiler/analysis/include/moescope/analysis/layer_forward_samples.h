@@ -24,12 +24,17 @@ struct LayerForwardSample {
   double rows = 0;          // received by the rank for the layer at the step
   double experts_ms = 0;    // the forward's moe.experts span
   double dispatch_ms = -1;  // its a2a.dispatch all-to-all; -1: not recorded (one process)
+  // The rank's own work between the layer's all-to-alls, forward (a2a.dispatch's end to
+  // a2a.combine's start) plus backward (a2a.combine.backward's end to a2a.dispatch.backward's
+  // start): what a step waits for on the busiest rank at each of them. -1: not recorded.
+  double between_all_to_alls_ms = -1;
 };
 
-// Sorted by (step, rank, layer). A rank's k-th moe.experts span (and a2a.dispatch op) of a step
-// is the forward of the k-th layer (by id) with rows that step; a step whose span count differs
-// from its layer count (a capture that started mid-step, recomputed forwards) is left out, and
-// so are the dispatch times of a step whose op count differs. Empty without moe.experts spans
+// Sorted by (step, rank, layer). A rank's k-th moe.experts span (a2a.dispatch, a2a.combine op)
+// of a step is the forward of the k-th layer (by id) with rows that step, its k-th backward op
+// that of the k-th layer from the last; a step whose span count differs from its layer count (a
+// capture that started mid-step, recomputed forwards) is left out, and so are the all-to-all
+// times of a step whose op counts differ. Empty without moe.experts spans
 // (rank summaries, traces of other tools).
 std::vector<LayerForwardSample> layer_forward_samples(const TraceModel& model);
 

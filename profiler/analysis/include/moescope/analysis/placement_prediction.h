@@ -5,8 +5,13 @@
 // per layer forward f (rank, step, layer) of the measured run:
 //   experts_ms(f) = forward_fixed_ms + forward_ms_per_row * rows(f)
 // and ms_per_row = forward_ms_per_row * kExpertComputePasses (the backward about twice the
-// forward): the expert GEMMs timed alone, so the line is tight. Otherwise (rank summaries,
-// traces of other tools), per rank r and step s:
+// forward): the expert GEMMs timed alone, so the line is tight. Where the trace also has the
+// layers' all-to-alls (more than one rank), ms_per_row is measured whole instead: the slope of
+//   between_ms(f) = fixed + ms_per_row * rows(f)
+// where between_ms is the rank's own work between the layer's all-to-alls, forward (dispatch to
+// combine) plus backward (combine's backward to dispatch's): what each all-to-all waits for on
+// the busiest rank. On moe_train its backward is about 3x the forward, not 2x. Otherwise (rank
+// summaries, traces of other tools), per rank r and step s:
 //   busy_ms(r, s) = fixed_ms + ms_per_row * rows(r, s)
 // busy_ms = step - exposed communication - idle (time_breakdown.h: the work the rank did
 // itself, forward and backward), rows = the rows the rank's experts computed (its RECEIVED
@@ -57,6 +62,9 @@ struct ExpertCostModel {
   size_t samples = 0;              // (rank, step) pairs fitted, or layer forwards with the spans
   bool from_expert_spans = false;  // ms_per_row = forward_ms_per_row x kExpertComputePasses
   double forward_ms_per_row = 0;   // the spans' slope (from_expert_spans)
+  // ms_per_row = the slope of each layer's work between its all-to-alls, forward + backward
+  // (layer_forward_samples.h), against its rows: the backward measured, not assumed.
+  bool between_all_to_alls = false;
 };
 
 // `skip_steps`: the first steps of the run (warm-up) left out.
