@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "moescope/recorder.h"
 #include "nccl_abi.h"
@@ -105,5 +106,16 @@ nccl::Result record_op(const NcclOpCall& call, Forward forward) {
 // The answer of an entry point whose real function is not loaded (ncclSystemError, with one
 // warning per process).
 nccl::Result missing(const char* function);
+
+// The whole body of an interposed op (ncclAllReduce, ncclSend, ...): the real function named by
+// `call` (cached in `slot`, the entry point's own), `call` recorded around it, `args` forwarded
+// unchanged. The real function's type is the entry point's, deduced from its arguments.
+template <typename... Args>
+nccl::Result forward_recorded_op(std::atomic<void*>& slot, const NcclOpCall& call, Args... args) {
+  const char* real_name = call.name + std::strlen("nccl");  // "ncclAllReduce" -> "AllReduce"
+  auto real = real_function<nccl::Result (*)(Args...)>(slot, real_name);
+  if (!real) return missing(call.name);
+  return record_op(call, [&] { return real(args...); });
+}
 
 }  // namespace moescope::inject

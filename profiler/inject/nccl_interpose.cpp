@@ -14,10 +14,9 @@
 // ---- the interposed NCCL API (same signatures as nccl.h 2.28) ----------------------------------
 
 using moescope::inject::capture;
-using moescope::inject::NcclOpCall;
+using moescope::inject::forward_recorded_op;
 using moescope::inject::NcclOpRecorder;
 using moescope::inject::real_function;
-using moescope::inject::record_op;
 namespace nccl = moescope::inject::nccl;
 
 #define MOESCOPE_INTERPOSE extern "C" __attribute__((visibility("default")))
@@ -154,27 +153,18 @@ MOESCOPE_INTERPOSE nccl::Result ncclAllReduce(const void* sendbuff, void* recvbu
                                               nccl::DataType datatype, nccl::RedOp op,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AllReduce");
-  if (!real) return moescope::inject::missing("ncclAllReduce");
-  NcclOpCall call{MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAllGather(const void* sendbuff, void* recvbuff,
                                               size_t sendcount, nccl::DataType datatype,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AllGather");
-  if (!real) return moescope::inject::missing("ncclAllGather");
-  NcclOpCall call{
-      MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* recvbuff,
@@ -182,111 +172,80 @@ MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* re
                                                   nccl::RedOp op, nccl::CommHandle comm,
                                                   nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "ReduceScatter");
-  if (!real) return moescope::inject::missing("ncclReduceScatter");
-  NcclOpCall call{
-      MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+  return forward_recorded_op(slot,
+                             {MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount,
+                              datatype, -1, -1, comm, stream},
+                             sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                               nccl::DataType datatype, int root,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Broadcast");
-  if (!real) return moescope::inject::missing("ncclBroadcast");
-  NcclOpCall call{
-      MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclBcast(void* buff, size_t count, nccl::DataType datatype,
                                           int root, nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Bcast");
-  if (!real) return moescope::inject::missing("ncclBcast");
-  NcclOpCall call{MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream};
-  return record_op(call, [&] { return real(buff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream}, buff,
+      count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                            nccl::DataType datatype, nccl::RedOp op, int root,
                                            nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, int,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Reduce");
-  if (!real) return moescope::inject::missing("ncclReduce");
-  NcclOpCall call{MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream};
-  return record_op(
-      call, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream}, sendbuff,
+      recvbuff, count, datatype, op, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                              nccl::DataType datatype, nccl::CommHandle comm,
                                              nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AlltoAll");
-  if (!real) return moescope::inject::missing("ncclAlltoAll");
-  NcclOpCall call{MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream};
-  return record_op(call, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                            nccl::DataType datatype, int root, nccl::CommHandle comm,
                                            nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Gather");
-  if (!real) return moescope::inject::missing("ncclGather");
-  NcclOpCall call{MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream}, sendbuff,
+      recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                             nccl::DataType datatype, int root,
                                             nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Scatter");
-  if (!real) return moescope::inject::missing("ncclScatter");
-  NcclOpCall call{MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclSend(const void* sendbuff, size_t count,
                                          nccl::DataType datatype, int peer, nccl::CommHandle comm,
                                          nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Send");
-  if (!real) return moescope::inject::missing("ncclSend");
-  NcclOpCall call{MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream};
-  return record_op(call, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream}, sendbuff,
+      count, datatype, peer, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclRecv(void* recvbuff, size_t count, nccl::DataType datatype,
                                          int peer, nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Recv");
-  if (!real) return moescope::inject::missing("ncclRecv");
-  NcclOpCall call{MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream};
-  return record_op(call, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream}, recvbuff,
+      count, datatype, peer, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclGroupStart() {
