@@ -16,10 +16,53 @@
 using moescope::inject::capture;
 using moescope::inject::forward_recorded_op;
 using moescope::inject::NcclOpRecorder;
+using moescope::inject::real_entry_point;
 using moescope::inject::real_function;
 namespace nccl = moescope::inject::nccl;
 
 #define MOESCOPE_INTERPOSE extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// Whether a call that creates a communicator made one in `*comm` (kInProgress: a non-blocking
+// one, still initialising).
+bool made_comm(nccl::Result result, const nccl::CommHandle* comm) {
+  return (result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm;
+}
+
+// ncclCommInitRank and ncclCommInitRankConfig (`config...`: its config): the communicator made
+// is recorded as rank `rank` of `nranks` in the clique that `comm_id` names.
+template <typename... Config>
+nccl::Result forward_comm_init_rank(std::atomic<void*>& slot, const char* name,
+                                    nccl::CommHandle* comm, int nranks, nccl::UniqueId comm_id,
+                                    int rank, Config... config) {
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, Config...);
+  auto real = real_entry_point<Fn>(slot, name);
+  if (!real) return moescope::inject::missing(name);
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm, nranks, comm_id, rank, config...);
+  if (made_comm(result, comm)) {
+    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks, name,
+                                    begin);
+  }
+  return result;
+}
+
+// ncclCommDestroy and ncclCommAbort: the communicator is recorded as gone once the call
+// returns. An abort first writes its pending ops as aborted: their events must not be queried
+// while NCCL tears its streams down.
+nccl::Result forward_comm_end(std::atomic<void*>& slot, const char* name, nccl::CommHandle comm,
+                              bool abort) {
+  auto real = real_entry_point<nccl::Result (*)(nccl::CommHandle)>(slot, name);
+  if (!real) return moescope::inject::missing(name);
+  uint64_t begin = moescope_now_ns();
+  if (abort) capture().recorder.comm_aborting(comm);
+  nccl::Result result = real(comm);
+  capture().recorder.comm_destroyed(comm, name, begin);
+  return result;
+}
+
+}  // namespace
 
 MOESCOPE_INTERPOSE nccl::Result ncclGetVersion(int* version) {
   static std::atomic<void*> slot{nullptr};
@@ -40,32 +83,15 @@ MOESCOPE_INTERPOSE nccl::Result ncclGetUniqueId(nccl::UniqueId* id) {
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRank(nccl::CommHandle* comm, int nranks,
                                                  nccl::UniqueId comm_id, int rank) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int);
-  auto real = real_function<Fn>(slot, "CommInitRank");
-  if (!real) return moescope::inject::missing("ncclCommInitRank");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm, nranks, comm_id, rank);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
-    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
-                                    "ncclCommInitRank", begin);
-  }
-  return result;
+  return forward_comm_init_rank(slot, "ncclCommInitRank", comm, nranks, comm_id, rank);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankConfig(nccl::CommHandle* comm, int nranks,
                                                        nccl::UniqueId comm_id, int rank,
                                                        nccl::Config* config) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, nccl::Config*);
-  auto real = real_function<Fn>(slot, "CommInitRankConfig");
-  if (!real) return moescope::inject::missing("ncclCommInitRankConfig");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm, nranks, comm_id, rank, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
-    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
-                                    "ncclCommInitRankConfig", begin);
-  }
-  return result;
+  return forward_comm_init_rank(slot, "ncclCommInitRankConfig", comm, nranks, comm_id, rank,
+                                config);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm, int nranks,
@@ -78,8 +104,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm,
   if (!real) return moescope::inject::missing("ncclCommInitRankScalable");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm, nranks, rank, num_ids, comm_ids, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm && comm_ids &&
-      num_ids > 0) {
+  if (made_comm(result, comm) && comm_ids && num_ids > 0) {
     capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_ids[0]), rank, nranks,
                                     "ncclCommInitRankScalable", begin);
   }
@@ -119,8 +144,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
   uint64_t begin = moescope_now_ns();
   uint64_t split_id = capture().recorder.next_split_id(comm, color);
   nccl::Result result = real(comm, color, key, new_comm, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm &&
-      color != nccl::kSplitNoColor) {
+  if (made_comm(result, new_comm) && color != nccl::kSplitNoColor) {
     capture().recorder.comm_created(*new_comm, split_id, -1, -1, "ncclCommSplit", begin);
   }
   return result;
@@ -128,25 +152,12 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommDestroy(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
-  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommDestroy");
-  if (!real) return moescope::inject::missing("ncclCommDestroy");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm);
-  capture().recorder.comm_destroyed(comm, "ncclCommDestroy", begin);
-  return result;
+  return forward_comm_end(slot, "ncclCommDestroy", comm, /*abort=*/false);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommAbort(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
-  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommAbort");
-  if (!real) return moescope::inject::missing("ncclCommAbort");
-  uint64_t begin = moescope_now_ns();
-  // Before the call: the communicator's pending ops must not have their events queried while
-  // NCCL tears its streams down.
-  capture().recorder.comm_aborting(comm);
-  nccl::Result result = real(comm);
-  capture().recorder.comm_destroyed(comm, "ncclCommAbort", begin);
-  return result;
+  return forward_comm_end(slot, "ncclCommAbort", comm, /*abort=*/true);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -294,7 +305,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommShrink(nccl::CommHandle comm, int* exclu
   uint64_t shrink_id = recorder.next_shrink_id(comm, exclude_ranks, exclude_count);
   if (shrink_flags & nccl::kShrinkAbort) recorder.comm_aborting(comm);
   nccl::Result result = real(comm, exclude_ranks, exclude_count, new_comm, config, shrink_flags);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm) {
+  if (made_comm(result, new_comm)) {
     recorder.comm_created(*new_comm, shrink_id, -1, -1, "ncclCommShrink", begin);
   }
   return result;
