@@ -32,6 +32,12 @@ class FindingRules {
   Finding& add(const char* kind, double est_ms, bool threatens_run = false);
   // A finding about one rank, from its mean step `mean`: where it is and its timeline process.
   Finding& add_for_rank(const char* kind, const StepBreakdown& mean, double est_ms);
+  // A `kind` finding for each rank that loses enough of its mean step to `lost_ms` (by `min_ms`
+  // and `share`, as worth_a_finding), costing that; `describe(finding, mean, percent)` writes
+  // what it says, `percent` being the share of the rank's step lost.
+  template <typename Describe>
+  void add_for_ranks_losing(const char* kind, double StepBreakdown::*lost_ms, double min_ms,
+                            double share, Describe describe);
   // A finding about `experts` of one layer, over the steps the layer was seen in.
   Finding& add_for_layer(const char* kind, const LayerLoad& layer,
                          const std::vector<uint32_t>& experts, double est_ms,

@@ -153,44 +153,47 @@ void FindingRules::exposed_communication() {
   finding.suggestion = overlap_advice(kinds);
 }
 
-void FindingRules::host_sync_stall() {
+template <typename Describe>
+void FindingRules::add_for_ranks_losing(const char* kind, double StepBreakdown::*lost_ms,
+                                        double min_ms, double share, Describe describe) {
   for (const auto& mean : means_) {
-    if (!worth_a_finding(mean.host_sync_ms, limits_.host_sync_min_ms, limits_.host_sync_share,
-                         mean.step_ms)) {
-      continue;
-    }
-    Finding& finding = add_for_rank("host_sync_stall", mean, mean.host_sync_ms);
-    finding.evidence = printf_string(
-        "rank %d: the host waits %.2f ms per step in %u synchronizations per step (%u blocking "
-        "device-to-host copies per step), %.0f%% of the step",
-        mean.rank, mean.host_sync_ms, mean.host_syncs, mean.blocking_d2h_copies,
-        100.0 * mean.host_sync_ms / std::max(mean.step_ms, 1e-9));
-    finding.metrics = {{"host_sync_ms", mean.host_sync_ms},
-                       {"syncs_per_step", double(mean.host_syncs)},
-                       {"blocking_d2h_per_step", double(mean.blocking_d2h_copies)}};
-    finding.suggestion =
-        "Avoid host round trips on the hot path: keep token counts on the GPU (device-side "
-        "all-to-all sizes, at::_grouped_mm with offsets), use non_blocking copies into pinned "
-        "memory and synchronise on events only where the host needs the value.";
+    if (!worth_a_finding(mean.*lost_ms, min_ms, share, mean.step_ms)) continue;
+    describe(add_for_rank(kind, mean, mean.*lost_ms), mean,
+             100.0 * mean.*lost_ms / std::max(mean.step_ms, 1e-9));
   }
 }
 
+void FindingRules::host_sync_stall() {
+  add_for_ranks_losing(
+      "host_sync_stall", &StepBreakdown::host_sync_ms, limits_.host_sync_min_ms,
+      limits_.host_sync_share, [](Finding& finding, const StepBreakdown& mean, double percent) {
+        finding.evidence = printf_string(
+            "rank %d: the host waits %.2f ms per step in %u synchronizations per step (%u "
+            "blocking device-to-host copies per step), %.0f%% of the step",
+            mean.rank, mean.host_sync_ms, mean.host_syncs, mean.blocking_d2h_copies, percent);
+        finding.metrics = {{"host_sync_ms", mean.host_sync_ms},
+                           {"syncs_per_step", double(mean.host_syncs)},
+                           {"blocking_d2h_per_step", double(mean.blocking_d2h_copies)}};
+        finding.suggestion =
+            "Avoid host round trips on the hot path: keep token counts on the GPU (device-side "
+            "all-to-all sizes, at::_grouped_mm with offsets), use non_blocking copies into "
+            "pinned memory and synchronise on events only where the host needs the value.";
+      });
+}
+
 void FindingRules::launch_bound() {
-  for (const auto& mean : means_) {
-    if (!worth_a_finding(mean.launch_gap_ms, limits_.launch_gap_min_ms, limits_.launch_gap_share,
-                         mean.step_ms)) {
-      continue;
-    }
-    Finding& finding = add_for_rank("launch_bound", mean, mean.launch_gap_ms);
-    finding.evidence = printf_string(
-        "rank %d: the GPU waits %.2f ms per step for kernel launches that end after the "
-        "previous kernel finished (%.0f%% of the step)",
-        mean.rank, mean.launch_gap_ms, 100.0 * mean.launch_gap_ms / std::max(mean.step_ms, 1e-9));
-    finding.metrics = {{"launch_gap_ms", mean.launch_gap_ms}};
-    finding.suggestion =
-        "Reduce launches: fuse small kernels, use grouped GEMM instead of a loop over experts, "
-        "capture the step in a CUDA graph, or move Python overhead out of the loop.";
-  }
+  add_for_ranks_losing(
+      "launch_bound", &StepBreakdown::launch_gap_ms, limits_.launch_gap_min_ms,
+      limits_.launch_gap_share, [](Finding& finding, const StepBreakdown& mean, double percent) {
+        finding.evidence = printf_string(
+            "rank %d: the GPU waits %.2f ms per step for kernel launches that end after the "
+            "previous kernel finished (%.0f%% of the step)",
+            mean.rank, mean.launch_gap_ms, percent);
+        finding.metrics = {{"launch_gap_ms", mean.launch_gap_ms}};
+        finding.suggestion =
+            "Reduce launches: fuse small kernels, use grouped GEMM instead of a loop over "
+            "experts, capture the step in a CUDA graph, or move Python overhead out of the loop.";
+      });
 }
 
 void FindingRules::memory_pressure() {

@@ -102,10 +102,10 @@ void CuptiRecordTranslator::translate_record(const CuptiKernelRecord& kernel, CU
   translate_kernel(kernel);
 }
 void CuptiRecordTranslator::translate_record(const CuptiMemcpyRecord& copy, CUpti_ActivityKind) {
-  translate_memcpy(copy);
+  translate_copy(copy, counts_.copies);
 }
 void CuptiRecordTranslator::translate_record(const CuptiMemsetRecord& memset, CUpti_ActivityKind) {
-  translate_memset(memset);
+  translate_copy(memset, counts_.memsets);
 }
 void CuptiRecordTranslator::translate_record(const CuptiMemoryRecord& memory, CUpti_ActivityKind) {
   translate_memory(memory);
@@ -140,24 +140,22 @@ void CuptiRecordTranslator::translate_kernel(const CuptiKernelRecord& kernel) {
   ++counts_.kernels;
 }
 
-void CuptiRecordTranslator::translate_memcpy(const CuptiMemcpyRecord& copy) {
+// A memcpy and a memset are both a moescope copy: a memset with its value, a memcpy with its
+// direction.
+template <typename Record>
+void CuptiRecordTranslator::translate_copy(const Record& copy, uint64_t& count) {
   learn_context(copy.contextId, copy.deviceId);
   auto info = activity_info_of<moescope_gpu_copy_info>(copy);
   info.bytes = copy.bytes;
-  info.copy_kind = copy_kind_of(copy.copyKind);
-  info.is_memset = 0;
+  if constexpr (std::is_same_v<Record, CuptiMemsetRecord>) {
+    info.value = copy.value;
+    info.is_memset = 1;
+  } else {
+    info.copy_kind = copy_kind_of(copy.copyKind);
+    info.is_memset = 0;
+  }
   moescope_gpu_copy(&info);
-  ++counts_.copies;
-}
-
-void CuptiRecordTranslator::translate_memset(const CuptiMemsetRecord& memset) {
-  learn_context(memset.contextId, memset.deviceId);
-  auto info = activity_info_of<moescope_gpu_copy_info>(memset);
-  info.bytes = memset.bytes;
-  info.value = memset.value;
-  info.is_memset = 1;
-  moescope_gpu_copy(&info);
-  ++counts_.memsets;
+  ++count;
 }
 
 void CuptiRecordTranslator::translate_memory(const CuptiMemoryRecord& memory) {

@@ -66,8 +66,9 @@ class CuptiRecordTranslator {
   void translate_record(const CuptiApiRecord& call, CUpti_ActivityKind kind);
   void translate_record(const CuptiContextRecord& context, CUpti_ActivityKind kind);
   void translate_kernel(const CuptiKernelRecord& kernel);
-  void translate_memcpy(const CuptiMemcpyRecord& copy);
-  void translate_memset(const CuptiMemsetRecord& memset);
+  // A CuptiMemcpyRecord or CuptiMemsetRecord, counted in `count`.
+  template <typename Record>
+  void translate_copy(const Record& copy, uint64_t& count);
   void translate_memory(const CuptiMemoryRecord& memory);
   void translate_sync(const CuptiSyncRecord& sync);
   void translate_api(const CuptiApiRecord& call, CUpti_CallbackDomain domain);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "moescope/recorder.h"
 #include "nccl_abi.h"
@@ -105,5 +106,21 @@ nccl::Result record_op(const NcclOpCall& call, Forward forward) {
 // The answer of an entry point whose real function is not loaded (ncclSystemError, with one
 // warning per process).
 nccl::Result missing(const char* function);
+
+// real_function by the name the interposer exports ("ncclAllReduce"), as missing() takes it.
+template <typename Function>
+Function real_entry_point(std::atomic<void*>& slot, const char* exported_name) {
+  return real_function<Function>(slot, exported_name + std::strlen("nccl"));
+}
+
+// The whole body of an interposed op (ncclAllReduce, ncclSend, ...): the real function named by
+// `call` (cached in `slot`, the entry point's own), `call` recorded around it, `args` forwarded
+// unchanged. The real function's type is the entry point's, deduced from its arguments.
+template <typename... Args>
+nccl::Result forward_recorded_op(std::atomic<void*>& slot, const NcclOpCall& call, Args... args) {
+  auto real = real_entry_point<nccl::Result (*)(Args...)>(slot, call.name);
+  if (!real) return missing(call.name);
+  return record_op(call, [&] { return real(args...); });
+}
 
 }  // namespace moescope::inject

@@ -14,13 +14,55 @@
 // ---- the interposed NCCL API (same signatures as nccl.h 2.28) ----------------------------------
 
 using moescope::inject::capture;
-using moescope::inject::NcclOpCall;
+using moescope::inject::forward_recorded_op;
 using moescope::inject::NcclOpRecorder;
+using moescope::inject::real_entry_point;
 using moescope::inject::real_function;
-using moescope::inject::record_op;
 namespace nccl = moescope::inject::nccl;
 
 #define MOESCOPE_INTERPOSE extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// Whether a call that creates a communicator made one in `*comm` (kInProgress: a non-blocking
+// one, still initialising).
+bool made_comm(nccl::Result result, const nccl::CommHandle* comm) {
+  return (result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm;
+}
+
+// ncclCommInitRank and ncclCommInitRankConfig (`config...`: its config): the communicator made
+// is recorded as rank `rank` of `nranks` in the clique that `comm_id` names.
+template <typename... Config>
+nccl::Result forward_comm_init_rank(std::atomic<void*>& slot, const char* name,
+                                    nccl::CommHandle* comm, int nranks, nccl::UniqueId comm_id,
+                                    int rank, Config... config) {
+  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, Config...);
+  auto real = real_entry_point<Fn>(slot, name);
+  if (!real) return moescope::inject::missing(name);
+  uint64_t begin = moescope_now_ns();
+  nccl::Result result = real(comm, nranks, comm_id, rank, config...);
+  if (made_comm(result, comm)) {
+    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks, name,
+                                    begin);
+  }
+  return result;
+}
+
+// ncclCommDestroy and ncclCommAbort: the communicator is recorded as gone once the call
+// returns. An abort first writes its pending ops as aborted: their events must not be queried
+// while NCCL tears its streams down.
+nccl::Result forward_comm_end(std::atomic<void*>& slot, const char* name, nccl::CommHandle comm,
+                              bool abort) {
+  auto real = real_entry_point<nccl::Result (*)(nccl::CommHandle)>(slot, name);
+  if (!real) return moescope::inject::missing(name);
+  uint64_t begin = moescope_now_ns();
+  if (abort) capture().recorder.comm_aborting(comm);
+  nccl::Result result = real(comm);
+  capture().recorder.comm_destroyed(comm, name, begin);
+  return result;
+}
+
+}  // namespace
 
 MOESCOPE_INTERPOSE nccl::Result ncclGetVersion(int* version) {
   static std::atomic<void*> slot{nullptr};
@@ -41,32 +83,15 @@ MOESCOPE_INTERPOSE nccl::Result ncclGetUniqueId(nccl::UniqueId* id) {
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRank(nccl::CommHandle* comm, int nranks,
                                                  nccl::UniqueId comm_id, int rank) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int);
-  auto real = real_function<Fn>(slot, "CommInitRank");
-  if (!real) return moescope::inject::missing("ncclCommInitRank");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm, nranks, comm_id, rank);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
-    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
-                                    "ncclCommInitRank", begin);
-  }
-  return result;
+  return forward_comm_init_rank(slot, "ncclCommInitRank", comm, nranks, comm_id, rank);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankConfig(nccl::CommHandle* comm, int nranks,
                                                        nccl::UniqueId comm_id, int rank,
                                                        nccl::Config* config) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(nccl::CommHandle*, int, nccl::UniqueId, int, nccl::Config*);
-  auto real = real_function<Fn>(slot, "CommInitRankConfig");
-  if (!real) return moescope::inject::missing("ncclCommInitRankConfig");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm, nranks, comm_id, rank, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm) {
-    capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_id), rank, nranks,
-                                    "ncclCommInitRankConfig", begin);
-  }
-  return result;
+  return forward_comm_init_rank(slot, "ncclCommInitRankConfig", comm, nranks, comm_id, rank,
+                                config);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm, int nranks,
@@ -79,8 +104,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommInitRankScalable(nccl::CommHandle* comm,
   if (!real) return moescope::inject::missing("ncclCommInitRankScalable");
   uint64_t begin = moescope_now_ns();
   nccl::Result result = real(comm, nranks, rank, num_ids, comm_ids, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && comm && *comm && comm_ids &&
-      num_ids > 0) {
+  if (made_comm(result, comm) && comm_ids && num_ids > 0) {
     capture().recorder.comm_created(*comm, NcclOpRecorder::comm_id_of(comm_ids[0]), rank, nranks,
                                     "ncclCommInitRankScalable", begin);
   }
@@ -120,8 +144,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
   uint64_t begin = moescope_now_ns();
   uint64_t split_id = capture().recorder.next_split_id(comm, color);
   nccl::Result result = real(comm, color, key, new_comm, config);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm &&
-      color != nccl::kSplitNoColor) {
+  if (made_comm(result, new_comm) && color != nccl::kSplitNoColor) {
     capture().recorder.comm_created(*new_comm, split_id, -1, -1, "ncclCommSplit", begin);
   }
   return result;
@@ -129,52 +152,30 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommSplit(nccl::CommHandle comm, int color, 
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommDestroy(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
-  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommDestroy");
-  if (!real) return moescope::inject::missing("ncclCommDestroy");
-  uint64_t begin = moescope_now_ns();
-  nccl::Result result = real(comm);
-  capture().recorder.comm_destroyed(comm, "ncclCommDestroy", begin);
-  return result;
+  return forward_comm_end(slot, "ncclCommDestroy", comm, /*abort=*/false);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclCommAbort(nccl::CommHandle comm) {
   static std::atomic<void*> slot{nullptr};
-  auto real = real_function<nccl::Result (*)(nccl::CommHandle)>(slot, "CommAbort");
-  if (!real) return moescope::inject::missing("ncclCommAbort");
-  uint64_t begin = moescope_now_ns();
-  // Before the call: the communicator's pending ops must not have their events queried while
-  // NCCL tears its streams down.
-  capture().recorder.comm_aborting(comm);
-  nccl::Result result = real(comm);
-  capture().recorder.comm_destroyed(comm, "ncclCommAbort", begin);
-  return result;
+  return forward_comm_end(slot, "ncclCommAbort", comm, /*abort=*/true);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                               nccl::DataType datatype, nccl::RedOp op,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AllReduce");
-  if (!real) return moescope::inject::missing("ncclAllReduce");
-  NcclOpCall call{MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", count, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAllGather(const void* sendbuff, void* recvbuff,
                                               size_t sendcount, nccl::DataType datatype,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AllGather");
-  if (!real) return moescope::inject::missing("ncclAllGather");
-  NcclOpCall call{
-      MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_GATHER, "ncclAllGather", sendcount, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* recvbuff,
@@ -182,111 +183,80 @@ MOESCOPE_INTERPOSE nccl::Result ncclReduceScatter(const void* sendbuff, void* re
                                                   nccl::RedOp op, nccl::CommHandle comm,
                                                   nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "ReduceScatter");
-  if (!real) return moescope::inject::missing("ncclReduceScatter");
-  NcclOpCall call{
-      MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount, datatype, -1, -1, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+  return forward_recorded_op(slot,
+                             {MOESCOPE_COMM_REDUCE_SCATTER, "ncclReduceScatter", recvcount,
+                              datatype, -1, -1, comm, stream},
+                             sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                               nccl::DataType datatype, int root,
                                               nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Broadcast");
-  if (!real) return moescope::inject::missing("ncclBroadcast");
-  NcclOpCall call{
-      MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_BROADCAST, "ncclBroadcast", count, datatype, -1, root, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclBcast(void* buff, size_t count, nccl::DataType datatype,
                                           int root, nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Bcast");
-  if (!real) return moescope::inject::missing("ncclBcast");
-  NcclOpCall call{MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream};
-  return record_op(call, [&] { return real(buff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_BROADCAST, "ncclBcast", count, datatype, -1, root, comm, stream}, buff,
+      count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                            nccl::DataType datatype, nccl::RedOp op, int root,
                                            nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::RedOp, int,
-                              nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Reduce");
-  if (!real) return moescope::inject::missing("ncclReduce");
-  NcclOpCall call{MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream};
-  return record_op(
-      call, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_REDUCE, "ncclReduce", count, datatype, -1, root, comm, stream}, sendbuff,
+      recvbuff, count, datatype, op, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                              nccl::DataType datatype, nccl::CommHandle comm,
                                              nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, void*, size_t, nccl::DataType, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "AlltoAll");
-  if (!real) return moescope::inject::missing("ncclAlltoAll");
-  NcclOpCall call{MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream};
-  return record_op(call, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_ALL_TO_ALL, "ncclAlltoAll", count, datatype, -1, -1, comm, stream},
+      sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                            nccl::DataType datatype, int root, nccl::CommHandle comm,
                                            nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Gather");
-  if (!real) return moescope::inject::missing("ncclGather");
-  NcclOpCall call{MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_GATHER, "ncclGather", count, datatype, -1, root, comm, stream}, sendbuff,
+      recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                             nccl::DataType datatype, int root,
                                             nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(const void*, void*, size_t, nccl::DataType, int, nccl::CommHandle,
-                              nccl::Stream);
-  auto real = real_function<Fn>(slot, "Scatter");
-  if (!real) return moescope::inject::missing("ncclScatter");
-  NcclOpCall call{MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream};
-  return record_op(call,
-                   [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_SCATTER, "ncclScatter", count, datatype, -1, root, comm, stream},
+      sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclSend(const void* sendbuff, size_t count,
                                          nccl::DataType datatype, int peer, nccl::CommHandle comm,
                                          nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn =
-      nccl::Result (*)(const void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Send");
-  if (!real) return moescope::inject::missing("ncclSend");
-  NcclOpCall call{MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream};
-  return record_op(call, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_SEND, "ncclSend", count, datatype, peer, -1, comm, stream}, sendbuff,
+      count, datatype, peer, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclRecv(void* recvbuff, size_t count, nccl::DataType datatype,
                                          int peer, nccl::CommHandle comm, nccl::Stream stream) {
   static std::atomic<void*> slot{nullptr};
-  using Fn = nccl::Result (*)(void*, size_t, nccl::DataType, int, nccl::CommHandle, nccl::Stream);
-  auto real = real_function<Fn>(slot, "Recv");
-  if (!real) return moescope::inject::missing("ncclRecv");
-  NcclOpCall call{MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream};
-  return record_op(call, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
+  return forward_recorded_op(
+      slot, {MOESCOPE_COMM_RECV, "ncclRecv", count, datatype, peer, -1, comm, stream}, recvbuff,
+      count, datatype, peer, comm, stream);
 }
 
 MOESCOPE_INTERPOSE nccl::Result ncclGroupStart() {
@@ -335,7 +305,7 @@ MOESCOPE_INTERPOSE nccl::Result ncclCommShrink(nccl::CommHandle comm, int* exclu
   uint64_t shrink_id = recorder.next_shrink_id(comm, exclude_ranks, exclude_count);
   if (shrink_flags & nccl::kShrinkAbort) recorder.comm_aborting(comm);
   nccl::Result result = real(comm, exclude_ranks, exclude_count, new_comm, config, shrink_flags);
-  if ((result == nccl::kSuccess || result == nccl::kInProgress) && new_comm && *new_comm) {
+  if (made_comm(result, new_comm)) {
     recorder.comm_created(*new_comm, shrink_id, -1, -1, "ncclCommShrink", begin);
   }
   return result;

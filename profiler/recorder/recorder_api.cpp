@@ -44,22 +44,27 @@ Record* begin_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t name,
   return record;
 }
 
-// A record with a 4-byte value per expert after it, stamped now; counted as dropped (nullptr)
-// when the tail would not fit a record. `*bytes` is what to commit.
-template <typename Record>
-Record* begin_per_expert_now(ThreadBuffer* buffer, trace::RecordKind kind, uint32_t num_experts,
-                             uint32_t* bytes) {
+// One layer's record with a 4-byte value per expert after it, stamped now: its position is set
+// here, `fill(record, tail)` writes the kind's own fields and the tail from `values` (null only
+// with no experts). Counted as dropped when the tail would not fit a record.
+template <typename Record, typename Fill>
+void record_per_expert(trace::RecordKind kind, int64_t step, uint32_t layer, int32_t rank,
+                       const void* values, uint32_t num_experts, Fill fill) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer || (!values && num_experts)) return;
   if (num_experts > (kMaxRecordBytes - sizeof(Record)) / 4) {
     Recorder::instance().count_dropped(1);
-    return nullptr;
+    return;
   }
-  *bytes = trace::padded_to_8(sizeof(Record) + 4 * num_experts);
-  Record* record = begin_record<Record>(buffer, kind, 0, *bytes);
-  if (record) {
-    record->header.flags = trace::kRecordRawTicks;
-    record->header.time = read_ticks();
-  }
-  return record;
+  const uint32_t bytes = trace::padded_to_8(sizeof(Record) + 4 * num_experts);
+  Record* record = begin_now<Record>(buffer, kind, 0, bytes);
+  if (!record) return;
+  record->step = step;
+  record->layer = layer;
+  record->rank = rank;
+  record->num_experts = num_experts;
+  fill(*record, reinterpret_cast<uint8_t*>(record) + sizeof(Record));
+  buffer->commit(bytes);
 }
 
 template <typename Record>
@@ -234,44 +239,28 @@ void moescope_clock_sync(uint64_t sync_id) {
 void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
                           const int64_t* tokens_per_expert, uint32_t num_experts,
                           uint64_t dropped_tokens) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer || (!tokens_per_expert && num_experts)) return;
-  uint32_t bytes = 0;
-  auto* record = begin_per_expert_now<trace::ExpertLoadRecord>(
-      buffer, trace::RecordKind::kExpertLoad, num_experts, &bytes);
-  if (!record) return;
-  record->step = step;
-  record->layer = layer;
-  record->rank = rank;
-  record->scope = scope;
-  record->num_experts = num_experts;
-  record->dropped_tokens = dropped_tokens;
-  auto* counts = reinterpret_cast<uint8_t*>(record) + sizeof(trace::ExpertLoadRecord);
-  for (uint32_t e = 0; e < num_experts; ++e) {
-    int64_t tokens = tokens_per_expert[e];
-    uint32_t clamped =
-        tokens < 0 ? 0u : static_cast<uint32_t>(std::min<int64_t>(tokens, UINT32_MAX));
-    std::memcpy(counts + 4 * e, &clamped, 4);
-  }
-  buffer->commit(bytes);
+  record_per_expert<trace::ExpertLoadRecord>(
+      trace::RecordKind::kExpertLoad, step, layer, rank, tokens_per_expert, num_experts,
+      [&](trace::ExpertLoadRecord& record, uint8_t* counts) {
+        record.scope = scope;
+        record.dropped_tokens = dropped_tokens;
+        for (uint32_t e = 0; e < num_experts; ++e) {
+          int64_t tokens = tokens_per_expert[e];
+          uint32_t clamped =
+              tokens < 0 ? 0u : static_cast<uint32_t>(std::min<int64_t>(tokens, UINT32_MAX));
+          std::memcpy(counts + 4 * e, &clamped, 4);
+        }
+      });
 }
 
 void moescope_expert_values(int64_t step, uint32_t layer, int32_t rank, uint32_t quantity,
                             const float* values, uint32_t num_experts) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer || (!values && num_experts)) return;
-  uint32_t bytes = 0;
-  auto* record = begin_per_expert_now<trace::ExpertValuesRecord>(
-      buffer, trace::RecordKind::kExpertValues, num_experts, &bytes);
-  if (!record) return;
-  record->step = step;
-  record->layer = layer;
-  record->rank = rank;
-  record->quantity = quantity;
-  record->num_experts = num_experts;
-  std::memcpy(reinterpret_cast<uint8_t*>(record) + sizeof(trace::ExpertValuesRecord), values,
-              4 * size_t{num_experts});
-  buffer->commit(bytes);
+  record_per_expert<trace::ExpertValuesRecord>(
+      trace::RecordKind::kExpertValues, step, layer, rank, values, num_experts,
+      [&](trace::ExpertValuesRecord& record, uint8_t* tail) {
+        record.quantity = quantity;
+        std::memcpy(tail, values, 4 * size_t{num_experts});
+      });
 }
 
 void moescope_layer_stats_record(const moescope_layer_stats* stats) {

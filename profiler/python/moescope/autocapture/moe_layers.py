@@ -260,25 +260,46 @@ class TransformersAdapter:
                         count_tokens=count_tokens)
 
 
-class TorchtitanAdapter:
+class _RouterBlockAdapter:
+    """A block whose ``router`` submodule holds the expert count and the top-k (see
+    :func:`_router_and_sizes`); each framework names its block and says how its layer number
+    and its router's output are read."""
+
+    family = None
+    block_class_names = ()
+    package = None
+    top_k_attribute = None
+
+    def match(self, name, module):
+        found = _router_and_sizes(module, self.block_class_names, self.package,
+                                  self.top_k_attribute)
+        if found is None:
+            return None
+        router, num_experts, top_k = found
+        return MoeLayer(path=name, layer=self.layer_of(name, router), block=module, router=router,
+                        num_experts=num_experts, top_k=top_k, family=self.family,
+                        count_tokens=self.token_counter(num_experts))
+
+    def layer_of(self, name, router):
+        return decoder_layer_index(name)
+
+
+class TorchtitanAdapter(_RouterBlockAdapter):
     """torchtitan's ``MoE``: its ``router`` (``TokenChoiceTopKRouter``) returns
     ``(top_scores [B, L, K], expert_ids [B, L, K], ...)``; the integer tensor is counted, so
     group-limited routing, the load-balancing ``expert_bias`` and the debug round-robin routing
     are all seen as the block saw them."""
 
     family = "torchtitan"
+    block_class_names = ("MoE",)
+    package = "torchtitan"
+    top_k_attribute = "top_k"
 
-    def match(self, name, module):
-        found = _router_and_sizes(module, ("MoE",), "torchtitan", "top_k")
-        if found is None:
-            return None
-        router, num_experts, top_k = found
-        return MoeLayer(path=name, layer=decoder_layer_index(name), block=module, router=router,
-                        num_experts=num_experts, top_k=top_k, family=self.family,
-                        count_tokens=_counting_selected_indices(num_experts))
+    def token_counter(self, num_experts):
+        return _counting_selected_indices(num_experts)
 
 
-class MegatronAdapter:
+class MegatronAdapter(_RouterBlockAdapter):
     """Megatron-Core's ``MoELayer``: its ``router`` (``TopKRouter``) returns
     ``(probs [num_tokens, num_experts], routing_map [num_tokens, num_experts] bool)``, after
     token dropping, so the count is the tokens each expert really receives. The layer number is
@@ -287,21 +308,19 @@ class MegatronAdapter:
     in forward, so it only runs on a GPU (docs/autocapture-adapters.md)."""
 
     family = "megatron"
+    block_class_names = ("MoELayer",)
+    package = "megatron"
+    top_k_attribute = "topk"
 
-    def match(self, name, module):
-        found = _router_and_sizes(module, ("MoELayer",), "megatron", "topk")
-        if found is None:
-            return None
-        router, num_experts, top_k = found
+    def layer_of(self, name, router):
         layer_number = getattr(router, "layer_number", None)
-        layer = (layer_number - 1 if isinstance(layer_number, int) and layer_number > 0
-                 else decoder_layer_index(name))
+        return (layer_number - 1 if isinstance(layer_number, int) and layer_number > 0
+                else decoder_layer_index(name))
 
+    def token_counter(self, num_experts):
         def count_tokens(output):
             return tokens_per_expert_from_routing_map(_routing_map_in(output))
-        return MoeLayer(path=name, layer=layer, block=module, router=router,
-                        num_experts=num_experts, top_k=top_k, family=self.family,
-                        count_tokens=count_tokens)
+        return count_tokens
 
 
 _adapters = [
