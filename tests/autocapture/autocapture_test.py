@@ -330,7 +330,7 @@ def viewer_wait_shading(context):
     """The timeline shades the part of each all-to-all that waits for the late rank: on the
     Gloo run where rank 1 sleeps 80 ms before each of 5 all-to-alls, rank 0's 5 ops each have a
     shade of the sleep (within 10%) in the wait colour, rank 1's (it arrives last) none longer
-    than a tenth of it."""
+    than half of it."""
     need("torch", "PIL")
     from PIL import Image
     viewer = os.path.join(os.path.dirname(context.moescope), "moescope-view")
@@ -351,11 +351,12 @@ def viewer_wait_shading(context):
         layout = json.load(handle)
     image = Image.open(png).convert("RGB")
     ns_per_px = (layout["timeline_end_ns"] - layout["timeline_start_ns"]) / layout["timeline_width"]
-    # The barrier before the loop may wait a little on either rank; the sleeps wait 80 ms.
+    # The barrier before the loop may wait on either rank (tens of ms on a loaded 2-core
+    # machine: a helper's build once gave a sixth shade over 8 ms); the sleeps wait 80 ms.
     shades = [shade for shade in layout["wait_shades"]
-              if (shade[2] - shade[1]) * ns_per_px * 1e-6 >= 0.1 * sleep_ms]
+              if (shade[2] - shade[1]) * ns_per_px * 1e-6 >= 0.5 * sleep_ms]
     expect(sorted(shade[0] for shade in shades) == [0] * rounds,
-           f"expected {rounds} all-to-alls shaded over 8 ms, all on rank 0: {layout['wait_shades']}")
+           f"expected {rounds} all-to-alls shaded over 40 ms, all on rank 0: {layout['wait_shades']}")
     for rank, start, wait_end, end, y in shades:
         waited_ms = (wait_end - start) * ns_per_px * 1e-6
         expect(abs(waited_ms - sleep_ms) <= 0.1 * sleep_ms + ns_per_px * 2e-6,
