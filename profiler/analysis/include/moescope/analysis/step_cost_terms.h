@@ -40,7 +40,7 @@ struct CommCostFit {
   LinearFit all_reduce;  // transfer ms of one all-reduce op vs its bytes
   bool all_reduce_measured = false;     // false: all_reduce derived from all_to_all
   double all_to_all_bytes_per_row = 0;  // all-to-all bytes per received row (0: no rows)
-  double all_to_all_mean_ms = 0;  // one all-to-all op's mean duration, its wait included
+  double all_to_all_mean_ms = 0;        // one all-to-all op's mean duration, its wait included
   LinearFit migration;                  // ms of one applied decision vs its bytes_moved
   bool migration_measured = false;      // false: migration derived from all_to_all
   size_t decisions = 0;                 // rebalance records
