@@ -43,11 +43,9 @@ LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
   }
   LayerRebalanceDecision decision;
   decision.candidate = current;
-  decision.imbalance_before =
-      summarize_gpu_loads(gpu_loads_of_placement(forecast, current, 0)).max_over_mean();
-  decision.imbalance_after = decision.imbalance_before;
-  decision.busiest_rows_before = busiest_gpu_load(forecast, current);
-  decision.busiest_rows_after = decision.busiest_rows_before;
+  const GpuLoadBalance before = summarize_gpu_loads(gpu_loads_of_placement(forecast, current, 0));
+  decision.imbalance_before = decision.imbalance_after = before.max_over_mean();
+  decision.busiest_rows_before = decision.busiest_rows_after = before.max_gpu_load;
   decision.replicated_before = decision.replicated_after = replicated_experts(current);
   decision.verdict.window_steps = policy.window_steps;
   decision.verdict.reason = RebalanceReason::kBalanced;
@@ -66,9 +64,10 @@ LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
   config.incremental_max_over_mean = policy.incremental_max_over_mean;
   decision.candidate =
       plan_incremental_for_next_window(forecast_scenarios(loads, errors), config, current);
-  decision.imbalance_after =
-      summarize_gpu_loads(gpu_loads_of_placement(forecast, decision.candidate, 0)).max_over_mean();
-  decision.busiest_rows_after = busiest_gpu_load(forecast, decision.candidate);
+  const GpuLoadBalance after =
+      summarize_gpu_loads(gpu_loads_of_placement(forecast, decision.candidate, 0));
+  decision.imbalance_after = after.max_over_mean();
+  decision.busiest_rows_after = after.max_gpu_load;
   decision.replicated_after = replicated_experts(decision.candidate);
   decision.moves = plan_expert_migration(current, decision.candidate).moves.size();
   decision.bytes_to_move = double(decision.moves) * bytes.migrated;

@@ -27,10 +27,10 @@ balancer::LineEstimate line_estimate(const analysis::LinearFit& fit) {
   return line;
 }
 
-// The rates the runtime would have measured, from the trace: expert compute per forward row
-// (the step's per-row cost over the rates' passes), the all-to-all, all-reduce and migration
-// lines of fit_comm_costs.
+// The rates the runtime would have measured over the whole run, from the trace: expert compute
+// per forward row, the all-to-all, all-reduce and migration lines of `comm`; sets `bytes.row`.
 balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model, size_t skip_steps,
+                                              const analysis::CommCostFit& comm,
                                               balancer::ExpertSlotBytes& bytes) {
   const analysis::ExpertCostModel expert = analysis::fit_expert_cost(model, skip_steps);
   if (!expert.valid) {
@@ -39,7 +39,6 @@ balancer::RebalanceCostRates trace_cost_rates(const analysis::TraceModel& model,
         "replayed plans with: " +
         expert.problem);
   }
-  const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
   balancer::RebalanceCostRates rates;
   rates.compute.valid = rates.compute.has_slope = true;
   // The runtime's compute line is the forward's experts alone (rates_by_step refits it step by
@@ -156,12 +155,12 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   replay.policy.window_steps = double(options.rebalance_every);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
+  const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
   const balancer::RebalanceCostRates run =
-      trace_cost_rates(model, options.skip_steps, replay.bytes);
+      trace_cost_rates(model, options.skip_steps, comm, replay.bytes);
   replay.rates = rates_by_step(model, step_ids, run, replay.bytes.row);
   // A move as the runtime will time it: one all-to-all per tensor it moves (each as long as the
   // trace's all-to-alls, their waits included) plus its bytes at the all-to-all's rate.
-  const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
   if (comm.all_to_all.valid) {
     replay.move_time.valid = replay.move_time.has_slope = true;
     replay.move_time.intercept =
