@@ -32,7 +32,7 @@ double busiest_gpu_load(std::span<const double> loads, const ExpertPlacement& pl
 LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
                                               const std::vector<std::vector<double>>& recent_errors,
                                               const ExpertPlacement& current,
-                                              const LayerRebalancePolicy& policy,
+                                              const RebalancePolicy& policy,
                                               const ExpertSlotBytes& bytes,
                                               const RebalanceCostRates& rates) {
   if (current.num_layers != 1 || forecast.size() != size_t(current.num_logical_experts)) {
@@ -47,7 +47,7 @@ LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
   decision.imbalance_before = decision.imbalance_after = before.max_over_mean();
   decision.busiest_rows_before = decision.busiest_rows_after = before.max_gpu_load;
   decision.replicated_before = decision.replicated_after = replicated_experts(current);
-  decision.verdict.window_steps = policy.window_steps;
+  decision.verdict.window_steps = policy.kept_steps();
   decision.verdict.reason = RebalanceReason::kBalanced;
   if (decision.imbalance_before <= policy.imbalance_threshold) return decision;
 
@@ -85,7 +85,7 @@ LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
   change.sync_bytes_added =
       double(decision.replicated_after - decision.replicated_before) * bytes.gradient;
   change.migration_bytes = decision.bytes_to_move;
-  change.window_steps = policy.window_steps;
+  change.window_steps = policy.kept_steps();
   change.moves = decision.moves > 0;
   decision.verdict = judge_rebalance(rates, change, policy.decide_on_lower_bound);
   return decision;

@@ -28,8 +28,8 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
   }
   std::vector<ExpertPlacement> placements(
       size_t(layers), initial_slot_placement(experts, options.num_slots, options.num_gpus));
-  ExpertLoadForecaster forecaster(layers, experts, options.predictor,
-                                  options.accuracy_horizon_steps);
+  ExpertLoadForecaster forecaster(layers, experts, options.policy.predictor,
+                                  options.policy.accuracy_horizon_steps);
   RebalanceReplay replay;
   replay.layers.resize(size_t(layers));
   int64_t observed = 0, since_decision = 0;
@@ -47,7 +47,7 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
       forecaster.observe(l, steps[s].layer(l));
     }
     ++observed, ++since_decision;
-    if (observed < options.warmup_steps || since_decision < options.interval_steps) continue;
+    if (!options.policy.decides_after(observed, since_decision)) continue;
     since_decision = 0;
     for (int l = 0; l < layers; ++l) {
       ReplayedLayer& layer = replay.layers[size_t(l)];

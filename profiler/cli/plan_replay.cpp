@@ -147,12 +147,11 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   balancer::RebalanceReplayOptions replay;
   replay.num_slots = options.num_slots;
   replay.num_gpus = options.num_gpus;
-  replay.interval_steps = options.rebalance_every;
-  replay.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);  // as moe_train's
+  replay.policy.interval_steps = options.rebalance_every;
+  replay.policy.warmup_steps = std::min<int64_t>(options.rebalance_every, 10);  // as moe_train's
   replay.policy.imbalance_threshold = options.rebalance_threshold;
   replay.policy.incremental_max_over_mean = options.incremental_bound;
   replay.policy.replica_gradients_packed = options.replica_sync_collectives == 0;
-  replay.policy.window_steps = double(options.rebalance_every);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
   const analysis::CommCostFit comm = analysis::fit_comm_costs(model);

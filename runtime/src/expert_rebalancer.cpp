@@ -190,9 +190,7 @@ std::vector<RebalanceDecision> ExpertRebalancer::after_summed_step(int64_t step,
   step_seconds_sum_ += values[time_at] / static_cast<double>(layers_.front()->group().size());
 
   std::vector<RebalanceDecision> decisions;
-  if (observed_steps_ < options_.warmup_steps || steps_since_decision_ < options_.interval_steps) {
-    return decisions;
-  }
+  if (!options_.decides_after(observed_steps_, steps_since_decision_)) return decisions;
   const double mean_step_seconds = step_seconds_sum_ / static_cast<double>(steps_since_decision_);
   // Until the compute is measured: the whole step grows with the busiest rank's rows, summed
   // over the layers (the assumption of the imbalance rule; an upper bound).
@@ -234,20 +232,11 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
   }
   bytes.row = static_cast<double>(layer.config().hidden_size *
                                   static_cast<int64_t>(layer.experts->w_gate_up.element_size()));
-  balancer::LayerRebalancePolicy policy;
-  policy.imbalance_threshold = options_.imbalance_threshold;
-  policy.incremental_max_over_mean = options_.incremental_max_over_mean;
-  policy.plan_for_next_window = options_.plan_for_next_window;
-  policy.replica_gradients_packed = options_.replica_gradients_packed;
-  policy.decide_on_lower_bound = options_.decide_on_lower_bound;
-  policy.window_steps = static_cast<double>(options_.window_steps > 0 ? options_.window_steps
-                                                                      : options_.interval_steps);
-
   balancer::LayerRebalanceDecision planned;
   try {
     planned = balancer::decide_layer_rebalance(
         forecast, forecaster_.accuracy(static_cast<int>(layer_position)).recent_errors(), current,
-        policy, bytes, cost_rates(assumed_ms_per_row));
+        options_, bytes, cost_rates(assumed_ms_per_row));
   } catch (const std::invalid_argument& error) {
     TORCH_CHECK(false, "ExpertRebalancer: planning layer ", layer.config().layer_index,
                 " failed: ", error.what());

@@ -46,9 +46,8 @@ RebalanceReplayOptions replay_options(double ms_per_row, double migrated_bytes) 
   RebalanceReplayOptions options;
   options.num_slots = kSlots;
   options.num_gpus = kGpus;
-  options.interval_steps = 10;
-  options.warmup_steps = 10;
-  options.policy.window_steps = 10;
+  options.policy.interval_steps = 10;  // the window is the interval
+  options.policy.warmup_steps = 10;
   options.bytes.migrated = migrated_bytes;
   options.rates = {compute_rates(ms_per_row)};
   return options;
@@ -73,7 +72,7 @@ TEST(LayerRebalanceTest, BalancedForecastIsNotPlanned) {
 TEST(LayerRebalanceTest, AHotExpertIsReplicatedWhenItPaysAndKeptWhenTheMoveCostsMore) {
   const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
   const std::vector<double> forecast = step_tokens(5, 700.0);
-  LayerRebalancePolicy policy;
+  RebalancePolicy policy;
   policy.window_steps = 10;
   ExpertSlotBytes bytes;
   bytes.migrated = 1e6;

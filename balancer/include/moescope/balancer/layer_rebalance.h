@@ -11,23 +11,41 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "moescope/balancer/expert_placement.h"
+#include "moescope/balancer/load_predictor.h"
 #include "moescope/balancer/rebalance_cost_model.h"
 
 namespace moescope::balancer {
 
-struct LayerRebalancePolicy {
-  double imbalance_threshold = 1.10;        // forecast max/mean worth planning for
-  double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
-  bool plan_for_next_window = true;         // weigh the plan over the recent errors too
-  // The loop sums the replicas' gradients in an all-reduce it makes anyway: a replica adds
-  // bytes to it, not a collective.
+/// How the runtime rebalancer decides: when (every interval after the warm-up), from which
+/// forecast, and by which bound. Declared once: ExpertRebalancer's options extend it
+/// (runtime/expert_rebalancer.h) and replay_rebalancer takes it (rebalance_replay.h).
+struct RebalancePolicy {
+  int64_t interval_steps = 50;        // steps between decisions
+  int64_t warmup_steps = 10;          // steps observed before the first decision
+  double imbalance_threshold = 1.10;  // forecast max/mean per-GPU load worth planning for
+  int64_t window_steps = 0;           // steps a placement is expected to be kept; 0: the interval
+  bool decide_on_lower_bound = true;  // cost rule: the net's lower 95% bound must be a gain
+  // The training loop sums the replicas' gradients inside an all-reduce it makes anyway
+  // (MoELayer::replica_gradient_partial_sums): a replica adds bytes to it, not a collective.
   bool replica_gradients_packed = false;
-  bool decide_on_lower_bound = true;  // the net's lower 95% bound must be a gain
-  double window_steps = 50;           // steps the placement is expected to be kept
+  double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
+  // Weigh each plan over the forecast and the forecast plus each of its last window errors
+  // (plan_incremental_for_next_window); false: the forecast's incremental plan alone.
+  bool plan_for_next_window = true;
+  LoadPredictorConfig predictor;    // EMA by default
+  int accuracy_horizon_steps = 10;  // window of the forecast's accuracy score
+
+  double kept_steps() const { return double(window_steps > 0 ? window_steps : interval_steps); }
+  /// Whether the layers are decided after a step, with `observed` steps seen in all and
+  /// `since_decision` since the last decision (both counting that step).
+  bool decides_after(int64_t observed, int64_t since_decision) const {
+    return observed >= warmup_steps && since_decision >= interval_steps;
+  }
 };
 
 /// Bytes of one expert slot.
@@ -53,7 +71,7 @@ struct LayerRebalanceDecision {
 LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
                                               const std::vector<std::vector<double>>& recent_errors,
                                               const ExpertPlacement& current,
-                                              const LayerRebalancePolicy& policy,
+                                              const RebalancePolicy& policy,
                                               const ExpertSlotBytes& bytes,
                                               const RebalanceCostRates& rates);
 

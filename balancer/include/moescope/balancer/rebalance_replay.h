@@ -1,6 +1,6 @@
 // What the runtime's rebalancer would do on a run recorded without it: the recorded tokens per
 // expert of every step are fed, step by step, to the forecaster the runtime uses
-// (ExpertLoadForecaster), and every `interval_steps` after `warmup_steps` each layer's decision
+// (ExpertLoadForecaster), and every policy interval after its warm-up each layer's decision
 // is taken by decide_layer_rebalance, as ExpertRebalancer::after_step takes it. An applied plan
 // holds from the next step. The placement in force at each step gives that step's busiest GPU.
 //
@@ -22,11 +22,7 @@ namespace moescope::balancer {
 struct RebalanceReplayOptions {
   int num_slots = 0;  // expert slots per layer over all GPUs
   int num_gpus = 0;
-  int64_t interval_steps = 50;  // RebalancerOptions::interval_steps
-  int64_t warmup_steps = 10;    // RebalancerOptions::warmup_steps
-  LayerRebalancePolicy policy;
-  LoadPredictorConfig predictor;  // EMA by default, as the runtime's
-  int accuracy_horizon_steps = 10;
+  RebalancePolicy policy;  // the runtime's (RebalancerOptions extends it)
   ExpertSlotBytes bytes;
   // What judges each plan: [1] the same at every decision, or [steps] what the runtime had
   // measured by the end of each step (its fits start empty and tighten as it runs).

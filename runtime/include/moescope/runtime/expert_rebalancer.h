@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "moescope/balancer/layer_rebalance.h"
 #include "moescope/balancer/load_predictor.h"
 #include "moescope/balancer/rebalance_cost_model.h"
 #include "moescope/balancer/running_line_fit.h"
@@ -48,26 +49,14 @@ enum class RebalanceRule {
   kImbalanceGain,     // gain by the imbalance ratio vs bytes / transfer_bytes_per_second
 };
 
-struct RebalancerOptions {
-  int64_t interval_steps = 50;        // steps between decisions
-  int64_t warmup_steps = 10;          // steps observed before the first decision
-  double imbalance_threshold = 1.10;  // predicted max/mean per-rank load worth planning for
+/// The shared decision policy (balancer/layer_rebalance.h: interval, warm-up, threshold,
+/// window, bound, forecast) plus what only the runtime needs to apply it.
+struct RebalancerOptions : balancer::RebalancePolicy {
   RebalanceRule rule = RebalanceRule::kPredictedNetGain;
-  int64_t window_steps = 0;            // steps a placement is expected to be kept; 0: interval
-  bool decide_on_lower_bound = true;   // cost rule: the net's lower 95% bound must be a gain
   double compute_passes_per_step = 3;  // expert compute per step / the forward's (+ backward)
   double all_to_alls_per_step = 4;     // dispatch + combine, forward and backward
-  // The training loop sums the replicas' gradients inside an all-reduce it makes anyway
-  // (MoELayer::replica_gradient_partial_sums): a replica adds bytes to it, not a collective.
-  bool replica_gradients_packed = false;
   // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
   double transfer_bytes_per_second = 10e9;
-  double incremental_max_over_mean = 1.02;  // PlacementConfig::incremental_max_over_mean
-  // Weigh each plan over the forecast and the forecast plus each of its last window errors
-  // (plan_incremental_for_next_window); false: the forecast's incremental plan alone.
-  bool plan_for_next_window = true;
-  balancer::LoadPredictorConfig predictor;  // EMA by default
-  int accuracy_horizon_steps = 10;          // window of the forecast's accuracy score
 };
 
 /// One layer's decision at one step.
