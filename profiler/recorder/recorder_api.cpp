@@ -67,9 +67,17 @@ void record_per_expert(trace::RecordKind kind, int64_t step, uint32_t layer, int
   buffer->commit(bytes);
 }
 
-template <typename Record>
-void commit(ThreadBuffer* buffer, uint32_t bytes = sizeof(Record)) {
-  buffer->commit(bytes);
+// A fixed-size record stamped with a time in ns the caller measured (GPU activity from CUPTI,
+// host API calls, memory events, clock syncs): `fill(record)` writes the kind's own fields.
+template <typename Record, typename Fill>
+void record_at(trace::RecordKind kind, uint32_t name, uint64_t time_ns, Fill fill) {
+  ThreadBuffer* buffer = active_buffer();
+  if (!buffer) return;
+  Record* record = begin_record<Record>(buffer, kind, name);
+  if (!record) return;
+  record->header.time = time_ns;
+  fill(*record);
+  buffer->commit(sizeof(Record));
 }
 
 // General path of record_now(): registers the thread, takes a new block, or drops the record.
@@ -80,7 +88,7 @@ __attribute__((noinline)) void record_now_slow(trace::RecordKind kind, uint32_t 
   Record* record = begin_now<Record>(buffer, kind, name);
   if (!record) return;
   fill(*record);
-  commit<Record>(buffer);
+  buffer->commit(sizeof(Record));
 }
 
 // The hot path of fixed-size records stamped with the CPU clock (spans, instants, counters).
@@ -166,26 +174,20 @@ void moescope_span_end_impl(void) {
 
 void moescope_span_complete(moescope_name_t domain, moescope_name_t name, uint64_t begin_ns,
                             uint64_t end_ns) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record =
-      begin_record<trace::SpanCompleteRecord>(buffer, trace::RecordKind::kSpanComplete, name);
-  if (!record) return;
-  record->header.time = begin_ns;
-  record->end_time = std::max(begin_ns, end_ns);
-  record->domain = domain;
-  commit<trace::SpanCompleteRecord>(buffer);
+  record_at<trace::SpanCompleteRecord>(trace::RecordKind::kSpanComplete, name, begin_ns,
+                                       [&](trace::SpanCompleteRecord& r) {
+                                         r.end_time = std::max(begin_ns, end_ns);
+                                         r.domain = domain;
+                                       });
 }
 
 uint64_t moescope_range_start(moescope_name_t domain, moescope_name_t name) {
-  uint64_t id = g_next_range_id.fetch_add(1, std::memory_order_relaxed);
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return id;
-  auto* record = begin_now<trace::RangeStartRecord>(buffer, trace::RecordKind::kRangeStart, name);
-  if (!record) return id;
-  record->range_id = id;
-  record->domain = domain;
-  commit<trace::RangeStartRecord>(buffer);
+  const uint64_t id = g_next_range_id.fetch_add(1, std::memory_order_relaxed);
+  record_now<trace::RangeStartRecord>(trace::RecordKind::kRangeStart, name,
+                                      [id, domain](trace::RangeStartRecord& r) {
+                                        r.range_id = id;
+                                        r.domain = domain;
+                                      });
   return id;
 }
 
@@ -206,13 +208,11 @@ void moescope_counter(moescope_name_t name, double value) {
 }
 
 void moescope_flow(uint64_t flow_id, int phase) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_now<trace::FlowRecord>(buffer, trace::RecordKind::kFlow, 0);
-  if (!record) return;
-  record->flow_id = flow_id;
-  record->phase = phase ? 1 : 0;
-  commit<trace::FlowRecord>(buffer);
+  record_now<trace::FlowRecord>(trace::RecordKind::kFlow, 0,
+                                [flow_id, phase](trace::FlowRecord& r) {
+                                  r.flow_id = flow_id;
+                                  r.phase = phase ? 1 : 0;
+                                });
 }
 
 void moescope_step(int64_t step) {
@@ -227,13 +227,11 @@ void moescope_step_end(int64_t step) {
 }
 
 void moescope_clock_sync(uint64_t sync_id) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_record<trace::ClockSyncRecord>(buffer, trace::RecordKind::kClockSync, 0);
-  if (!record) return;
-  record->header.time = moescope::recorder::monotonic_ns();  // precise, not ticks
-  record->sync_id = sync_id;
-  commit<trace::ClockSyncRecord>(buffer);
+  if (!moescope_recording) return;
+  // In ns, precise, not in ticks: the clock alignment pairs it with the other ranks'.
+  record_at<trace::ClockSyncRecord>(trace::RecordKind::kClockSync, 0,
+                                    moescope::recorder::monotonic_ns(),
+                                    [sync_id](trace::ClockSyncRecord& r) { r.sync_id = sync_id; });
 }
 
 void moescope_expert_load(int64_t step, uint32_t layer, int32_t rank, uint32_t scope,
@@ -264,12 +262,11 @@ void moescope_expert_values(int64_t step, uint32_t layer, int32_t rank, uint32_t
 }
 
 void moescope_layer_stats_record(const moescope_layer_stats* stats) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer || !stats) return;
-  auto* record = begin_now<trace::LayerStatsRecord>(buffer, trace::RecordKind::kLayerStats, 0);
-  if (!record) return;
-  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, *record, *stats);
-  commit<trace::LayerStatsRecord>(buffer);
+  if (!stats) return;
+  record_now<trace::LayerStatsRecord>(
+      trace::RecordKind::kLayerStats, 0, [stats](trace::LayerStatsRecord& r) {
+        MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, r, *stats);
+      });
 }
 
 void moescope_rebalance(const moescope_rebalance_info* info) {
@@ -328,17 +325,14 @@ void moescope_comm_op(const moescope_comm_op_info* op) {
 
 void moescope_memory_event_at(uint64_t time_ns, uint64_t address, uint64_t bytes, int32_t device,
                               uint32_t category, int is_free) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_record<trace::MemoryRecord>(buffer, trace::RecordKind::kMemory, 0);
-  if (!record) return;
-  record->header.time = time_ns;
-  record->address = address;
-  record->bytes = bytes;
-  record->device = device;
-  record->category = static_cast<uint16_t>(category);
-  record->is_free = is_free ? 1 : 0;
-  commit<trace::MemoryRecord>(buffer);
+  record_at<trace::MemoryRecord>(trace::RecordKind::kMemory, 0, time_ns,
+                                 [&](trace::MemoryRecord& r) {
+                                   r.address = address;
+                                   r.bytes = bytes;
+                                   r.device = device;
+                                   r.category = static_cast<uint16_t>(category);
+                                   r.is_free = is_free ? 1 : 0;
+                                 });
 }
 
 void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uint32_t category,
@@ -349,69 +343,56 @@ void moescope_memory_event(uint64_t address, uint64_t bytes, int32_t device, uin
 }
 
 void moescope_gpu_kernel(const moescope_gpu_kernel_info* kernel) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer || !kernel) return;
-  auto* record =
-      begin_record<trace::GpuKernelRecord>(buffer, trace::RecordKind::kGpuKernel, kernel->name);
-  if (!record) return;
-  record->header.time = kernel->start_ns;
-  record->end_time = kernel->end_ns;
-  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_KERNEL, *record, *kernel);
-  commit<trace::GpuKernelRecord>(buffer);
+  if (!kernel) return;
+  record_at<trace::GpuKernelRecord>(trace::RecordKind::kGpuKernel, kernel->name, kernel->start_ns,
+                                    [kernel](trace::GpuKernelRecord& r) {
+                                      r.end_time = kernel->end_ns;
+                                      MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_KERNEL, r, *kernel);
+                                    });
 }
 
 void moescope_gpu_copy(const moescope_gpu_copy_info* copy) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer || !copy) return;
-  auto* record = begin_record<trace::GpuCopyRecord>(buffer, trace::RecordKind::kGpuCopy, 0);
-  if (!record) return;
-  record->header.time = copy->start_ns;
-  record->end_time = copy->end_ns;
-  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_COPY, *record, *copy);
-  record->copy_kind = static_cast<uint8_t>(copy->copy_kind);
-  record->is_memset = copy->is_memset ? 1 : 0;
-  record->value = copy->value;
-  commit<trace::GpuCopyRecord>(buffer);
+  if (!copy) return;
+  record_at<trace::GpuCopyRecord>(trace::RecordKind::kGpuCopy, 0, copy->start_ns,
+                                  [copy](trace::GpuCopyRecord& r) {
+                                    r.end_time = copy->end_ns;
+                                    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_GPU_COPY, r, *copy);
+                                    r.copy_kind = static_cast<uint8_t>(copy->copy_kind);
+                                    r.is_memset = copy->is_memset ? 1 : 0;
+                                    r.value = copy->value;
+                                  });
 }
 
 void moescope_api_call(moescope_name_t name, uint64_t start_ns, uint64_t end_ns,
                        uint32_t correlation_id) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_record<trace::ApiCallRecord>(buffer, trace::RecordKind::kApiCall, name);
-  if (!record) return;
-  record->header.time = start_ns;
-  record->end_time = end_ns;
-  record->correlation_id = correlation_id;
-  commit<trace::ApiCallRecord>(buffer);
+  record_at<trace::ApiCallRecord>(trace::RecordKind::kApiCall, name, start_ns,
+                                  [&](trace::ApiCallRecord& r) {
+                                    r.end_time = end_ns;
+                                    r.correlation_id = correlation_id;
+                                  });
 }
 
 void moescope_gpu_sync(uint32_t sync_kind, uint64_t start_ns, uint64_t end_ns, uint32_t device,
                        uint32_t stream, uint32_t correlation_id) {
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record = begin_record<trace::GpuSyncRecord>(buffer, trace::RecordKind::kGpuSync, 0);
-  if (!record) return;
-  record->header.time = start_ns;
-  record->end_time = end_ns;
-  record->sync_kind = sync_kind;
-  record->correlation_id = correlation_id;
-  record->device = device;
-  record->stream = stream;
-  commit<trace::GpuSyncRecord>(buffer);
+  record_at<trace::GpuSyncRecord>(trace::RecordKind::kGpuSync, 0, start_ns,
+                                  [&](trace::GpuSyncRecord& r) {
+                                    r.end_time = end_ns;
+                                    r.sync_kind = sync_kind;
+                                    r.correlation_id = correlation_id;
+                                    r.device = device;
+                                    r.stream = stream;
+                                  });
 }
 
 void moescope_trigger(const moescope_trigger_info* trigger) {
   if (!trigger) return;
   if (moescope::recorder::flight_recorder_takes(trigger)) return;
-  ThreadBuffer* buffer = active_buffer();
-  if (!buffer) return;
-  auto* record =
-      begin_record<trace::TriggerRecord>(buffer, trace::RecordKind::kTrigger, trigger->detail);
-  if (!record) return;
-  record->header.time = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
-  MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, *record, *trigger);
-  commit<trace::TriggerRecord>(buffer);
+  if (!moescope_recording) return;
+  const uint64_t time_ns = trigger->time_ns ? trigger->time_ns : moescope::recorder::monotonic_ns();
+  record_at<trace::TriggerRecord>(trace::RecordKind::kTrigger, trigger->detail, time_ns,
+                                  [trigger](trace::TriggerRecord& r) {
+                                    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, r, *trigger);
+                                  });
 }
 
 void moescope_count_dropped(uint64_t records) {
