@@ -158,6 +158,26 @@ StepBreakdown RankBreakdown::mean() const {
   return mean;
 }
 
+StepBreakdown TimeBreakdown::mean_over_ranks() const {
+  StepBreakdown mean;
+  mean.rank = -1;
+  if (ranks.empty()) return mean;
+  const double n = double(ranks.size());
+  double counts[std::size(kCountFields)] = {};
+  double allocated_bytes = 0;
+  for (const RankBreakdown& rank : ranks) {
+    const StepBreakdown one = rank.mean();
+    for (double StepBreakdown::*field : kMillisecondFields) mean.*field += one.*field / n;
+    for (size_t i = 0; i < std::size(kCountFields); ++i) counts[i] += one.*kCountFields[i] / n;
+    allocated_bytes += double(one.allocated_bytes) / n;
+  }
+  for (size_t i = 0; i < std::size(kCountFields); ++i) {
+    mean.*kCountFields[i] = static_cast<uint32_t>(counts[i] + 0.5);
+  }
+  mean.allocated_bytes = trace::saturating_uint64(allocated_bytes);
+  return mean;
+}
+
 RankBreakdown compute_rank_breakdown(const TraceModel& model, const ProcessTrack& process) {
   RankBreakdown rank;
   rank.rank = process.rank;

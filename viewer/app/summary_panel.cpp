@@ -37,7 +37,7 @@ ImVec4 severity_colour(const std::string& severity) {
 
 // One stacked bar of a breakdown; returns the x where each part ends.
 std::vector<float> draw_breakdown_bar(const LoadedTrace& trace, ViewerState& state,
-                                      const RunSummary& summary, const SummaryBreakdown& row,
+                                      const RunSummary& summary, const analysis::StepBreakdown& row,
                                       const char* id) {
   const BarPart parts[] = {
       {"compute", row.compute_ms, kSummaryComputeColour, -1},
@@ -89,7 +89,7 @@ void draw_run_summary(const LoadedTrace& trace, ViewerState& state) {
   shown.drawn = true;
   shown.top = ImGui::GetCursorScreenPos().y;
   if (!summary.ranks.empty()) {
-    const SummaryBreakdown& mean = summary.mean;
+    const analysis::StepBreakdown& mean = summary.mean;
     ImGui::Text("Step time %.2f ms (mean of %zu rank(s)):", mean.step_ms, summary.ranks.size());
     ImGui::SameLine();
     const ImVec2 bar = ImGui::GetCursorScreenPos();

@@ -26,18 +26,6 @@ int first_of_kind(const std::vector<analysis::Finding>& findings,
   return -1;
 }
 
-SummaryBreakdown breakdown_of(int32_t rank, const analysis::StepBreakdown& mean) {
-  SummaryBreakdown out;
-  out.rank = rank;
-  out.step_ms = mean.step_ms;
-  out.compute_ms = mean.compute_ms;
-  out.exposed_communication_ms = mean.exposed_communication_ms;
-  out.memcpy_ms = mean.memcpy_ms;
-  out.idle_ms = mean.idle_ms;
-  out.overlapped_communication_ms = mean.overlapped_communication_ms;
-  return out;
-}
-
 }  // namespace
 
 std::string describe_where(const analysis::FindingWhere& where) {
@@ -59,19 +47,9 @@ RunSummary summarize_run(const analysis::Report& report) {
   RunSummary summary;
   const auto& findings = report.findings;
   for (const analysis::RankBreakdown& rank : report.breakdown.ranks) {
-    summary.ranks.push_back(breakdown_of(rank.rank, rank.mean()));
+    summary.ranks.push_back(rank.mean());
   }
-  if (!summary.ranks.empty()) {
-    const double count = static_cast<double>(summary.ranks.size());
-    for (const SummaryBreakdown& rank : summary.ranks) {
-      summary.mean.step_ms += rank.step_ms / count;
-      summary.mean.compute_ms += rank.compute_ms / count;
-      summary.mean.exposed_communication_ms += rank.exposed_communication_ms / count;
-      summary.mean.memcpy_ms += rank.memcpy_ms / count;
-      summary.mean.idle_ms += rank.idle_ms / count;
-      summary.mean.overlapped_communication_ms += rank.overlapped_communication_ms / count;
-    }
-  }
+  summary.mean = report.breakdown.mean_over_ranks();
   summary.exposed_communication_finding = first_of_kind(findings, {"exposed_communication"});
   summary.idle_finding = first_of_kind(findings, {"launch_bound", "host_sync_stall"});
 

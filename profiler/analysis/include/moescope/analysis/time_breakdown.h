@@ -57,6 +57,8 @@ struct StepSpread {
 struct TimeBreakdown {
   std::vector<RankBreakdown> ranks;  // model process order
   std::vector<StepSpread> spread;    // steps present on every rank
+  // The mean over the ranks of their per-step means (rank -1; all 0 without ranks).
+  StepBreakdown mean_over_ranks() const;
 };
 
 TimeBreakdown compute_time_breakdown(const TraceModel& model);

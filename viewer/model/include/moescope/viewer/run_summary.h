@@ -13,14 +13,6 @@
 
 namespace moescope::viewer {
 
-// One rank's mean per step (the report's breakdown[].mean_per_step); `rank` -1 = the mean of
-// the ranks' means.
-struct SummaryBreakdown {
-  int32_t rank = -1;
-  double step_ms = 0, compute_ms = 0, exposed_communication_ms = 0, memcpy_ms = 0, idle_ms = 0;
-  double overlapped_communication_ms = 0;  // hidden under compute: not a part of step_ms
-};
-
 // A finding of the root-cause chain, in chain order (the root first).
 struct SummaryChainEntry {
   int finding = -1;                   // index into the report's findings
@@ -42,8 +34,10 @@ struct SummaryHotCell {
 };
 
 struct RunSummary {
-  SummaryBreakdown mean;                   // over the ranks
-  std::vector<SummaryBreakdown> ranks;     // report order
+  // Per step: the mean over the ranks (rank -1), and each rank's (the report's
+  // breakdown[].mean_per_step, report order).
+  analysis::StepBreakdown mean;
+  std::vector<analysis::StepBreakdown> ranks;
   int exposed_communication_finding = -1;  // what a click on a breakdown part selects
   int idle_finding = -1;
   std::vector<SummaryChainEntry> chain;
