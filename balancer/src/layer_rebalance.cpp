@@ -29,12 +29,10 @@ double busiest_gpu_load(std::span<const double> loads, const ExpertPlacement& pl
   return summarize_gpu_loads(gpu_loads_of_placement(loads, placement, 0)).max_gpu_load;
 }
 
-LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
-                                              const std::vector<std::vector<double>>& recent_errors,
-                                              const ExpertPlacement& current,
-                                              const RebalancePolicy& policy,
-                                              const ExpertSlotBytes& bytes,
-                                              const RebalanceCostRates& rates) {
+LayerRebalanceDecision decide_layer_rebalance(
+    std::span<const double> forecast, const std::vector<std::vector<double>>& recent_errors,
+    const ExpertPlacement& current, const RebalancePolicy& policy, const ExpertSlotBytes& bytes,
+    const RebalanceCostRates& rates, double mean_step_seconds) {
   if (current.num_layers != 1 || forecast.size() != size_t(current.num_logical_experts)) {
     throw std::invalid_argument(
         "decide_layer_rebalance: the forecast has " + std::to_string(forecast.size()) +
@@ -88,6 +86,16 @@ LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
   change.window_steps = policy.kept_steps();
   change.moves = decision.moves > 0;
   decision.verdict = judge_rebalance(rates, change, policy.decide_on_lower_bound);
+  decision.imbalance_gain_seconds = mean_step_seconds *
+                                    (1.0 - decision.imbalance_after / decision.imbalance_before) *
+                                    double(policy.interval_steps);
+  decision.imbalance_cost_seconds = decision.bytes_to_move / policy.transfer_bytes_per_second;
+  if (policy.rule == RebalanceRule::kImbalanceGain) {
+    decision.verdict.apply =
+        decision.moves > 0 && decision.imbalance_gain_seconds > decision.imbalance_cost_seconds;
+    decision.verdict.reason = decision.verdict.apply ? RebalanceReason::kImbalanceRuleApplied
+                                                     : RebalanceReason::kImbalanceRuleKept;
+  }
   return decision;
 }
 

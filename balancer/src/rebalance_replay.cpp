@@ -26,6 +26,12 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
                                 " cost rates for " + std::to_string(steps.size()) +
                                 " steps (give 1, or 1 per step)");
   }
+  const bool timed = options.step_seconds.size() == steps.size();
+  if (!timed && options.policy.rule == RebalanceRule::kImbalanceGain) {
+    throw std::invalid_argument("replay_rebalancer: the imbalance rule needs each step's time (" +
+                                std::to_string(options.step_seconds.size()) + " for " +
+                                std::to_string(steps.size()) + " steps)");
+  }
   std::vector<ExpertPlacement> placements(
       size_t(layers), initial_slot_placement(experts, options.num_slots, options.num_gpus));
   ExpertLoadForecaster forecaster(layers, experts, options.policy.predictor,
@@ -33,6 +39,7 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
   RebalanceReplay replay;
   replay.layers.resize(size_t(layers));
   int64_t observed = 0, since_decision = 0;
+  double seconds_since_decision = 0;
   RunningLineFit moves_timed;  // the runtime's own migration line (its moves, as it times them)
   for (size_t s = 0; s < steps.size(); ++s) {
     const bool kept = s >= skip_steps;
@@ -47,16 +54,18 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
       forecaster.observe(l, steps[s].layer(l));
     }
     ++observed, ++since_decision;
+    seconds_since_decision += timed ? options.step_seconds[s] : 0.0;
     if (!options.policy.decides_after(observed, since_decision)) continue;
-    since_decision = 0;
+    const double mean_step_seconds = seconds_since_decision / double(since_decision);
+    since_decision = 0, seconds_since_decision = 0;
     for (int l = 0; l < layers; ++l) {
       ReplayedLayer& layer = replay.layers[size_t(l)];
       ExpertPlacement& placement = placements[size_t(l)];
       RebalanceCostRates rates = options.rates.size() == 1 ? options.rates[0] : options.rates[s];
       if (moves_timed.samples() > 0) rates.migration = moves_timed.estimate();
-      const LayerRebalanceDecision decision =
-          decide_layer_rebalance(forecaster.predict(l), forecaster.accuracy(l).recent_errors(),
-                                 placement, options.policy, options.bytes, rates);
+      const LayerRebalanceDecision decision = decide_layer_rebalance(
+          forecaster.predict(l), forecaster.accuracy(l).recent_errors(), placement, options.policy,
+          options.bytes, rates, mean_step_seconds);
       if (kept) layer.decisions += 1;
       if (!decision.verdict.apply) continue;
       if (options.move_time.valid) {

@@ -336,6 +336,16 @@ void add_plan_command(CLI::App& app) {
                    "with --rebalance-every: the rebalancer's forecast max/mean above which it "
                    "plans (default 1.10, moe_train's)")
       ->check(CLI::Range(1.0, 1e9));
+  plan->add_option("--rebalance-rule", options->rebalance_rule,
+                   "with --rebalance-every: the rule the run decides by, as moe_train's "
+                   "--rebalance-rule: net (the cost rule, default) or imbalance (the mean step "
+                   "time x the imbalance removed x the interval against bytes / "
+                   "--transfer-bandwidth)")
+      ->check(CLI::IsMember({"net", "imbalance"}));
+  plan->add_option("--transfer-bandwidth", options->transfer_bandwidth,
+                   "with --rebalance-rule imbalance: bytes/s it assumes a migration moves "
+                   "(default 1e10, RebalancerOptions::transfer_bytes_per_second's)")
+      ->check(CLI::PositiveNumber);
   plan->add_flag("--advise", options->advise,
                  "from traces: say whether the change pays over the window (the steps' predicted "
                  "gain beats the move's cost) and record it as \"advice\" in --json");

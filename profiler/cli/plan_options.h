@@ -40,7 +40,9 @@ struct PlanOptions {
   bool next_window = false;          // plan for the next --window steps (plan_next_window.h)
   // Predict the runtime rebalancer re-planning every N steps (plan_replay.h); 0: one placement.
   int64_t rebalance_every = 0;
-  double rebalance_threshold = 1.10;  // its RebalancerOptions::imbalance_threshold
+  double rebalance_threshold = 1.10;   // its RebalancerOptions::imbalance_threshold
+  std::string rebalance_rule = "net";  // net (the cost rule) or imbalance (RebalancerOptions::rule)
+  double transfer_bandwidth = 10e9;    // bytes/s the imbalance rule assumes a migration moves
 };
 
 struct LayerBalance {

@@ -9,6 +9,7 @@
 #include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/step_cost_terms.h"
+#include "moescope/analysis/time_breakdown.h"
 #include "moescope/balancer/running_line_fit.h"
 #include "plan_step_loads.h"
 
@@ -125,6 +126,30 @@ std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceMod
   return rates;
 }
 
+// Each step of `step_ids` in seconds, the mean over the ranks that have it (what the runtime
+// weighs the imbalance rule's gain by: the group's mean step time); a step no rank has takes
+// the mean of the others.
+std::vector<double> recorded_step_seconds(const analysis::TraceModel& model,
+                                          const std::vector<int64_t>& step_ids) {
+  const analysis::TimeBreakdown breakdown = analysis::compute_time_breakdown(model);
+  const auto by_number = analysis::steps_by_number(breakdown);
+  std::vector<double> seconds(step_ids.size(), -1.0);
+  double sum = 0;
+  size_t known = 0;
+  for (size_t s = 0; s < step_ids.size(); ++s) {
+    const auto step = by_number.find(step_ids[s]);
+    if (step == by_number.end() || step->second.empty()) continue;
+    double ms = 0;
+    for (const analysis::StepBreakdown* rank : step->second) ms += rank->step_ms;
+    seconds[s] = ms / double(step->second.size()) * 1e-3;
+    sum += seconds[s], ++known;
+  }
+  for (double& one : seconds) {
+    if (one < 0) one = known ? sum / double(known) : 0.0;
+  }
+  return seconds;
+}
+
 }  // namespace
 
 balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
@@ -152,6 +177,11 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
   replay.policy.imbalance_threshold = options.rebalance_threshold;
   replay.policy.incremental_max_over_mean = options.incremental_bound;
   replay.policy.replica_gradients_packed = options.replica_sync_collectives == 0;
+  replay.policy.rule = options.rebalance_rule == "imbalance"
+                           ? balancer::RebalanceRule::kImbalanceGain
+                           : balancer::RebalanceRule::kPredictedNetGain;
+  replay.policy.transfer_bytes_per_second = options.transfer_bandwidth;
+  replay.step_seconds = recorded_step_seconds(model, step_ids);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
   const analysis::CommCostFit comm = analysis::fit_comm_costs(model);
@@ -189,10 +219,11 @@ std::string replay_note(const balancer::RebalanceReplay& replay, const PlanOptio
     decisions += layer.decisions, applied += layer.applied, copies += layer.expert_copies;
     busiest += " " + std::to_string(int64_t(std::lround(layer.mean_busiest_rows)));
   }
-  return "replayed the runtime rebalancer every " + std::to_string(options.rebalance_every) +
-         " steps on " + std::to_string(replay.kept_steps) +
-         " recorded steps: " + std::to_string(applied) + " of " + std::to_string(decisions) +
-         " layer decisions applied, " + std::to_string(copies) +
+  return "replayed the runtime rebalancer (" + options.rebalance_rule + " rule) every " +
+         std::to_string(options.rebalance_every) + " steps on " +
+         std::to_string(replay.kept_steps) + " recorded steps: " + std::to_string(applied) +
+         " of " + std::to_string(decisions) + " layer decisions applied, " +
+         std::to_string(copies) +
          " expert copies; the prediction is for that run (busiest GPU's rows per step by layer:" +
          busiest + ")";
 }

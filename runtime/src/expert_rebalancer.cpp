@@ -236,7 +236,7 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
   try {
     planned = balancer::decide_layer_rebalance(
         forecast, forecaster_.accuracy(static_cast<int>(layer_position)).recent_errors(), current,
-        options_, bytes, cost_rates(assumed_ms_per_row));
+        options_, bytes, cost_rates(assumed_ms_per_row), step_seconds);
   } catch (const std::invalid_argument& error) {
     TORCH_CHECK(false, "ExpertRebalancer: planning layer ", layer.config().layer_index,
                 " failed: ", error.what());
@@ -250,26 +250,12 @@ RebalanceDecision ExpertRebalancer::decide(size_t layer_position, int64_t step, 
   decision.busiest_rows_after = planned.busiest_rows_after;
   decision.bytes_to_move = static_cast<int64_t>(planned.bytes_to_move);
   decision.verdict = planned.verdict;
-  const balancer::ExpertPlacement& candidate = planned.candidate;
-  const size_t moves = planned.moves;
-  if (planned.verdict.reason != balancer::RebalanceReason::kBalanced) {
-    decision.gain_seconds = step_seconds *
-                            (1.0 - decision.imbalance_after / decision.imbalance_before) *
-                            static_cast<double>(options_.interval_steps);
-    decision.cost_seconds =
-        static_cast<double>(decision.bytes_to_move) / options_.transfer_bytes_per_second;
-    if (options_.rule == RebalanceRule::kImbalanceGain) {
-      decision.applied = moves > 0 && decision.gain_seconds > decision.cost_seconds;
-      decision.verdict.apply = decision.applied;
-      decision.verdict.reason = decision.applied ? balancer::RebalanceReason::kImbalanceRuleApplied
-                                                 : balancer::RebalanceReason::kImbalanceRuleKept;
-    } else {
-      decision.applied = decision.verdict.apply;
-    }
-  }
+  decision.gain_seconds = planned.imbalance_gain_seconds;
+  decision.cost_seconds = planned.imbalance_cost_seconds;
+  decision.applied = planned.verdict.apply;
   if (decision.applied) {
     decision.change =
-        layer.apply_placement(candidate, optimizers_, extra_slot_state_[layer_position]);
+        layer.apply_placement(planned.candidate, optimizers_, extra_slot_state_[layer_position]);
     // The move's time on this rank; the sums travel with the next step's all-reduce.
     own_migrations_.add(static_cast<double>(decision.bytes_to_move), decision.change.seconds * 1e3);
   }

@@ -115,7 +115,7 @@ TEST(CliDiff, PlanReplaysTheRuntimeRebalancerOnTheRecordedLoads) {
       "--expert-bytes 1000 --rebalance-every 10 --json " +
       replay_path + joined(before));
   ASSERT_EQ(replay.exit_code, 0) << replay.out;
-  EXPECT_NE(replay.out.find("replayed the runtime rebalancer every 10 steps on 20 recorded steps"),
+  EXPECT_NE(replay.out.find("replayed the runtime rebalancer (net rule) every 10 steps on 20 recorded steps"),
             std::string::npos)
       << replay.out;
   auto expert_compute = [](const std::string& path) {
@@ -132,6 +132,25 @@ TEST(CliDiff, PlanReplaysTheRuntimeRebalancerOnTheRecordedLoads) {
   const double saved_once = -expert_compute(once_path), saved_replay = -expert_compute(replay_path);
   EXPECT_GT(saved_once, 0);
   EXPECT_NEAR(saved_replay, saved_once, 0.1 * saved_once);
+
+  // The imbalance rule (moe_train --rebalance-rule imbalance, the demo's) weighs the recorded
+  // step times against the bytes at an assumed bandwidth: at the runtime's default it makes
+  // the same move; at 1 byte/s no move is worth it.
+  const std::string imbalance_path = directory + "/imbalance.json";
+  CommandResult imbalance = run_cli(
+      "plan --gpus 2 --slots 10 --skip-steps 10 --window 10 --expert-bytes 1000 "
+      "--rebalance-every 10 --rebalance-rule imbalance --json " +
+      imbalance_path + joined(before));
+  ASSERT_EQ(imbalance.exit_code, 0) << imbalance.out;
+  EXPECT_NE(imbalance.out.find("(imbalance rule)"), std::string::npos) << imbalance.out;
+  EXPECT_NEAR(-expert_compute(imbalance_path), saved_once, 0.1 * saved_once);
+  CommandResult slow = run_cli(
+      "plan --gpus 2 --slots 10 --skip-steps 10 --window 10 --expert-bytes 1000 "
+      "--rebalance-every 10 --rebalance-rule imbalance --transfer-bandwidth 1" +
+      joined(before));
+  ASSERT_EQ(slow.exit_code, 0) << slow.out;
+  EXPECT_NE(slow.out.find(": 0 of "), std::string::npos) << slow.out;
+  EXPECT_NE(slow.out.find(" 0 expert copies"), std::string::npos) << slow.out;
 
   const std::string loads = directory + "/loads.json";
   std::ofstream(loads) << "[[1, 2, 3, 4]]";

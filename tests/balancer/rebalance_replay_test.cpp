@@ -59,7 +59,7 @@ TEST(LayerRebalanceTest, BalancedForecastIsNotPlanned) {
   const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
   const std::vector<double> forecast(kExperts, 100.0);
   const LayerRebalanceDecision decision =
-      decide_layer_rebalance(forecast, {}, current, {}, {}, compute_rates(0.01));
+      decide_layer_rebalance(forecast, {}, current, {}, {}, compute_rates(0.01), 0.1);
   EXPECT_EQ(decision.verdict.reason, RebalanceReason::kBalanced);
   EXPECT_FALSE(decision.verdict.apply);
   EXPECT_EQ(decision.candidate.physical_to_logical, current.physical_to_logical);
@@ -77,7 +77,7 @@ TEST(LayerRebalanceTest, AHotExpertIsReplicatedWhenItPaysAndKeptWhenTheMoveCosts
   ExpertSlotBytes bytes;
   bytes.migrated = 1e6;
   const LayerRebalanceDecision pays =
-      decide_layer_rebalance(forecast, {}, current, policy, bytes, compute_rates(0.01));
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, compute_rates(0.01), 0.1);
   EXPECT_EQ(pays.verdict.reason, RebalanceReason::kPays);
   EXPECT_TRUE(pays.verdict.apply);
   EXPECT_GT(pays.imbalance_before, policy.imbalance_threshold);
@@ -93,17 +93,49 @@ TEST(LayerRebalanceTest, AHotExpertIsReplicatedWhenItPaysAndKeptWhenTheMoveCosts
   RebalanceCostRates rates = compute_rates(0.01);
   rates.assumed_bytes_per_ms = 1e6;
   const LayerRebalanceDecision kept =
-      decide_layer_rebalance(forecast, {}, current, policy, bytes, rates);
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, rates, 0.1);
   EXPECT_EQ(kept.verdict.reason, RebalanceReason::kCostsExceedGain);
   EXPECT_FALSE(kept.verdict.apply);
   EXPECT_EQ(kept.busiest_rows_after, pays.busiest_rows_after);  // the same plan, judged
+}
+
+// The imbalance rule (moe_train --rebalance-rule imbalance, the demo's): the mean step time x
+// the share of imbalance removed x the interval, against the bytes at the assumed bandwidth.
+TEST(LayerRebalanceTest, TheImbalanceRuleWeighsTheStepTimeAgainstBytesOverBandwidth) {
+  const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
+  const std::vector<double> forecast = step_tokens(5, 700.0);
+  RebalancePolicy policy;
+  policy.rule = RebalanceRule::kImbalanceGain;
+  policy.interval_steps = 10;
+  policy.transfer_bytes_per_second = 1e9;
+  ExpertSlotBytes bytes;
+  bytes.migrated = 1e6;
+  // The cost rule would keep it: every row costs nothing.
+  const LayerRebalanceDecision applied =
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, compute_rates(0.0), 0.1);
+  EXPECT_EQ(applied.verdict.reason, RebalanceReason::kImbalanceRuleApplied);
+  EXPECT_TRUE(applied.verdict.apply);
+  ASSERT_GT(applied.moves, 0u);
+  EXPECT_NEAR(applied.imbalance_gain_seconds,
+              0.1 * (1 - applied.imbalance_after / applied.imbalance_before) * 10, 1e-12);
+  EXPECT_DOUBLE_EQ(applied.imbalance_cost_seconds, applied.bytes_to_move / 1e9);
+  // At 1 kB/s the same move costs more than it gains.
+  policy.transfer_bytes_per_second = 1e3;
+  const LayerRebalanceDecision kept =
+      decide_layer_rebalance(forecast, {}, current, policy, bytes, compute_rates(0.0), 0.1);
+  EXPECT_EQ(kept.verdict.reason, RebalanceReason::kImbalanceRuleKept);
+  EXPECT_FALSE(kept.verdict.apply);
+  // A balanced forecast is not planned under either rule.
+  const LayerRebalanceDecision balanced = decide_layer_rebalance(
+      std::vector<double>(kExperts, 100.0), {}, current, policy, bytes, compute_rates(0.0), 0.1);
+  EXPECT_EQ(balanced.verdict.reason, RebalanceReason::kBalanced);
 }
 
 TEST(LayerRebalanceTest, WrongShapesAreRefusedNamingThem) {
   const ExpertPlacement current = initial_slot_placement(kExperts, kSlots, kGpus);
   const std::vector<double> forecast(kExperts - 1, 1.0);
   try {
-    decide_layer_rebalance(forecast, {}, current, {}, {}, {});
+    decide_layer_rebalance(forecast, {}, current, {}, {}, {}, 0.1);
     FAIL() << "a 7-expert forecast on an 8-expert placement was taken";
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("7 experts"), std::string::npos) << error.what();
@@ -204,4 +236,24 @@ TEST(RebalanceReplayTest, AfterItsFirstMoveTheRuntimeWeighsMovesByWhatTheyTook) 
   const RebalanceReplay costly = replay_rebalancer(steps, options, 0);
   EXPECT_EQ(costly.layers[1].applied, 1u);
   EXPECT_GT(costly.layers[1].mean_busiest_rows, cheap.layers[1].mean_busiest_rows);
+}
+
+// Under the imbalance rule the replay weighs each decision by the steps' mean time since the
+// last one, and needs each step's time.
+TEST(RebalanceReplayTest, TheImbalanceRuleMovesByTheRecordedStepTimes) {
+  const std::vector<ExpertLoads> steps = skewed_steps(40);
+  RebalanceReplayOptions options = replay_options(0.0, 1e6);  // the cost rule would keep
+  options.policy.rule = RebalanceRule::kImbalanceGain;
+  options.policy.transfer_bytes_per_second = 1e9;
+  EXPECT_THROW(replay_rebalancer(steps, options, 10), std::invalid_argument);  // no step times
+  options.step_seconds.assign(steps.size(), 0.05);
+  const RebalanceReplay moved = replay_rebalancer(steps, options, 10);
+  EXPECT_EQ(moved.layers[1].final_placement.logcnt(0)[5], 2);  // the hot expert replicated
+  EXPECT_LT(moved.layers[1].mean_busiest_rows,
+            busiest_gpu_load(steps[0].layer(1), initial_slot_placement(kExperts, kSlots, kGpus)));
+  // Steps of 1 ns gain nothing worth a megabyte at 1 GB/s: the initial placement stays.
+  options.step_seconds.assign(steps.size(), 1e-9);
+  const RebalanceReplay kept = replay_rebalancer(steps, options, 10);
+  EXPECT_EQ(kept.layers[1].final_placement.physical_to_logical,
+            initial_slot_placement(kExperts, kSlots, kGpus).physical_to_logical);
 }

@@ -8,6 +8,9 @@
 //      each of its recent window errors (next_window_placement.h), or the forecast alone.
 //   3. The cost rule (rebalance_cost_model.h) judges the candidate with the given rates: the
 //      busiest GPU's rows saved against the replicas' added gradient sync and the migration.
+//      Or, with RebalanceRule::kImbalanceGain, the earlier rule: the mean step time x
+//      (1 - imbalance_after / imbalance_before) x the interval against the bytes moved at an
+//      assumed bandwidth (the cost rule's terms are still computed, for the trace).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,11 @@
 #include "moescope/balancer/rebalance_cost_model.h"
 
 namespace moescope::balancer {
+
+enum class RebalanceRule {
+  kPredictedNetGain,  // the cost rule (rebalance_cost_model.h)
+  kImbalanceGain,     // gain by the imbalance ratio vs bytes / transfer_bytes_per_second
+};
 
 /// How the runtime rebalancer decides: when (every interval after the warm-up), from which
 /// forecast, and by which bound. Declared once: ExpertRebalancer's options extend it
@@ -39,6 +47,9 @@ struct RebalancePolicy {
   bool plan_for_next_window = true;
   LoadPredictorConfig predictor;    // EMA by default
   int accuracy_horizon_steps = 10;  // window of the forecast's accuracy score
+  RebalanceRule rule = RebalanceRule::kPredictedNetGain;
+  // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
+  double transfer_bytes_per_second = 10e9;
 
   double kept_steps() const { return double(window_steps > 0 ? window_steps : interval_steps); }
   /// Whether the layers are decided after a step, with `observed` steps seen in all and
@@ -63,17 +74,18 @@ struct LayerRebalanceDecision {
   double bytes_to_move = 0;                                // over the whole group
   int replicated_before = 0, replicated_after = 0;         // experts with more than one slot
   RebalanceVerdict verdict;                                // reason kBalanced when not planned
+  // The imbalance rule's terms over the interval (0 when not planned), whichever rule decided.
+  double imbalance_gain_seconds = 0, imbalance_cost_seconds = 0;
 };
 
 /// `forecast` [num_experts] tokens per step; `recent_errors` each [num_experts] (actual window
-/// mean - forecast); `current` a one-layer placement. Throws std::invalid_argument when the
+/// mean - forecast); `current` a one-layer placement; `mean_step_seconds` the steps' mean time
+/// since the last decision (the imbalance rule's gain). Throws std::invalid_argument when the
 /// shapes do not match.
-LayerRebalanceDecision decide_layer_rebalance(std::span<const double> forecast,
-                                              const std::vector<std::vector<double>>& recent_errors,
-                                              const ExpertPlacement& current,
-                                              const RebalancePolicy& policy,
-                                              const ExpertSlotBytes& bytes,
-                                              const RebalanceCostRates& rates);
+LayerRebalanceDecision decide_layer_rebalance(
+    std::span<const double> forecast, const std::vector<std::vector<double>>& recent_errors,
+    const ExpertPlacement& current, const RebalancePolicy& policy, const ExpertSlotBytes& bytes,
+    const RebalanceCostRates& rates, double mean_step_seconds);
 
 /// The one-layer placement a runtime layer's slots start from: the identity without spare slots,
 /// else the plan of uniform loads (the spare slots replicate the first experts).

@@ -32,6 +32,9 @@ struct RebalanceReplayOptions {
   // weighs a move by these times (its migration line), not by the rates' (not valid: the rates'
   // migration line throughout).
   LineEstimate move_time;
+  // Each step's time in seconds [steps] (the ranks' mean), which the imbalance rule weighs its
+  // gain by; may be empty under the cost rule.
+  std::vector<double> step_seconds;
 };
 
 struct ReplayedLayer {
@@ -49,8 +52,8 @@ struct RebalanceReplay {
 
 /// `steps`: each recorded step's loads [num_layers, num_experts] in step order; the first
 /// `skip_steps` are fed to the forecaster but not averaged. Throws std::invalid_argument when
-/// the steps differ in shape, there are none, the rates are neither 1 nor one per step, or the
-/// slots and GPUs do not fit the experts.
+/// the steps differ in shape, there are none, the rates are neither 1 nor one per step, the
+/// imbalance rule has not one step time per step, or the slots and GPUs do not fit the experts.
 RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
                                   const RebalanceReplayOptions& options, size_t skip_steps);
 

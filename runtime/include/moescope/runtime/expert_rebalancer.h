@@ -44,19 +44,13 @@
 
 namespace moescope::runtime {
 
-enum class RebalanceRule {
-  kPredictedNetGain,  // the cost rule (balancer/rebalance_cost_model.h)
-  kImbalanceGain,     // gain by the imbalance ratio vs bytes / transfer_bytes_per_second
-};
+using RebalanceRule = balancer::RebalanceRule;
 
 /// The shared decision policy (balancer/layer_rebalance.h: interval, warm-up, threshold,
-/// window, bound, forecast) plus what only the runtime needs to apply it.
+/// window, bound, forecast, rule) plus the cost rule's counts of the runtime's passes.
 struct RebalancerOptions : balancer::RebalancePolicy {
-  RebalanceRule rule = RebalanceRule::kPredictedNetGain;
   double compute_passes_per_step = 3;  // expert compute per step / the forward's (+ backward)
   double all_to_alls_per_step = 4;     // dispatch + combine, forward and backward
-  // Assumed bandwidth of migrations (kImbalanceGain's cost; the cost rule's until measured).
-  double transfer_bytes_per_second = 10e9;
 };
 
 /// One layer's decision at one step.
@@ -65,7 +59,7 @@ struct RebalanceDecision {
   int64_t layer = 0;              // MoEConfig.layer_index
   double imbalance_before = 1.0;  // predicted, current placement
   double imbalance_after = 1.0;   // predicted, planned placement
-  double gain_seconds = 0.0;
+  double gain_seconds = 0.0;      // the imbalance rule's terms over the interval (either rule)
   double cost_seconds = 0.0;
   int64_t bytes_to_move = 0;  // over the whole group, estimated from the plan
   bool applied = false;
