@@ -219,7 +219,9 @@ say "Diff: the skewed run against the rebalanced one (moescope diff), and the pl
 if [ $have_report = 1 ] && have_command diff; then
   # The plan from the skewed run for the rebalanced run's layout (the experts + 2 redundant
   # slots on 2 ranks), with its predicted rank load and step time; the first rebalance comes at step
-  # $rebalance_every - 1, so both sides leave those steps out.
+  # $rebalance_every - 1, so both sides leave those steps out. The prediction is for the run the
+  # demo makes: its rebalancer (every $rebalance_every steps, threshold 1.05, the imbalance rule)
+  # replayed on the skewed run's loads; a migration moves w_gate_up and w_down.
   # The step time counts every cost (the replicas' gradient all-reduce and the migrations need one
   # expert's bytes: fp32 w_gate_up [2 ffn, hidden] + w_down [hidden, ffn]) and says whether the
   # move pays over a rebalance interval (--advise).
@@ -231,6 +233,7 @@ if [ $have_report = 1 ] && have_command diff; then
   done
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$rebalance_every" \
     --expert-bytes $((3 * hidden * ffn * 4)) --window "$rebalance_every" --advise --json "$out/skewed/plan.json" \
+    --rebalance-every "$rebalance_every" --rebalance-threshold 1.05 --rebalance-rule imbalance --tensors-per-expert 2 \
     "${skewed_traces[@]}" | sed "s#$out#OUT#g" || echo "demo: moescope plan on the skewed run failed" >&2
   predicted=()  # the plan has a prediction when the trace gave a cost model
   grep -q '"prediction"' "$out/skewed/plan.json" 2>/dev/null && predicted=(--predicted "$out/skewed/plan.json")

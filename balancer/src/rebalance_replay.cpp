@@ -48,7 +48,11 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
       ReplayedLayer& layer = replay.layers[size_t(l)];
       const ExpertPlacement& placement = placements[size_t(l)];
       if (kept) {
-        layer.mean_busiest_rows += busiest_gpu_load(steps[s].layer(l), placement);
+        const std::vector<double> gpu_rows =
+            gpu_loads_of_placement(steps[s].layer(l), placement, 0);
+        layer.mean_gpu_rows.resize(gpu_rows.size());
+        for (size_t g = 0; g < gpu_rows.size(); ++g) layer.mean_gpu_rows[g] += gpu_rows[g];
+        layer.mean_busiest_rows += *std::max_element(gpu_rows.begin(), gpu_rows.end());
         layer.mean_replicated_experts += replicated_experts(placement);
       }
       forecaster.observe(l, steps[s].layer(l));
@@ -80,6 +84,7 @@ RebalanceReplay replay_rebalancer(const std::vector<ExpertLoads>& steps,
     ReplayedLayer& layer = replay.layers[size_t(l)];
     const double kept = double(std::max<size_t>(1, replay.kept_steps));
     layer.mean_busiest_rows /= kept;
+    for (double& rows : layer.mean_gpu_rows) rows /= kept;
     layer.mean_replicated_experts /= kept;
     layer.final_placement = placements[size_t(l)];
   }

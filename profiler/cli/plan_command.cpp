@@ -191,9 +191,11 @@ void run_plan(const PlanOptions& options) {
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
     for (const LayerBalance& balance : balances) gpu_loads_after.push_back(balance.gpu_loads_after);
+    // With --rebalance-every: each GPU's rows under the placement the replay holds at each step.
     for (size_t layer = 0; replay && layer < replay->layers.size(); ++layer) {
-      gpu_loads_after[layer] = balancer::gpu_loads_of_placement(
-          loads.layer(int(layer)), replay->layers[layer].final_placement, 0);
+      if (!replay->layers[layer].mean_gpu_rows.empty()) {
+        gpu_loads_after[layer] = replay->layers[layer].mean_gpu_rows;
+      }
     }
     size_t copies = 0;
     for (const LayerBalance& balance : balances) copies += balance.moves.size();

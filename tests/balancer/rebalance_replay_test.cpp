@@ -163,6 +163,10 @@ TEST(RebalanceReplayTest, APlacementAppliedAtTheFirstDecisionHoldsForTheKeptStep
   EXPECT_LT(hot.mean_busiest_rows, initial);
   EXPECT_GE(replicated_experts(hot.final_placement), 1);
   EXPECT_EQ(hot.final_placement.logcnt(0)[5], 2);  // the hot expert got the spare slot
+  // Each GPU's mean rows: the step's tokens split by the placement held, the busiest their max.
+  ASSERT_EQ(hot.mean_gpu_rows.size(), size_t(kGpus));
+  EXPECT_DOUBLE_EQ(hot.mean_gpu_rows[0] + hot.mean_gpu_rows[1], 7 * 100.0 + 700.0);
+  EXPECT_DOUBLE_EQ(std::max(hot.mean_gpu_rows[0], hot.mean_gpu_rows[1]), hot.mean_busiest_rows);
 }
 
 TEST(RebalanceReplayTest, BelowTheThresholdNothingMovesAndTheInitialPlacementCounts) {

@@ -39,6 +39,7 @@ struct RebalanceReplayOptions {
 
 struct ReplayedLayer {
   double mean_busiest_rows = 0;        // kept steps: max over GPUs of the step's tokens
+  std::vector<double> mean_gpu_rows;   // [num_gpus] kept steps: each GPU's tokens
   double mean_replicated_experts = 0;  // kept steps: experts with more than one slot
   size_t decisions = 0, applied = 0;   // decisions taken after a kept step
   size_t expert_copies = 0;            // copies the applied ones made
