@@ -10,8 +10,9 @@
 #   bench/rebalance_pairs_bench.sh [BUILD_DIR] [PAIRS] [STEPS]      (default: build 10 200)
 # Environment: MOESCOPE_BENCH_DIR (work folder, default a new temporary one), WINDOW (10),
 # FIRST_SEED (1: the seeds are FIRST_SEED .. FIRST_SEED + PAIRS - 1), PLAN_ARGS (the plan's
-# rebalancer options, default "--rebalance-every WINDOW --rebalance-threshold 1.05"; "--window
-# WINDOW" alone predicts the one placement planned from the whole run, applied once),
+# rebalancer options, default "--rebalance-every WINDOW --rebalance-threshold 1.05"; " " (a
+# blank) predicts the one placement planned from the whole run, applied once; add
+# "--rebalance-rule imbalance" with REBALANCED_ARGS="--rebalance-rule imbalance"),
 # PYTHON (python3 with torch), REBALANCED_ARGS (more moe_train options for the rebalanced run,
 # e.g. "--rebalance-plan forecast"), REPLAN_ONLY=1 (no training: plan and diff again the runs
 # already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
