@@ -108,6 +108,12 @@ at::Tensor DispatchBufferPool::acquire(DispatchBufferKind kind, int64_t rows) {
   // A plain tensor on the buffer's memory rather than a narrow() view, so that an autograd
   // Function may create it in forward and return it as its output.
   const at::Tensor& buffer = buffers_[static_cast<size_t>(index)];
+  if (!buffer.defined()) {
+    // No rows before any reservation (a rank whose experts got no token): nothing to hand out
+    // from, and nothing worth allocating.
+    return at::empty({0, options_.hidden_size},
+                     at::TensorOptions().dtype(options_.dtype).device(options_.device));
+  }
   at::Tensor rows_tensor = at::empty({0}, buffer.options());
   rows_tensor.set_(buffer.storage(), buffer.storage_offset(), {rows, options_.hidden_size},
                    {options_.hidden_size, 1});

@@ -125,6 +125,24 @@ TEST(DispatchBufferPool, ReservesFromThePredictedLoadAndGrowsOnlyPastCapacity) {
   EXPECT_EQ(pool.acquire(DispatchBufferKind::kCombineReceive, 0).size(0), 0);
 }
 
+// A rank whose experts get no token at its first forward (moe_train --dispatch-pool without a
+// rebalancer, which reserves first) acquires 0 rows from an empty pool.
+TEST(DispatchBufferPool, NoRowsBeforeAnyReservationIsAnEmptyTensorOfThePoolsKind) {
+  DispatchBufferPoolOptions options = pool_options(16, 1.25);
+  options.dtype = at::kDouble;
+  DispatchBufferPool pool(options);
+  const at::Tensor none = pool.acquire(DispatchBufferKind::kDispatchReceive, 0);
+  EXPECT_EQ(none.sizes(), (std::vector<int64_t>{0, 16}));
+  EXPECT_EQ(none.scalar_type(), at::kDouble);
+  EXPECT_TRUE(none.device().is_cpu());
+  EXPECT_EQ(pool.stats().allocations, 0);
+  EXPECT_EQ(pool.capacity_rows(DispatchBufferKind::kDispatchReceive), 0);
+  // The first rows then allocate as a first use, not a growth.
+  EXPECT_EQ(pool.acquire(DispatchBufferKind::kDispatchReceive, 10).size(0), 10);
+  EXPECT_EQ(pool.stats().allocations, 1);
+  EXPECT_EQ(pool.stats().growths, 0);
+}
+
 TEST(DispatchBufferPool, SteadyStateMakesNoAllocationsAfterWarmUp) {
   // Per-rank received rows of a noisy but stationary load (8 experts on 4 ranks), forecast by
   // the balancer's EMA predictor; the pool is sized from the forecast's busiest rank.

@@ -75,6 +75,19 @@ TEST(MoeTrainTest, TwoRanksShareTheExpertsAndLearn) {
   }
 }
 
+// A rank whose experts get no token of a layer from the first step (layer 1's router skewed
+// onto rank 0's experts) takes its all-to-all buffers from a pool that nothing reserved yet
+// (--dispatch-pool without a rebalancer): it trains like the others.
+TEST(MoeTrainTest, TwoRanksWithADispatchPoolAndARankWithoutTokensLearn) {
+  const std::string dir = fresh_dir("dispatch_pool_idle_rank");
+  CommandResult run =
+      run_ranks(2, kSmallModel + " --steps 20 --gate-skew 8 --skew-layer 1 --dispatch-pool", dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto losses = parse_losses(run.output);
+  ASSERT_EQ(losses.size(), 20u) << run.output;
+  EXPECT_LT(mean_of_last(losses, 5), mean_of_first(losses, 5) - 0.5) << run.output;
+}
+
 TEST(MoeTrainTest, TwoRanksRebalanceASkewedLayerAndStillLearn) {
   const std::string dir = fresh_dir("rebalance");
   // Layer 1's router prefers experts 0 and 1 (rank 0's): the rebalancer moves and replicates
