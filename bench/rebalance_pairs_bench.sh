@@ -15,7 +15,9 @@
 # "--rebalance-rule imbalance" with REBALANCED_ARGS="--rebalance-rule imbalance"),
 # PYTHON (python3 with torch), REBALANCED_ARGS (more moe_train options for the rebalanced run,
 # e.g. "--rebalance-plan forecast"), REPLAN_ONLY=1 (no training: plan and diff again the runs
-# already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
+# already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction), REPEAT_SKEWED=1 (train
+# the skewed run a second time, identically, and print the two runs' step time difference: the
+# run-to-run variation that each pair's interval, from the steps inside each run, leaves out). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 pairs=${2:-10}
@@ -39,8 +41,8 @@ train() {  # train OUT SEED ARGS...
 }
 echo "work folder: $work"
 : > "$work/pairs.jsonl"  # this run's rows only
-echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change |"
-echo "| --- | --- | --- | --- | --- | --- |"
+echo "| seed | predicted (ms/step) | advice | measured (ms/step) | inside | replica sync predicted / measured all-reduce change | skewed again - skewed (ms/step) |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 first_seed=${FIRST_SEED:-1}
 for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
   dir="$work/pair$seed"
@@ -48,6 +50,14 @@ for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
     train "$dir/skewed" "$seed" || { echo "| $seed | training failed ($dir/skewed/train.log) |"; continue; }
     train "$dir/rebalanced" "$seed" --redundant-experts 2 --rebalance-every "$window" \
       --rebalance-threshold 1.05 --dispatch-pool ${REBALANCED_ARGS:-} || { echo "| $seed | training failed ($dir/rebalanced/train.log) |"; continue; }
+    if [ -n "${REPEAT_SKEWED:-}" ]; then
+      train "$dir/skewed_again" "$seed" || { echo "| $seed | training failed ($dir/skewed_again/train.log) |"; continue; }
+    fi
+  fi
+  rm -f "$dir/again.json"
+  if [ -d "$dir/skewed_again" ]; then
+    "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/skewed_again/run.[0-9]*.moetrace \
+      --skip-steps "$window" --format json -o "$dir/again.json" > /dev/null 2>&1
   fi
   "$moescope" plan --gpus 2 --slots $((experts + 2)) --skip-steps "$window" --window "$window" \
     --expert-bytes $((3 * hidden * ffn * 4)) --tensors-per-expert 2 ${PLAN_ARGS:---rebalance-every $window --rebalance-threshold 1.05} \
@@ -55,18 +65,23 @@ for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
   "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \
     --skip-steps "$window" --predicted "$dir/plan.json" --format json -o "$dir/diff.json" > /dev/null 2>&1
-  "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" "$work/pairs.jsonl" <<'PY'
-import json, sys
+  "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" "$work/pairs.jsonl" "$dir/again.json" <<'PY'
+import json, os, sys
 plan, diff, seed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+again = "-"
+if os.path.exists(sys.argv[5]):  # the same skewed run again: its step time - the first's
+    step = next((r for r in json.load(open(sys.argv[5]))["rows"] if r["name"] == "step time"), None)
+    if step:
+        again = "%+.2f [%+.2f, %+.2f]" % (step["difference"], step["low"], step["high"])
 p, check = plan["prediction"], diff["prediction"]
 sync = next((t["ms"] for t in p["terms"] if t["name"] == "replica grad sync"), 0.0)
 allreduce = next((r for r in diff["rows"] if r["name"] == "all_reduce time"), None)
 measured_ar = "%+.2f" % allreduce["difference"] if allreduce else "-"
-print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s |" % (
+print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s | %s |" % (
     seed, p["step_ms_change"], p["step_ms_change_low"], p["step_ms_change_high"],
     "rebalance" if plan["advice"]["rebalance"] else "keep", check["measured_step_ms_change"],
     check["measured_low"], check["measured_high"],
-    "yes" if check["inside_interval"] else "no", sync, measured_ar))
+    "yes" if check["inside_interval"] else "no", sync, measured_ar, again))
 with open(sys.argv[4], "a") as rows:
     rows.write(json.dumps({"inside": bool(check["inside_interval"]),
                            "faster": check["measured_high"] < 0,
