@@ -115,7 +115,8 @@ TEST(CliDiff, PlanReplaysTheRuntimeRebalancerOnTheRecordedLoads) {
       "--expert-bytes 1000 --rebalance-every 10 --json " +
       replay_path + joined(before));
   ASSERT_EQ(replay.exit_code, 0) << replay.out;
-  EXPECT_NE(replay.out.find("replayed the runtime rebalancer (net rule) every 10 steps on 20 recorded steps"),
+  EXPECT_NE(replay.out.find(
+                "replayed the runtime rebalancer (net rule) every 10 steps on 20 recorded steps"),
             std::string::npos)
       << replay.out;
   auto expert_compute = [](const std::string& path) {
