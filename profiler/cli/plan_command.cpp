@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/placement_prediction.h"
+#include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/balancer/expert_loads.h"
 #include "moescope/balancer/expert_migration.h"
@@ -184,9 +185,15 @@ void run_plan(const PlanOptions& options) {
   std::optional<analysis::PlacementPrediction> prediction;
   std::string no_prediction;
   std::optional<balancer::RebalanceReplay> replay;
+  // The run's time breakdown: the summaries' where they hold it, else computed once here for
+  // both the replay (its step times) and the prediction.
+  std::optional<analysis::TimeBreakdown> computed_breakdown;
+  const analysis::TimeBreakdown* breakdown = run->breakdown_or_null();
   if (options.rebalance_every > 0) {
     if (!model) throw std::invalid_argument("--rebalance-every needs TRACE files");
-    replay = replay_recorded_run(*model, options);
+    if (!breakdown)
+      breakdown = &computed_breakdown.emplace(analysis::compute_time_breakdown(*model));
+    replay = replay_recorded_run(*model, *breakdown, options);
   }
   if (model) {
     std::vector<std::vector<double>> gpu_loads_after;
@@ -220,9 +227,9 @@ void run_plan(const PlanOptions& options) {
       }
     }
     try {
-      prediction = analysis::predict_placement(*model, gpu_loads_after, options.skip_steps,
-                                               run->breakdown_or_null(), &costs,
-                                               busiest_after.empty() ? nullptr : &busiest_after);
+      prediction =
+          analysis::predict_placement(*model, gpu_loads_after, options.skip_steps, breakdown,
+                                      &costs, busiest_after.empty() ? nullptr : &busiest_after);
     } catch (const std::invalid_argument& error) {
       no_prediction = error.what();
     }

@@ -9,7 +9,6 @@
 #include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/step_cost_terms.h"
-#include "moescope/analysis/time_breakdown.h"
 #include "moescope/balancer/running_line_fit.h"
 #include "plan_step_loads.h"
 
@@ -129,9 +128,8 @@ std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceMod
 // Each step of `step_ids` in seconds, the mean over the ranks that have it (what the runtime
 // weighs the imbalance rule's gain by: the group's mean step time); a step no rank has takes
 // the mean of the others.
-std::vector<double> recorded_step_seconds(const analysis::TraceModel& model,
+std::vector<double> recorded_step_seconds(const analysis::TimeBreakdown& breakdown,
                                           const std::vector<int64_t>& step_ids) {
-  const analysis::TimeBreakdown breakdown = analysis::compute_time_breakdown(model);
   const auto by_number = analysis::steps_by_number(breakdown);
   std::vector<double> seconds(step_ids.size(), -1.0);
   double sum = 0;
@@ -153,6 +151,7 @@ std::vector<double> recorded_step_seconds(const analysis::TraceModel& model,
 }  // namespace
 
 balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
+                                              const analysis::TimeBreakdown& breakdown,
                                               const PlanOptions& options) {
   const std::vector<int64_t> kept_steps = analysis::steps_after_warmup(model, options.skip_steps);
   const std::set<int64_t> kept(kept_steps.begin(), kept_steps.end());
@@ -181,7 +180,7 @@ balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
                            ? balancer::RebalanceRule::kImbalanceGain
                            : balancer::RebalanceRule::kPredictedNetGain;
   replay.policy.transfer_bytes_per_second = options.transfer_bandwidth;
-  replay.step_seconds = recorded_step_seconds(model, step_ids);
+  replay.step_seconds = recorded_step_seconds(breakdown, step_ids);
   replay.bytes.migrated = options.expert_bytes * options.moved_tensors;
   replay.bytes.gradient = options.expert_bytes;
   const analysis::CommCostFit comm = analysis::fit_comm_costs(model);

@@ -9,15 +9,18 @@
 #include <string>
 
 #include "moescope/analysis/step_cost_terms.h"
+#include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
 #include "moescope/balancer/rebalance_replay.h"
 #include "plan_options.h"
 
 namespace moescope::cli {
 
-/// Throws std::invalid_argument when the trace has no per-step loads of every layer or no
-/// expert cost can be fitted from it (the plans are judged with it).
+/// `breakdown` is the model's (its step times weigh the imbalance rule). Throws
+/// std::invalid_argument when the trace has no per-step loads of every layer or no expert cost
+/// can be fitted from it (the plans are judged with it).
 balancer::RebalanceReplay replay_recorded_run(const analysis::TraceModel& model,
+                                              const analysis::TimeBreakdown& breakdown,
                                               const PlanOptions& options);
 
 /// What the prediction counts for the replayed rebalancer: replicas after (the mean over the
