@@ -59,7 +59,7 @@ class MetricCollector {
  public:
   MetricCollector(const TraceModel& model, const std::vector<RankFacts>* facts,
                   const DiffOptions& options, RunSide& side)
-      : model_(model), facts_(facts), options_(options), side_(side) {
+      : model_(model), facts_(facts), side_(side) {
     run_.model = &model;
     run_.kept_steps = steps_after_warmup(model, options.skip_steps);
   }
@@ -232,7 +232,6 @@ class MetricCollector {
 
   const TraceModel& model_;
   const std::vector<RankFacts>* facts_;  // from summaries, else null
-  const DiffOptions& options_;
   RunSide& side_;
   RunMetrics run_;
 };
