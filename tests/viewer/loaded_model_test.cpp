@@ -17,6 +17,7 @@
 #include "moescope/analysis/memory_analysis.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/trace_loader.h"
+#include "moescope/viewer/computed_for.h"
 #include "moescope/viewer/event_description.h"
 #include "moescope/viewer/finding_focus.h"
 #include "moescope/viewer/loaded_trace.h"
@@ -644,6 +645,32 @@ TEST_F(LoadedSample, CommMatrixCoversTheSelectedStepsOnly) {
   EXPECT_DOUBLE_EQ(one.at(0, 1), ops_per_step * 3 * 1048576.0);
   EXPECT_DOUBLE_EQ(all.at(0, 1), shape_.num_steps * one.at(0, 1));
   EXPECT_GT(one.bandwidth_gbps(0), 0.0);
+}
+
+// The panels' caches: an aggregate is recomputed when the step range or rank it was computed
+// for changes, or another trace is opened (also one of the same selection), and only then.
+TEST(ComputedFor, ChangesWithTheSelectionOrTheTraceOnly) {
+  LoadedTrace first, second;
+  ComputedFor<analysis::StepRankFilter> heatmap_for;
+  EXPECT_TRUE(heatmap_for.changes_to(first, {})) << "nothing computed yet";
+  EXPECT_FALSE(heatmap_for.changes_to(first, {}));
+  EXPECT_TRUE(heatmap_for.changes_to(first, {2, 3, -1})) << "a step range picked";
+  EXPECT_FALSE(heatmap_for.changes_to(first, {2, 3, -1}));
+  EXPECT_TRUE(heatmap_for.changes_to(first, {2, 3, 1})) << "a rank picked";
+  EXPECT_TRUE(heatmap_for.changes_to(second, {2, 3, 1})) << "another trace, same selection";
+  EXPECT_FALSE(heatmap_for.changes_to(second, {2, 3, 1}));
+  EXPECT_TRUE(heatmap_for.changes_to(first, {2, 3, 1})) << "back to the first trace";
+
+  // No selection: only the trace counts (the statistics' sort order).
+  ComputedFor<> order_for;
+  EXPECT_TRUE(order_for.changes_to(first));
+  EXPECT_FALSE(order_for.changes_to(first));
+  EXPECT_TRUE(order_for.changes_to(second));
+
+  // A selection equal to a default one is still computed once: "nothing yet" is not -1.
+  ComputedFor<int> process_for;
+  EXPECT_TRUE(process_for.changes_to(first, 0));
+  EXPECT_FALSE(process_for.changes_to(first, 0));
 }
 
 }  // namespace

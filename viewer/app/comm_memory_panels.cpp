@@ -28,7 +28,7 @@ uint64_t total_bytes(const analysis::AllToAllMatrix& matrix) {
 void CommPanel::draw(const LoadedTrace& trace, ViewerState& state) {
   // Every rank: the matrix compares ranks, only the step range narrows it.
   const StepRankFilter all_ranks{state.filter.step_first, state.filter.step_last, -1};
-  if (cached_for_ != &trace || cached_filter_ != all_ranks) {
+  if (comm_for_.changes_to(trace, all_ranks)) {
     comm_ = analysis::analyze_communication(trace.model, all_ranks);
     matrix_index_ = 0;
     for (size_t i = 1; i < comm_.all_to_all.size(); ++i) {
@@ -37,8 +37,6 @@ void CommPanel::draw(const LoadedTrace& trace, ViewerState& state) {
         matrix_index_ = static_cast<int>(i);
       }
     }
-    cached_for_ = &trace;
-    cached_filter_ = all_ranks;
   }
   if (comm_.all_to_all.empty()) {
     ImGui::TextDisabled("No all-to-all operations in this trace (or in the selected steps).");
@@ -171,10 +169,8 @@ void MemoryPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     layout_probe().memory_peak_x = -1.0f;
     return;
   }
-  if (cached_for_ != &trace || cached_process_ != process_index) {
+  if (peak_for_.changes_to(trace, process_index)) {
     peak_ = analysis::analyze_rank_memory(process, 12);
-    cached_for_ = &trace;
-    cached_process_ = process_index;
   }
   LayoutProbe& shown = layout_probe();
   shown.memory_rank = process.rank;

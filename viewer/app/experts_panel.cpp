@@ -21,15 +21,13 @@ ImU32 layer_colour(size_t row, size_t rows) {
 }  // namespace
 
 void ExpertsPanel::draw(const LoadedTrace& trace, ViewerState& state) {
-  if (cached_for_ != &trace || cached_filter_ != state.filter) {
+  if (heatmap_for_.changes_to(trace, state.filter)) {
     heatmap_ = analysis::expert_load_matrix(trace.model, state.filter);
-    if (cached_for_ != &trace || cached_filter_.rank != state.filter.rank) {
-      // Over every step: the plot is the step axis.
-      imbalance_ =
-          imbalance_series(analysis::analyze_expert_load(trace.model, {-1, -1, state.filter.rank}));
-    }
-    cached_for_ = &trace;
-    cached_filter_ = state.filter;
+  }
+  if (imbalance_for_.changes_to(trace, state.filter.rank)) {
+    // Over every step: the plot is the step axis.
+    imbalance_ =
+        imbalance_series(analysis::analyze_expert_load(trace.model, {-1, -1, state.filter.rank}));
   }
   LayoutProbe& shown = layout_probe();
   shown.heatmap_layers = heatmap_.layer_ids;

@@ -3,10 +3,12 @@
 // the step range or rank changes.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/memory_analysis.h"
+#include "moescope/viewer/computed_for.h"
 #include "moescope/viewer/loaded_trace.h"
 #include "viewer_state.h"
 
@@ -17,9 +19,9 @@ class ExpertsPanel {
   void draw(const LoadedTrace& trace, ViewerState& state);
 
  private:
-  const LoadedTrace* cached_for_ = nullptr;
-  StepRankFilter cached_filter_{-2, -2, -2};
+  ComputedFor<StepRankFilter> heatmap_for_;
   analysis::ExpertLoadMatrix heatmap_;
+  ComputedFor<int32_t> imbalance_for_;  // every step: only the rank narrows the plot
   ImbalanceSeries imbalance_;
 };
 
@@ -28,8 +30,7 @@ class CommPanel {
   void draw(const LoadedTrace& trace, ViewerState& state);
 
  private:
-  const LoadedTrace* cached_for_ = nullptr;
-  StepRankFilter cached_filter_{-2, -2, -2};
+  ComputedFor<StepRankFilter> comm_for_;
   analysis::CommAnalysis comm_;
   int matrix_index_ = 0;  // the communicator shown (the one with the most bytes by default)
 };
@@ -39,8 +40,7 @@ class MemoryPanel {
   void draw(const LoadedTrace& trace, ViewerState& state);
 
  private:
-  const LoadedTrace* cached_for_ = nullptr;
-  int cached_process_ = -1;
+  ComputedFor<int> peak_for_;  // the process index
   analysis::RankMemory peak_;
 };
 
@@ -54,7 +54,7 @@ class StatsPanel {
   void draw(const LoadedTrace& trace, ViewerState& state);
 
  private:
-  const LoadedTrace* cached_for_ = nullptr;
+  ComputedFor<> order_for_;
   std::vector<size_t> kernel_order_, range_order_;
 };
 

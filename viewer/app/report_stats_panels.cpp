@@ -158,10 +158,9 @@ void statistics_table(const char* id, const LoadedTrace& trace,
 }  // namespace
 
 void StatsPanel::draw(const LoadedTrace& trace, ViewerState&) {
-  if (cached_for_ != &trace) {
+  if (order_for_.changes_to(trace)) {
     kernel_order_.clear();
     range_order_.clear();
-    cached_for_ = &trace;
   }
   layout_probe().stats_rows =
       static_cast<int>(trace.kernel_stats.size() + trace.range_stats.size());
