@@ -98,8 +98,8 @@ SampleMean batch_mean(const std::vector<double>& per_step, size_t max_batches) {
   return result;
 }
 
-DifferenceInterval difference_interval(const SampleMean& base, const SampleMean& next,
-                                       double alpha) {
+DifferenceInterval difference_interval(const SampleMean& base, const SampleMean& next, double alpha,
+                                       double between_runs_sd) {
   DifferenceInterval result;
   result.difference = next.mean - base.mean;
   result.low = result.high = result.difference;
@@ -107,7 +107,8 @@ DifferenceInterval difference_interval(const SampleMean& base, const SampleMean&
   if (!result.known) return result;
   const double base_variance = base.standard_error * base.standard_error;
   const double next_variance = next.standard_error * next.standard_error;
-  const double variance = base_variance + next_variance;
+  const double run_to_run_variance = 2.0 * between_runs_sd * between_runs_sd;  // one run a side
+  const double variance = base_variance + next_variance + run_to_run_variance;
   if (variance <= 0.0) {
     result.degrees_of_freedom = double(base.batches + next.batches - 2);
     // Rounding must not make equal deterministic numbers (bytes, counts) differ.
@@ -115,9 +116,12 @@ DifferenceInterval difference_interval(const SampleMean& base, const SampleMean&
     result.significant = std::abs(result.difference) > 1e-9 * scale;
     return result;
   }
-  result.degrees_of_freedom = variance * variance /
-                              (base_variance * base_variance / double(base.batches - 1) +
-                               next_variance * next_variance / double(next.batches - 1));
+  // Welch-Satterthwaite; the known run-to-run term has no df of its own (infinite).
+  const double estimated = base_variance * base_variance / double(base.batches - 1) +
+                           next_variance * next_variance / double(next.batches - 1);
+  constexpr double kNormal = 1e9;  // df beyond which t is the normal distribution
+  result.degrees_of_freedom =
+      estimated > 0.0 ? std::min(kNormal, variance * variance / estimated) : kNormal;
   const double half_width =
       student_t_quantile(1.0 - alpha / 2.0, result.degrees_of_freedom) * std::sqrt(variance);
   result.low = result.difference - half_width;

@@ -236,6 +236,10 @@ class MetricCollector {
   RunMetrics run_;
 };
 
+bool is_step_time(const DiffRow& row) {
+  return row.section == "step" && row.name == "step time";
+}
+
 // Zeros over the run's kept steps: a span or collective the run never had.
 StepSeries zeros(const std::vector<int64_t>& kept) {
   return {kept, std::vector<double>(kept.size(), 0.0)};
@@ -389,6 +393,7 @@ RunDiff diff_runs(const TraceModel& base_model, const TraceModel& next_model,
     if (all_zero(row.base_series) && all_zero(row.next_series)) continue;  // nothing to compare
     row.base = batch_mean(row.base_series.values, options.max_batches);
     row.next = batch_mean(row.next_series.values, options.max_batches);
+    if (is_step_time(row)) row.run_to_run_sd = options.run_to_run_ms;
     ordered.push_back({any.order, std::move(row)});
   }
   std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
@@ -402,7 +407,7 @@ RunDiff diff_runs(const TraceModel& base_model, const TraceModel& next_model,
   diff.alpha_per_row = (1.0 - options.confidence) / double(std::max<size_t>(1, diff.rows_compared));
   for (size_t i = 0; i < diff.rows.size(); ++i) {
     DiffRow& row = diff.rows[i];
-    row.interval = difference_interval(row.base, row.next, diff.alpha_per_row);
+    row.interval = difference_interval(row.base, row.next, diff.alpha_per_row, row.run_to_run_sd);
     if (row.is_time && row.interval.significant) diff.ranked.push_back(i);
   }
   std::stable_sort(diff.ranked.begin(), diff.ranked.end(), [&](size_t a, size_t b) {
@@ -431,9 +436,9 @@ void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction
   }
   // The step time alone, at the diff's confidence (no correction: one number is checked).
   for (const DiffRow& row : diff.rows) {
-    if (row.section == "step" && row.name == "step time") {
+    if (is_step_time(row)) {
       check.measured_interval =
-          difference_interval(row.base, row.next, 1.0 - diff.options.confidence);
+          difference_interval(row.base, row.next, 1.0 - diff.options.confidence, row.run_to_run_sd);
       check.measured_step_change = check.measured_interval.difference;
     }
   }

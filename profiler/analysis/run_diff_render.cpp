@@ -165,6 +165,11 @@ std::string render_text(const RunDiff& diff, bool markdown) {
              value_text(row.next.mean, "ms") +
              " ms: " + value_text(row.interval.difference, "ms", true) + " ms " +
              interval_text(row) + " " + percent_text(row) + ", " + verdict(row));
+      w.line(row.run_to_run_sd > 0
+                 ? "its interval includes a run-to-run standard deviation of " +
+                       value_text(row.run_to_run_sd, "ms") + " ms per run (--run-to-run)"
+                 : "its interval covers the noise inside each run, not between runs of the same "
+                   "program (measure that and pass --run-to-run)");
     }
   }
 
@@ -287,7 +292,8 @@ std::string render_json(const RunDiff& diff) {
                         {"rows_compared", diff.rows_compared},
                         {"alpha_per_row", diff.alpha_per_row},
                         {"skip_steps", diff.options.skip_steps},
-                        {"max_batches", diff.options.max_batches}}},
+                        {"max_batches", diff.options.max_batches},
+                        {"run_to_run_ms", diff.options.run_to_run_ms}}},
                       {"significant", diff.significant()},
                       {"ranked", ranked},
                       {"rows", rows},

@@ -1,5 +1,6 @@
 // `moescope diff BASE... --against NEW... [--format text|markdown|json] [-o FILE]
-//  [--skip-steps N] [--confidence C] [--predicted PLAN.json] [--detail]`: compares two runs step
+//  [--skip-steps N] [--confidence C] [--run-to-run MS] [--predicted PLAN.json] [--detail]`:
+//  compares two runs step
 // by step (analysis/run_diff.h) and, given the JSON of `moescope plan` on the base run, checks
 // the plan's predicted rank load and step-time change against the new run. Reads the ranks'
 // summaries where they exist, with the same numbers (run_inputs.h); --detail forces the traces.
@@ -33,6 +34,7 @@ struct DiffCommandOptions {
   size_t skip_steps = 1;
   double confidence = 0.95;
   size_t max_batches = 10;
+  double run_to_run_ms = 0;
   bool detail = false;  // the full traces even where rank summaries exist
 };
 
@@ -63,6 +65,7 @@ void run_diff(const DiffCommandOptions& options) {
   diff_options.skip_steps = options.skip_steps;
   diff_options.confidence = options.confidence;
   diff_options.max_batches = options.max_batches;
+  diff_options.run_to_run_ms = options.run_to_run_ms;
   analysis::RunDiff diff = analysis::diff_runs(base.model, next.model, diff_options,
                                                base.facts_or_null(), next.facts_or_null());
   if (prediction) {
@@ -102,6 +105,13 @@ void add_diff_command(CLI::App& app) {
                    "At most this many batches of consecutive steps per run (batch means)")
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();
+  command
+      ->add_option("--run-to-run", options->run_to_run_ms,
+                   "MS: the standard deviation of the mean step time between repeated runs of "
+                   "the same program, measured beforehand (record the same run again; "
+                   "docs/analysis.md); the step time's interval and the --predicted check "
+                   "include it. Default 0: they cover the noise inside each run only")
+      ->check(CLI::Range(0.0, 1e6));
   command->add_flag("--detail", options->detail,
                     "Read the full traces even where rank summaries (moescope summarize) exist");
   command->add_option("--predicted", options->predicted,

@@ -93,6 +93,30 @@ TEST(CliDiff, PlanPredictsAndDiffComparesWithTheBalancedRun) {
   const double measured_change = check["measured_step_ms_change"];
   EXPECT_NEAR(measured_change, predicted_change, 0.25 * std::abs(predicted_change));
   EXPECT_TRUE(check["inside_interval"].get<bool>());
+  EXPECT_NE(text.out.find("not between runs of the same program"), std::string::npos) << text.out;
+
+  // --run-to-run: the step time's interval and the check's hold the given run-to-run SD too.
+  const std::string wide_path = directory + "/diff_run_to_run.json";
+  CommandResult wide_run =
+      run_cli("diff --format json --run-to-run 3 -o " + wide_path + joined(before) + " --against" +
+              joined(after) + " --predicted " + plan_path);
+  ASSERT_EQ(wide_run.exit_code, 0) << wide_run.out;
+  std::ifstream wide_file(wide_path);
+  const nlohmann::json wide = nlohmann::json::parse(wide_file);
+  EXPECT_EQ(wide["method"]["run_to_run_ms"].get<double>(), 3.0);
+  const auto& wide_check = wide.at("prediction");
+  EXPECT_DOUBLE_EQ(wide_check["measured_step_ms_change"].get<double>(), measured_change);
+  // 1.96 x sqrt(2 x 9 + the runs' own variance) on each side of the change.
+  const double half_width =
+      0.5 * (wide_check["measured_high"].get<double>() - wide_check["measured_low"].get<double>());
+  EXPECT_GT(half_width, 1.959 * std::sqrt(18.0));
+  EXPECT_GT(half_width,
+            0.5 * (check["measured_high"].get<double>() - check["measured_low"].get<double>()));
+  CommandResult wide_text =
+      run_cli("diff --run-to-run 3" + joined(before) + " --against" + joined(after));
+  EXPECT_NE(wide_text.out.find("its interval includes a run-to-run standard deviation of 3.00 ms"),
+            std::string::npos)
+      << wide_text.out;
 }
 
 // --rebalance-every: the prediction is for the runtime rebalancer replayed on the recorded
@@ -202,6 +226,11 @@ TEST(CliDiff, BadInputGivesClearErrors) {
   EXPECT_EQ(no_prediction.exit_code, 1);
   EXPECT_NE(no_prediction.out.find("no \"prediction\" in this plan"), std::string::npos)
       << no_prediction.out;
+
+  CommandResult run_to_run =
+      run_cli("diff --run-to-run -1" + joined(run_paths) + " --against" + joined(run_paths));
+  EXPECT_NE(run_to_run.exit_code, 0);
+  EXPECT_NE(run_to_run.out.find("--run-to-run"), std::string::npos) << run_to_run.out;
 
   CommandResult format =
       run_cli("diff --format yaml" + joined(run_paths) + " --against" + joined(run_paths));

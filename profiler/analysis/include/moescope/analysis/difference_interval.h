@@ -8,6 +8,13 @@
 // then is too narrow); with at most `max_batches` steps every step is its own batch. The
 // difference new - base gets Welch's interval: d +- t(1 - alpha / 2, df) * sqrt(se_base^2 +
 // se_new^2), df by Welch-Satterthwaite. It is significant when the interval excludes 0.
+//
+// Run to run: two runs of the same program differ by more than their step-to-step noise says
+// (where the job lands, slow spells longer than a batch). Given the standard deviation of a
+// run's mean between repeated runs, measured beforehand (`between_runs_sd`: the same program
+// recorded again, docs/analysis.md), each side's variance gains its square: the interval is
+// then for "the same two programs run again", not only for these two recordings. The measured
+// term is taken as known (it adds no uncertainty of its own to df).
 #pragma once
 
 #include <cstddef>
@@ -40,8 +47,9 @@ struct DifferenceInterval {
   bool significant = false;  // known and the interval excludes 0
 };
 // Two-sided interval at confidence 1 - alpha. When neither run varies at all (both standard
-// errors 0) the interval is the point difference: significant when the means differ.
-DifferenceInterval difference_interval(const SampleMean& base, const SampleMean& next,
-                                       double alpha);
+// errors 0, no run-to-run term) the interval is the point difference: significant when the
+// means differ.
+DifferenceInterval difference_interval(const SampleMean& base, const SampleMean& next, double alpha,
+                                       double between_runs_sd = 0.0);
 
 }  // namespace moescope::analysis

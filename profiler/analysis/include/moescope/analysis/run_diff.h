@@ -38,6 +38,10 @@ struct DiffOptions {
   size_t max_batches = 10;   // batch means (difference_interval.h)
   double confidence = 0.95;  // family-wise, over every row compared
   size_t max_spans = 24;     // per span section, the spans with the most time
+  // The standard deviation of a run's mean step time between repeated runs of the same program
+  // (ms, measured beforehand: difference_interval.h). The step time row's interval and the
+  // prediction check include it; 0: they cover the step-to-step noise inside each run only.
+  double run_to_run_ms = 0;
 };
 
 struct StepSeries {
@@ -53,6 +57,7 @@ struct DiffRow {
   bool in_base = true, in_next = true;  // absent series count 0 (spans, collectives)
   StepSeries base_series, next_series;  // the kept steps
   SampleMean base, next;
+  double run_to_run_sd = 0;  // in the interval besides the runs' own noise (the step time row)
   DifferenceInterval interval;
 };
 
