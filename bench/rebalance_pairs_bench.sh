@@ -17,7 +17,9 @@
 # e.g. "--rebalance-plan forecast"), REPLAN_ONLY=1 (no training: plan and diff again the runs
 # already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction), REPEAT_SKEWED=1 (train
 # the skewed run a second time, identically, and print the two runs' step time difference: the
-# run-to-run variation that each pair's interval, from the steps inside each run, leaves out). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
+# run-to-run variation that each pair's interval, from the steps inside each run, leaves out;
+# the summary then estimates its standard deviation sigma_run, docs/analysis.md "Run to run"),
+# RUN_TO_RUN (ms: `diff --run-to-run`, the check's interval includes that run-to-run SD). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 pairs=${2:-10}
@@ -64,15 +66,18 @@ for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
     --advise --json "$dir/plan.json" \
     "$dir"/skewed/run.[0-9]*.moetrace > "$dir/plan.txt" 2>&1
   "$moescope" diff "$dir"/skewed/run.[0-9]*.moetrace --against "$dir"/rebalanced/run.[0-9]*.moetrace \
-    --skip-steps "$window" --predicted "$dir/plan.json" --format json -o "$dir/diff.json" > /dev/null 2>&1
+    --skip-steps "$window" --predicted "$dir/plan.json" ${RUN_TO_RUN:+--run-to-run "$RUN_TO_RUN"} \
+    --format json -o "$dir/diff.json" > /dev/null 2>&1
   "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" "$work/pairs.jsonl" "$dir/again.json" <<'PY'
 import json, os, sys
 plan, diff, seed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
-again = "-"
+again, repeat = "-", None
 if os.path.exists(sys.argv[5]):  # the same skewed run again: its step time - the first's
     step = next((r for r in json.load(open(sys.argv[5]))["rows"] if r["name"] == "step time"), None)
     if step:
         again = "%+.2f [%+.2f, %+.2f]" % (step["difference"], step["low"], step["high"])
+        repeat = {"difference": step["difference"],
+                  "se2": step["base"]["standard_error"] ** 2 + step["new"]["standard_error"] ** 2}
 p, check = plan["prediction"], diff["prediction"]
 sync = next((t["ms"] for t in p["terms"] if t["name"] == "replica grad sync"), 0.0)
 allreduce = next((r for r in diff["rows"] if r["name"] == "all_reduce time"), None)
@@ -85,7 +90,7 @@ print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s
 with open(sys.argv[4], "a") as rows:
     rows.write(json.dumps({"inside": bool(check["inside_interval"]),
                            "faster": check["measured_high"] < 0,
-                           "slower": check["measured_low"] > 0}) + "\n")
+                           "slower": check["measured_low"] > 0, "repeat": repeat}) + "\n")
 PY
 done
 "$python" - "$work/pairs.jsonl" <<'PY'
@@ -98,4 +103,11 @@ count = lambda key: sum(row[key] for row in rows)
 print("\n%d pairs: prediction inside the measured interval in %d; rebalanced faster beyond the "
       "noise in %d, slower beyond it in %d" % (len(rows), count("inside"), count("faster"),
                                                  count("slower")))
+# sigma_run^2 = (mean(d^2) - mean(se_base^2 + se_new^2)) / 2 over the identical pairs.
+repeats = [row["repeat"] for row in rows if row.get("repeat")]
+if repeats:
+    d2 = sum(r["difference"] ** 2 for r in repeats) / len(repeats)
+    se2 = sum(r["se2"] for r in repeats) / len(repeats)
+    print("run to run: %d identical pairs, mean d^2 %.2f, mean se^2 %.2f: sigma_run %.2f ms "
+          "(RUN_TO_RUN / diff --run-to-run)" % (len(repeats), d2, se2, max(0.0, (d2 - se2) / 2) ** 0.5))
 PY
