@@ -18,7 +18,7 @@
 # already in MOESCOPE_BENCH_DIR, e.g. with another build's prediction), REPEAT_SKEWED=1 (train
 # the skewed run a second time, identically, and print the two runs' step time difference: the
 # run-to-run variation that each pair's interval, from the steps inside each run, leaves out;
-# the summary then estimates its standard deviation sigma_run, docs/analysis.md "Run to run"),
+# the summary then gives its standard deviation sigma_run by `moescope noise` over the pairs),
 # RUN_TO_RUN (ms: `diff --run-to-run`, the check's interval includes that run-to-run SD). 20 training runs of 200 steps: about 30 minutes on 2 idle cores.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -71,13 +71,11 @@ for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
   "$python" - "$dir/plan.json" "$dir/diff.json" "$seed" "$work/pairs.jsonl" "$dir/again.json" <<'PY'
 import json, os, sys
 plan, diff, seed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
-again, repeat = "-", None
+again = "-"
 if os.path.exists(sys.argv[5]):  # the same skewed run again: its step time - the first's
     step = next((r for r in json.load(open(sys.argv[5]))["rows"] if r["name"] == "step time"), None)
     if step:
         again = "%+.2f [%+.2f, %+.2f]" % (step["difference"], step["low"], step["high"])
-        repeat = {"difference": step["difference"],
-                  "se2": step["base"]["standard_error"] ** 2 + step["new"]["standard_error"] ** 2}
 p, check = plan["prediction"], diff["prediction"]
 sync = next((t["ms"] for t in p["terms"] if t["name"] == "replica grad sync"), 0.0)
 allreduce = next((r for r in diff["rows"] if r["name"] == "all_reduce time"), None)
@@ -90,7 +88,7 @@ print("| %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f [%+.2f, %+.2f] | %s | %+.2f / %s
 with open(sys.argv[4], "a") as rows:
     rows.write(json.dumps({"inside": bool(check["inside_interval"]),
                            "faster": check["measured_high"] < 0,
-                           "slower": check["measured_low"] > 0, "repeat": repeat}) + "\n")
+                           "slower": check["measured_low"] > 0}) + "\n")
 PY
 done
 "$python" - "$work/pairs.jsonl" <<'PY'
@@ -103,11 +101,13 @@ count = lambda key: sum(row[key] for row in rows)
 print("\n%d pairs: prediction inside the measured interval in %d; rebalanced faster beyond the "
       "noise in %d, slower beyond it in %d" % (len(rows), count("inside"), count("faster"),
                                                  count("slower")))
-# sigma_run^2 = (mean(d^2) - mean(se_base^2 + se_new^2)) / 2 over the identical pairs.
-repeats = [row["repeat"] for row in rows if row.get("repeat")]
-if repeats:
-    d2 = sum(r["difference"] ** 2 for r in repeats) / len(repeats)
-    se2 = sum(r["se2"] for r in repeats) / len(repeats)
-    print("run to run: %d identical pairs, mean d^2 %.2f, mean se^2 %.2f: sigma_run %.2f ms "
-          "(RUN_TO_RUN / diff --run-to-run)" % (len(repeats), d2, se2, max(0.0, (d2 - se2) / 2) ** 0.5))
 PY
+# The run-to-run SD from the identical pairs, pooled over the seeds (one program each).
+repeats=()
+for ((seed = first_seed; seed < first_seed + pairs; seed++)); do
+  [ -d "$work/pair$seed/skewed_again" ] && repeats+=(--runs "$work/pair$seed/skewed" "$work/pair$seed/skewed_again")
+done
+if [ ${#repeats[@]} -gt 0 ]; then
+  echo
+  "$moescope" noise --skip-steps "$window" "${repeats[@]}" 2>&1 | tail -3
+fi

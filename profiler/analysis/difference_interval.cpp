@@ -130,4 +130,25 @@ DifferenceInterval difference_interval(const SampleMean& base, const SampleMean&
   return result;
 }
 
+RunToRunEstimate estimate_run_to_run(const std::vector<std::vector<SampleMean>>& groups) {
+  RunToRunEstimate estimate;
+  double squares = 0, within = 0;
+  for (const std::vector<SampleMean>& group : groups) {
+    if (group.size() < 2) continue;  // one recording says nothing about run to run
+    double mean = 0;
+    for (const SampleMean& run : group) mean += run.mean / double(group.size());
+    for (const SampleMean& run : group) {
+      squares += (run.mean - mean) * (run.mean - mean);
+      within += run.standard_error * run.standard_error;
+    }
+    estimate.runs += group.size();
+    estimate.degrees_of_freedom += group.size() - 1;
+  }
+  if (estimate.degrees_of_freedom == 0) return estimate;
+  estimate.between_variance = squares / double(estimate.degrees_of_freedom);
+  estimate.within_variance = within / double(estimate.runs);
+  estimate.sigma = std::sqrt(std::max(0.0, estimate.between_variance - estimate.within_variance));
+  return estimate;
+}
+
 }  // namespace moescope::analysis

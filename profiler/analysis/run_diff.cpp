@@ -109,37 +109,22 @@ class MetricCollector {
 
   // The breakdown's parts per step, mean over the ranks that have the step.
   void step_parts(const TimeBreakdown& breakdown) {
-    struct Part {
-      const char* name;
-      double (*get)(const StepBreakdown&);
+    static const std::pair<const char*, double StepBreakdown::*> kParts[] = {
+        {"step time", &StepBreakdown::step_ms},
+        {"compute", &StepBreakdown::compute_ms},
+        {"exposed communication", &StepBreakdown::exposed_communication_ms},
+        {"overlapped communication", &StepBreakdown::overlapped_communication_ms},
+        {"memcpy", &StepBreakdown::memcpy_ms},
+        {"idle", &StepBreakdown::idle_ms},
+        {"host sync", &StepBreakdown::host_sync_ms},
     };
-    static const Part kParts[] = {
-        {"step time", [](const StepBreakdown& s) { return s.step_ms; }},
-        {"compute", [](const StepBreakdown& s) { return s.compute_ms; }},
-        {"exposed communication",
-         [](const StepBreakdown& s) { return s.exposed_communication_ms; }},
-        {"overlapped communication",
-         [](const StepBreakdown& s) { return s.overlapped_communication_ms; }},
-        {"memcpy", [](const StepBreakdown& s) { return s.memcpy_ms; }},
-        {"idle", [](const StepBreakdown& s) { return s.idle_ms; }},
-        {"host sync", [](const StepBreakdown& s) { return s.host_sync_ms; }},
-    };
-    const std::map<int64_t, std::vector<const StepBreakdown*>> by_step = steps_by_number(breakdown);
-    std::vector<int64_t> steps;
-    for (const auto& [step, entries] : by_step) steps.push_back(step);
-    for (const Part& part : kParts) {
-      const bool is_step_time = &part == &kParts[0];
-      std::vector<double> values;
-      for (const auto& [step, entries] : by_step) {
-        double sum = 0;
-        for (const StepBreakdown* entry : entries) sum += part.get(*entry);
-        values.push_back(sum / double(entries.size()));
-      }
-      add("step", part.name, "ms", true, steps, values);
-      if (is_step_time) {
-        side_.step_ids = steps;
-        side_.step_ms = values;
-        side_.steps_total = steps.size();
+    for (const auto& [name, part] : kParts) {
+      const StepSeries series = mean_over_ranks_by_step(breakdown, part);
+      add("step", name, "ms", true, series.steps, series.values);
+      if (part == &StepBreakdown::step_ms) {
+        side_.step_ids = series.steps;
+        side_.step_ms = series.values;
+        side_.steps_total = series.steps.size();
       }
     }
   }
@@ -416,6 +401,15 @@ RunDiff diff_runs(const TraceModel& base_model, const TraceModel& next_model,
   diff.expert_sets = compare_expert_sets(base, next);
   diff.findings = compare_findings(base.findings, next.findings);
   return diff;
+}
+
+SampleMean run_step_time(const TraceModel& model, const DiffOptions& options,
+                         const TimeBreakdown* breakdown) {
+  const StepSeries all = mean_over_ranks_by_step(
+      breakdown ? *breakdown : compute_time_breakdown(model), &StepBreakdown::step_ms);
+  const StepSeries kept =
+      kept_series(all.steps, all.values, steps_after_warmup(model, options.skip_steps));
+  return batch_mean(kept.values, options.max_batches);
 }
 
 void check_prediction(RunDiff& diff, const TraceModel& next, PlacementPrediction prediction,

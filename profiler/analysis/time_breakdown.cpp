@@ -216,6 +216,17 @@ std::map<int64_t, std::vector<const StepBreakdown*>> steps_by_number(
   return by_step;
 }
 
+StepSeries mean_over_ranks_by_step(const TimeBreakdown& breakdown, double StepBreakdown::*part) {
+  StepSeries series;
+  for (const auto& [step, ranks] : steps_by_number(breakdown)) {
+    double sum = 0;
+    for (const StepBreakdown* rank : ranks) sum += rank->*part;
+    series.steps.push_back(step);
+    series.values.push_back(sum / double(ranks.size()));
+  }
+  return series;
+}
+
 std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ranks,
                                             const std::vector<bool>& has_steps) {
   std::map<int64_t, std::vector<std::pair<int32_t, const StepBreakdown*>>> by_step;

@@ -17,6 +17,7 @@ void add_record_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
 void add_metrics_command(CLI::App& app);
+void add_noise_command(CLI::App& app);
 void add_top_command(CLI::App& app);
 void add_summarize_command(CLI::App& app);
 

@@ -71,9 +71,7 @@ void run_diff(const DiffCommandOptions& options) {
   if (prediction) {
     analysis::check_prediction(diff, next.model, std::move(*prediction), next.facts_or_null());
   }
-  if (!write_command_output(analysis::render_diff(diff, format), options.output)) {
-    throw std::runtime_error("cannot write " + options.output);
-  }
+  write_command_output(analysis::render_diff(diff, format), options.output);
 }
 
 }  // namespace
@@ -117,15 +115,7 @@ void add_diff_command(CLI::App& app) {
   command->add_option("--predicted", options->predicted,
                       "A `moescope plan --json` file planned from the base run: compare its "
                       "predicted rank load and step time change with the new run");
-  command->callback([options] {
-    try {
-      run_diff(*options);
-    } catch (const std::runtime_error& error) {
-      if (dynamic_cast<const CLI::Error*>(&error)) throw;
-      std::fprintf(stderr, "moescope diff: error: %s\n", error.what());
-      throw CLI::RuntimeError(1);
-    }
-  });
+  command->callback([options] { run_reporting_errors("diff", [&] { run_diff(*options); }); });
 }
 
 }  // namespace moescope::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   moescope::cli::add_plan_command(app);
   moescope::cli::add_report_command(app);
   moescope::cli::add_diff_command(app);
+  moescope::cli::add_noise_command(app);
   moescope::cli::add_export_command(app);
   moescope::cli::add_record_command(app);
   moescope::cli::add_view_command(app);

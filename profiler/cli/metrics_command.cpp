@@ -94,9 +94,7 @@ void run_metrics(const MetricsOptions& options) {
                  "moescope metrics: no step with expert load or step times in the "
                  "trace(s): nothing written\n");
   }
-  if (!options.jsonl.empty() && !write_command_output(render_jsonl(steps), options.jsonl)) {
-    fail("cannot write " + options.jsonl);
-  }
+  if (!options.jsonl.empty()) write_command_output(render_jsonl(steps), options.jsonl);
   if (!options.tensorboard.empty()) write_tensorboard(steps, options.tensorboard);
   if (!options.quiet && options.jsonl != "-") {
     std::fprintf(stderr, "moescope metrics: %zu steps, %zu series\n", steps.size(),
@@ -121,7 +119,7 @@ void add_metrics_command(CLI::App& app) {
                     "Add each expert's share of tokens per layer (layers x experts series)");
   command->add_flag("--list", options->list, "Print the series and what they mean");
   command->add_flag("-q,--quiet", options->quiet, "No progress or summary on stderr");
-  command->callback([options] { run_metrics(*options); });
+  command->callback([options] { run_reporting_errors("metrics", [&] { run_metrics(*options); }); });
 }
 
 }  // namespace moescope::cli

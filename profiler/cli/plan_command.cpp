@@ -252,9 +252,7 @@ void run_plan(const PlanOptions& options) {
     return;
   }
   const std::string json = placement_json(options, plan, balances, prediction, advice);
-  if (!write_command_output(json, options.json_output)) {
-    throw std::runtime_error(options.json_output + ": cannot write the JSON output");
-  }
+  write_command_output(json, options.json_output);
   if (options.json_output == "-") return;  // stdout holds the JSON alone
   print_all(/*with_slots=*/false);
   std::cout << "placement written to " << options.json_output << "\n";
@@ -370,14 +368,7 @@ void add_plan_command(CLI::App& app) {
   plan->add_flag("--detail", options->detail,
                  "Read the full traces even where rank summaries (moescope summarize) exist");
   loads_option->excludes(traces_option);
-  plan->callback([options] {
-    try {
-      run_plan(*options);
-    } catch (const std::exception& error) {
-      std::cerr << "moescope plan: error: " << error.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
-  });
+  plan->callback([options] { run_reporting_errors("plan", [&] { run_plan(*options); }); });
 }
 
 }  // namespace moescope::cli

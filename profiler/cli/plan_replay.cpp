@@ -130,16 +130,15 @@ std::vector<balancer::RebalanceCostRates> rates_by_step(const analysis::TraceMod
 // the mean of the others.
 std::vector<double> recorded_step_seconds(const analysis::TimeBreakdown& breakdown,
                                           const std::vector<int64_t>& step_ids) {
-  const auto by_number = analysis::steps_by_number(breakdown);
+  const analysis::StepSeries recorded =
+      analysis::mean_over_ranks_by_step(breakdown, &analysis::StepBreakdown::step_ms);
   std::vector<double> seconds(step_ids.size(), -1.0);
   double sum = 0;
   size_t known = 0;
   for (size_t s = 0; s < step_ids.size(); ++s) {
-    const auto step = by_number.find(step_ids[s]);
-    if (step == by_number.end() || step->second.empty()) continue;
-    double ms = 0;
-    for (const analysis::StepBreakdown* rank : step->second) ms += rank->step_ms;
-    seconds[s] = ms / double(step->second.size()) * 1e-3;
+    const auto found = std::lower_bound(recorded.steps.begin(), recorded.steps.end(), step_ids[s]);
+    if (found == recorded.steps.end() || *found != step_ids[s]) continue;
+    seconds[s] = recorded.values[static_cast<size_t>(found - recorded.steps.begin())] * 1e-3;
     sum += seconds[s], ++known;
   }
   for (double& one : seconds) {

@@ -97,10 +97,7 @@ void finish_report(const analysis::TraceModel& model, const std::vector<analysis
   } else if (what.any) {
     rendered = analysis::render_what_happened(what, format) + rendered;
   }
-  if (!write_command_output(rendered, options.output)) {
-    std::fprintf(stderr, "moescope report: cannot write %s\n", options.output.c_str());
-    throw CLI::RuntimeError(1);
-  }
+  write_command_output(rendered, options.output);
 }
 
 }  // namespace
@@ -116,7 +113,7 @@ void add_report_command(CLI::App& app) {
   command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
   command->add_flag("--detail", options->detail,
                     "Read the full traces even where rank summaries (moescope summarize) exist");
-  command->callback([options] { run_report(*options); });
+  command->callback([options] { run_reporting_errors("report", [&] { run_report(*options); }); });
 }
 
 }  // namespace moescope::cli

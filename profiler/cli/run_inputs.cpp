@@ -1,7 +1,9 @@
 // Summaries where present, else traces (run_inputs.h).
 #include "run_inputs.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "moescope/analysis/rank_facts.h"
@@ -9,6 +11,24 @@
 #include "moescope/analysis/trace_loader.h"
 
 namespace moescope::cli {
+
+std::vector<std::string> trace_files_of(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code code;
+    if (!std::filesystem::is_directory(path, code)) {
+      files.push_back(path);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(path, code)) {
+      if (entry.path().extension() == ".moetrace") found.push_back(entry.path().string());
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
 
 RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
                           const std::string& command) {

@@ -29,6 +29,9 @@ struct RunInputs {
   }
 };
 
+// The trace files of `paths` now: files as given, folders as their *.moetrace files (sorted).
+std::vector<std::string> trace_files_of(const std::vector<std::string>& paths);
+
 // Loads `paths` (traces, or summaries standing for their traces). Notes go to stderr as
 // "moescope COMMAND: note: ..."; load errors stay in model.errors for the caller to print.
 // Throws std::runtime_error when the summaries cannot be used together (different runs).

@@ -14,13 +14,13 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "moescope/analysis/live_rank_state.h"
+#include "run_inputs.h"
 #include "top_frame.h"
 
 namespace moescope::cli {
@@ -32,27 +32,8 @@ struct TopOptions {
   double interval_s = 1.0;
 };
 
-// The trace files of `paths` now: files as given, folders as their *.moetrace files.
-std::vector<std::string> trace_files(const std::vector<std::string>& paths) {
-  std::vector<std::string> files;
-  for (const std::string& path : paths) {
-    std::error_code code;
-    if (!std::filesystem::is_directory(path, code)) {
-      files.push_back(path);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(path, code)) {
-      if (entry.path().extension() == ".moetrace") found.push_back(entry.path().string());
-    }
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
-  }
-  return files;
-}
-
 std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
-  std::vector<std::string> files = trace_files(options.paths);
+  std::vector<std::string> files = trace_files_of(options.paths);
   if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
   run.refresh(files);
   // Damage is said once per file (its first problem), a partial last chunk never: the writer

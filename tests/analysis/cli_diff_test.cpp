@@ -2,7 +2,9 @@
 // compare it with a balanced run given the plan, and the errors for bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -184,6 +186,80 @@ TEST(CliDiff, PlanReplaysTheRuntimeRebalancerOnTheRecordedLoads) {
   EXPECT_NE(no_traces.exit_code, 0);
   EXPECT_NE(no_traces.out.find("--rebalance-every needs TRACE files"), std::string::npos)
       << no_traces.out;
+}
+
+// `moescope noise`: three recordings of one program (each a folder of its ranks' traces), whose
+// forward takes 0, 1.5 and 3 ms longer: each recording's step time is the diff's row, and the
+// run-to-run SD is the spread of their means less their own noise.
+TEST(CliDiff, NoiseMeasuresTheRunToRunSpreadOfOneProgram) {
+  const std::string directory = testing::test_directory("cli_noise");
+  std::vector<std::string> folders;
+  for (int run = 0; run < 3; ++run) {
+    testing::DiffRunOptions options;
+    options.seed = 40 + run;
+    options.forward_extra_ms = 1.5 * run;
+    folders.push_back(directory + "/run" + std::to_string(run));
+    std::filesystem::create_directories(folders.back());
+    testing::write_diff_run(folders.back(), "run", options);
+  }
+  const std::string json_path = directory + "/noise.json";
+  CommandResult noise = run_cli("noise" + joined(folders) + " --json " + json_path);
+  ASSERT_EQ(noise.exit_code, 0) << noise.out;
+  for (const char* expected : {"3 recording(s) of 1 program(s)", "run-to-run standard deviation",
+                               "--run-to-run", "2 degree(s) of freedom make a rough figure"}) {
+    EXPECT_NE(noise.out.find(expected), std::string::npos) << expected << "\n" << noise.out;
+  }
+  std::ifstream json_file(json_path);
+  const nlohmann::json result = nlohmann::json::parse(json_file);
+  ASSERT_EQ(result["recordings"].size(), 3u);
+  EXPECT_EQ(result["degrees_of_freedom"].get<int>(), 2);
+  // The means 0, 1.5 and 3 ms apart (+ noise): sd about 1.5 ms, most of it run to run.
+  EXPECT_NEAR(result["between_sd_ms"].get<double>(), 1.5, 0.4);
+  const double between = result["between_sd_ms"], within = result["within_se_ms"];
+  EXPECT_NEAR(result["run_to_run_ms"].get<double>(), std::sqrt(between * between - within * within),
+              1e-9);
+  // Each recording's step time is what `diff` shows for it.
+  const std::string diff_path = directory + "/diff.json";
+  ASSERT_EQ(run_cli("diff --format json -o " + diff_path + " " + folders[0] + "/run.0.moetrace " +
+                    folders[0] + "/run.1.moetrace --against " + folders[1] + "/run.0.moetrace " +
+                    folders[1] + "/run.1.moetrace")
+                .exit_code,
+            0);
+  std::ifstream diff_file(diff_path);
+  for (const auto& row : nlohmann::json::parse(diff_file)["rows"]) {
+    if (row["name"] != "step time") continue;
+    EXPECT_DOUBLE_EQ(row["base"]["mean"].get<double>(),
+                     result["recordings"][0]["step_ms"].get<double>());
+    EXPECT_DOUBLE_EQ(row["new"]["standard_error"].get<double>(),
+                     result["recordings"][1]["standard_error_ms"].get<double>());
+  }
+
+  // One recording says nothing about run to run; an empty folder is named.
+  CommandResult alone = run_cli("noise " + folders[0]);
+  EXPECT_EQ(alone.exit_code, 1) << alone.out;
+  EXPECT_NE(alone.out.find("no program has two recordings"), std::string::npos) << alone.out;
+  const std::string empty = directory + "/empty";
+  std::filesystem::create_directories(empty);
+  CommandResult nothing = run_cli("noise " + folders[0] + " " + empty);
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.out;
+  EXPECT_NE(nothing.out.find(empty + ": no .moetrace file"), std::string::npos) << nothing.out;
+}
+
+// A full disk: every command that writes a file says which one it could not write, and exits 1.
+TEST(CliDiff, AFullDiskIsAnErrorNamingTheFile) {
+  const std::string directory = testing::test_directory("cli_full_disk");
+  const auto run = testing::write_diff_run(directory, "run", testing::DiffRunOptions{});
+  for (const std::string& command : {"report -q -o /dev/full" + joined(run),
+                                     "diff -o /dev/full" + joined(run) + " --against" + joined(run),
+                                     "noise --json /dev/full " + run[0] + " " + run[1],
+                                     "plan --gpus 2 --slots 8 --json /dev/full" + joined(run),
+                                     "metrics --jsonl /dev/full" + joined(run)}) {
+    const CommandResult result = run_cli(command);
+    EXPECT_EQ(result.exit_code, 1) << command << "\n" << result.out;
+    EXPECT_NE(result.out.find("error: cannot write /dev/full"), std::string::npos)
+        << command << "\n"
+        << result.out;
+  }
 }
 
 TEST(CliDiff, BadInputGivesClearErrors) {

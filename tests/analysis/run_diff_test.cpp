@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "diff_run_writer.h"
 #include "moescope/analysis/difference_interval.h"
@@ -105,6 +106,28 @@ TEST(DifferenceInterval, RunToRunTermWidensTheIntervalAsAKnownVariance) {
   EXPECT_TRUE(wide.significant) << "10 ms apart is beyond a 2 ms run-to-run SD";
 }
 
+// sigma_run from groups of recordings: the run means' pooled variance within their group minus
+// the runs' own squared standard errors; a lone recording adds nothing.
+TEST(DifferenceInterval, RunToRunEstimateFromGroupsOfRecordings) {
+  auto run = [](double mean, double standard_error) {
+    SampleMean sample;
+    sample.steps = sample.batches = 10;
+    sample.mean = mean;
+    sample.standard_error = standard_error;
+    return sample;
+  };
+  const RunToRunEstimate estimate = estimate_run_to_run(
+      {{run(10, 0.5), run(12, 0.5)}, {run(20, 1.0), run(20, 1.0)}, {run(5, 3.0)}});
+  EXPECT_EQ(estimate.runs, 4u);
+  EXPECT_EQ(estimate.degrees_of_freedom, 2u);
+  EXPECT_DOUBLE_EQ(estimate.between_variance, (1.0 + 1.0 + 0.0) / 2.0);
+  EXPECT_DOUBLE_EQ(estimate.within_variance, (0.25 + 0.25 + 1.0 + 1.0) / 4.0);
+  EXPECT_DOUBLE_EQ(estimate.sigma, std::sqrt(1.0 - 0.625));
+  // Means closer than their own noise explains: no run-to-run term.
+  EXPECT_DOUBLE_EQ(estimate_run_to_run({{run(10, 2.0), run(10.5, 2.0)}}).sigma, 0.0);
+  EXPECT_EQ(estimate_run_to_run({{run(10, 0.5)}, {}}).degrees_of_freedom, 0u);
+}
+
 // Runs of the same program whose mean moves from run to run (each run's forward takes 3 ms +
 // N(0, 1 ms) longer: where the job lands, slow spells): the step time row's interval from the
 // steps inside each run calls most pairs different; with the run-to-run SD of 1 ms it holds at
@@ -115,6 +138,7 @@ TEST(RunDiff, RunToRunVariationIsCoveredWhenItsSizeIsGiven) {
   std::normal_distribution<double> run_offset(3.0, 1.0);
   constexpr int kPairs = 30;
   int outside_without = 0, outside_with = 0;
+  std::vector<std::vector<SampleMean>> pairs;  // each pair's two recordings: estimate sigma_run
   for (int pair = 0; pair < kPairs; ++pair) {
     DiffRunOptions base_options, next_options;
     base_options.seed = 5000 + 2 * pair;
@@ -146,7 +170,17 @@ TEST(RunDiff, RunToRunVariationIsCoveredWhenItsSizeIsGiven) {
     outside_with += outside(*wide);
     // Only the step time row takes the term.
     EXPECT_DOUBLE_EQ(find_row(between, "phase", "forward")->run_to_run_sd, 0.0);
+    // A recording's step time alone is the diff's row.
+    const SampleMean base_alone = run_step_time(base, options);
+    EXPECT_DOUBLE_EQ(base_alone.mean, narrow->base.mean);
+    EXPECT_DOUBLE_EQ(base_alone.standard_error, narrow->base.standard_error);
+    pairs.push_back({base_alone, run_step_time(next, options)});
   }
+  // The pairs measure the run-to-run SD that was planted (1 ms; 30 degrees of freedom).
+  const RunToRunEstimate estimate = estimate_run_to_run(pairs);
+  EXPECT_EQ(estimate.degrees_of_freedom, size_t(kPairs));
+  EXPECT_NEAR(estimate.sigma, 1.0, 0.35);
+  std::printf("sigma_run estimated from the pairs: %.2f ms (planted 1)\n", estimate.sigma);
   std::printf("outside the 95%% interval: %d of %d pairs without the run-to-run term, %d with\n",
               outside_without, kPairs, outside_with);
   EXPECT_GE(outside_without, kPairs / 2) << "the runs' own noise does not cover run-to-run";

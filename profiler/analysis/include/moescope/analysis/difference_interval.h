@@ -52,4 +52,20 @@ struct DifferenceInterval {
 DifferenceInterval difference_interval(const SampleMean& base, const SampleMean& next, double alpha,
                                        double between_runs_sd = 0.0);
 
+// The run-to-run standard deviation from recordings of one program: `groups` of repeated
+// recordings (each group one program: same build, options and seed; each SampleMean one
+// recording's mean step time with its standard error). The run means vary within their group by
+// sigma_run^2 + the runs' own se^2, so
+//   sigma_run^2 = pooled variance of the run means within the groups - mean(se^2),
+// with sum(runs - 1) degrees of freedom (0 when no group has two recordings). Two recordings a
+// group: (mean(d^2) - mean(se_a^2 + se_b^2)) / 2 over the pairs' differences d.
+struct RunToRunEstimate {
+  size_t runs = 0;
+  size_t degrees_of_freedom = 0;
+  double between_variance = 0;  // pooled variance of the run means within their group (ms^2)
+  double within_variance = 0;   // mean of the runs' squared standard errors (ms^2)
+  double sigma = 0;             // sqrt(max(0, between - within)): `diff --run-to-run`
+};
+RunToRunEstimate estimate_run_to_run(const std::vector<std::vector<SampleMean>>& groups);
+
 }  // namespace moescope::analysis

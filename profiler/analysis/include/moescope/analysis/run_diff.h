@@ -29,6 +29,7 @@
 #include "moescope/analysis/difference_interval.h"
 #include "moescope/analysis/placement_prediction.h"
 #include "moescope/analysis/rank_facts.h"
+#include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
@@ -42,11 +43,6 @@ struct DiffOptions {
   // (ms, measured beforehand: difference_interval.h). The step time row's interval and the
   // prediction check include it; 0: they cover the step-to-step noise inside each run only.
   double run_to_run_ms = 0;
-};
-
-struct StepSeries {
-  std::vector<int64_t> steps;
-  std::vector<double> values;  // [steps]
 };
 
 struct DiffRow {
@@ -113,6 +109,12 @@ struct RunDiff {
 RunDiff diff_runs(const TraceModel& base, const TraceModel& next, const DiffOptions& options = {},
                   const std::vector<RankFacts>* base_facts = nullptr,
                   const std::vector<RankFacts>* next_facts = nullptr);
+
+// One recording's step time row as diff_runs computes it (the mean over ranks per step after
+// `options.skip_steps`, batch means): what estimate_run_to_run compares between recordings.
+// `breakdown`: from summaries; null: computed from the model.
+SampleMean run_step_time(const TraceModel& model, const DiffOptions& options,
+                         const TimeBreakdown* breakdown = nullptr);
 
 // Adds the check of `prediction` (from `moescope plan` on the base run) against `next`
 // (`next_facts` as for diff_runs).

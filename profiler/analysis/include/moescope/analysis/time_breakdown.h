@@ -75,6 +75,16 @@ std::vector<StepSpread> compute_step_spread(const std::vector<RankBreakdown>& ra
 std::map<int64_t, std::vector<const StepBreakdown*>> steps_by_number(
     const TimeBreakdown& breakdown);
 
+// A number per step: [steps] values, in step order.
+struct StepSeries {
+  std::vector<int64_t> steps;
+  std::vector<double> values;  // [steps]
+};
+
+// Each numbered step's `part` (ms), the mean over the ranks that have the step: the per-step
+// series `moescope diff` compares and the rebalancer replay weighs its decisions by.
+StepSeries mean_over_ranks_by_step(const TimeBreakdown& breakdown, double StepBreakdown::*part);
+
 // Exclusive breakdown of one process over [t0, t1) (used per step and by tests).
 StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& process, TimeNs t0,
                                  TimeNs t1);
