@@ -89,19 +89,11 @@ void add_diff_command(CLI::App& app) {
   command->add_option("--against", options->next_traces, "The new run's trace files")->required();
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
   command->add_option("-o,--output", options->output, "Write the comparison to FILE");
-  command
-      ->add_option("--skip-steps", options->skip_steps,
-                   "Warm-up steps left out at the start of each run")
-      ->capture_default_str();
+  add_step_sample_options(*command, options->skip_steps, options->max_batches);
   command
       ->add_option("--confidence", options->confidence,
                    "Confidence of the intervals, together over every row compared")
       ->check(CLI::Range(0.5, 0.9999))
-      ->capture_default_str();
-  command
-      ->add_option("--batches", options->max_batches,
-                   "At most this many batches of consecutive steps per run (batch means)")
-      ->check(CLI::Range(2, 1000))
       ->capture_default_str();
   command
       ->add_option("--run-to-run", options->run_to_run_ms,
@@ -110,8 +102,7 @@ void add_diff_command(CLI::App& app) {
                    "docs/analysis.md); the step time's interval and the --predicted check "
                    "include it. Default 0: they cover the noise inside each run only")
       ->check(CLI::Range(0.0, 1e6));
-  command->add_flag("--detail", options->detail,
-                    "Read the full traces even where rank summaries (moescope summarize) exist");
+  add_detail_flag(*command, options->detail);
   command->add_option("--predicted", options->predicted,
                       "A `moescope plan --json` file planned from the base run: compare its "
                       "predicted rank load and step time change with the new run");

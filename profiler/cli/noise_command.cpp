@@ -134,16 +134,9 @@ void add_noise_command(CLI::App& app) {
   command->add_option("--runs", options->more_runs,
                       "The recordings of another program (repeat the option per program): the "
                       "spread is pooled within each program, e.g. one pair per seed");
-  command->add_option("--skip-steps", options->skip_steps, "Warm-up steps left out of each run")
-      ->capture_default_str();
-  command
-      ->add_option("--batches", options->max_batches,
-                   "At most this many batches of consecutive steps per run (batch means)")
-      ->check(CLI::Range(2, 1000))
-      ->capture_default_str();
+  add_step_sample_options(*command, options->skip_steps, options->max_batches);
   command->add_option("--json", options->json, "Also write the numbers as JSON to FILE");
-  command->add_flag("--detail", options->detail,
-                    "Read the full traces even where rank summaries exist");
+  add_detail_flag(*command, options->detail);
   command->callback([options] { run_reporting_errors("noise", [&] { run_noise(*options); }); });
 }
 

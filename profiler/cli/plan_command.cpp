@@ -365,8 +365,7 @@ void add_plan_command(CLI::App& app) {
       "traces", options->traces,
       ".moetrace files (or their .moesummary) to read the expert loads from; their rank "
       "summaries are read where they exist");
-  plan->add_flag("--detail", options->detail,
-                 "Read the full traces even where rank summaries (moescope summarize) exist");
+  add_detail_flag(*plan, options->detail);
   loads_option->excludes(traces_option);
   plan->callback([options] { run_reporting_errors("plan", [&] { run_plan(*options); }); });
 }

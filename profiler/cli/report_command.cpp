@@ -17,6 +17,7 @@
 #include "moescope/analysis/summary_load.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/what_happened.h"
+#include "run_inputs.h"
 
 namespace moescope::cli {
 namespace {
@@ -111,8 +112,7 @@ void add_report_command(CLI::App& app) {
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
   command->add_option("-o,--output", options->output, "Write the report to FILE");
   command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
-  command->add_flag("--detail", options->detail,
-                    "Read the full traces even where rank summaries (moescope summarize) exist");
+  add_detail_flag(*command, options->detail);
   command->callback([options] { run_reporting_errors("report", [&] { run_report(*options); }); });
 }
 

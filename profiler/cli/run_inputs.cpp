@@ -1,6 +1,8 @@
 // Summaries where present, else traces (run_inputs.h).
 #include "run_inputs.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +51,21 @@ RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
   }
   run.model = analysis::load_traces(analysis::trace_inputs(paths));
   return run;
+}
+
+void add_detail_flag(CLI::App& command, bool& detail) {
+  command.add_flag("--detail", detail,
+                   "Read the full traces even where rank summaries (moescope summarize) exist");
+}
+
+void add_step_sample_options(CLI::App& command, size_t& skip_steps, size_t& max_batches) {
+  command.add_option("--skip-steps", skip_steps, "Warm-up steps left out at the start of each run")
+      ->capture_default_str();
+  command
+      .add_option("--batches", max_batches,
+                  "At most this many batches of consecutive steps per run (batch means)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
 }
 
 }  // namespace moescope::cli

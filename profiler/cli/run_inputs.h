@@ -12,6 +12,10 @@
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_model.h"
 
+namespace CLI {
+class App;
+}
+
 namespace moescope::cli {
 
 struct RunInputs {
@@ -37,5 +41,11 @@ std::vector<std::string> trace_files_of(const std::vector<std::string>& paths);
 // Throws std::runtime_error when the summaries cannot be used together (different runs).
 RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
                           const std::string& command);
+
+// --detail: the full traces even where summaries exist (every command that reads runs).
+void add_detail_flag(CLI::App& command, bool& detail);
+// --skip-steps and --batches: which steps of each run its per-step statistics take, and how
+// they are batched (difference_interval.h): `diff` and `noise` take the same.
+void add_step_sample_options(CLI::App& command, size_t& skip_steps, size_t& max_batches);
 
 }  // namespace moescope::cli
