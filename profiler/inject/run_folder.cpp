@@ -45,7 +45,7 @@ uint64_t read_sequence(const char* trigger_path) {
 
 bool write_trigger(const char* trigger_path, const char* scratch_path, uint64_t sequence,
                    int32_t origin_rank, uint32_t reason, int32_t code, int64_t origin_pid) {
-  char line[128];
+  char line[128] = {};  // zeroed: GCC (-Wmaybe-uninitialized, ASan build) reads `end` as input
   char* at = line;
   const char* end = line + sizeof(line) - 1;
   at = append_number(at, end, int64_t(sequence));
