@@ -84,9 +84,10 @@ void add_diff_command(CLI::App& app) {
       "stragglers and findings, with confidence intervals from each run's step-to-step noise");
   command
       ->add_option("base", options->base_traces,
-                   "The base run's trace files (one per rank), or their summaries")
+                   "The base run's trace files (one per rank), their summaries, or its folder")
       ->required();
-  command->add_option("--against", options->next_traces, "The new run's trace files")->required();
+  command->add_option("--against", options->next_traces, "The new run's trace files, or its folder")
+      ->required();
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
   command->add_option("-o,--output", options->output, "Write the comparison to FILE");
   add_step_sample_options(*command, options->skip_steps, options->max_batches);

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/chrome_export.h"
 #include "moescope/analysis/trace_loader.h"
+#include "run_inputs.h"
 
 namespace moescope::cli {
 namespace {
@@ -35,7 +37,8 @@ void run_export(const ExportOptions& options) {
   analysis::LoadOptions load_options;  // a progress line on long loads, on a terminal
   if (!options.quiet && isatty(STDERR_FILENO))
     load_options.progress = analysis::line_progress(stderr);
-  analysis::TraceModel model = analysis::load_traces(options.traces, load_options);
+  analysis::TraceModel model =
+      analysis::load_traces(recorded_trace_files(options.traces), load_options);
   for (const auto& error : model.errors) {
     std::fprintf(stderr, "moescope export: %s\n", error.to_string().c_str());
   }
@@ -72,7 +75,10 @@ void run_export(const ExportOptions& options) {
 void add_export_command(CLI::App& app) {
   auto options = std::make_shared<ExportOptions>();
   auto* command = app.add_subcommand("export", "Convert traces to Chrome trace JSON");
-  command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])")
+  command
+      ->add_option(
+          "traces", options->traces,
+          "Trace files (.moetrace, Kineto .json[.gz]), or a run's folder of .moetrace files")
       ->required();
   command->add_option("--chrome", options->chrome_output, "Output Chrome trace JSON file")
       ->required();
@@ -81,7 +87,7 @@ void add_export_command(CLI::App& app) {
   command->add_flag("--no-flows", options->no_flows, "Leave out launch -> GPU flow arrows");
   command->add_flag("--no-counters", options->no_counters, "Leave out memory and expert counters");
   command->add_flag("-q,--quiet", options->quiet, "No progress indicator");
-  command->callback([options] { run_export(*options); });
+  command->callback([options] { run_reporting_errors("export", [&] { run_export(*options); }); });
 }
 
 }  // namespace moescope::cli

@@ -16,6 +16,7 @@
 #include "moescope/analysis/step_metrics.h"
 #include "moescope/analysis/tensorboard_events.h"
 #include "moescope/analysis/trace_loader.h"
+#include "run_inputs.h"
 
 namespace moescope::cli {
 namespace {
@@ -78,7 +79,7 @@ void run_metrics(const MetricsOptions& options) {
   }
   analysis::LoadOptions load;
   if (!options.quiet && isatty(STDERR_FILENO)) load.progress = analysis::line_progress(stderr);
-  analysis::TraceModel model = analysis::load_traces(options.traces, load);
+  analysis::TraceModel model = analysis::load_traces(recorded_trace_files(options.traces), load);
   bool refused = false;
   for (const auto& error : model.errors) {
     std::fprintf(stderr, "moescope metrics: %s\n", error.to_string().c_str());
@@ -110,7 +111,9 @@ void add_metrics_command(CLI::App& app) {
       app.add_subcommand("metrics",
                          "Per-step MoE health scalars (expert balance, step time, exposed comm, "
                          "stragglers, memory) as JSON lines or TensorBoard events");
-  command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])");
+  command->add_option(
+      "traces", options->traces,
+      "Trace files (.moetrace, Kineto .json[.gz]), or a run's folder of .moetrace files");
   command->add_option("--jsonl", options->jsonl,
                       "Write one JSON line per step to FILE (- for stdout)");
   command->add_option("--tensorboard", options->tensorboard,

@@ -40,9 +40,7 @@ struct Recording {
 };
 
 Recording measure(const std::string& path, size_t group, const NoiseOptions& options) {
-  const std::vector<std::string> files = trace_files_of({path});
-  if (files.empty()) throw std::runtime_error(path + ": no .moetrace file in this folder");
-  const RunInputs run = load_run_inputs(files, options.detail, "noise");
+  const RunInputs run = load_run_inputs({path}, options.detail, "noise");
   for (const auto& error : run.model.errors) {
     std::fprintf(stderr, "moescope noise: %s: %s\n", path.c_str(), error.to_string().c_str());
   }

@@ -361,10 +361,10 @@ void add_plan_command(CLI::App& app) {
   CLI::Option* loads_option = plan->add_option(
       "--loads", options->loads_file,
       "JSON ([[...], ...] layers x experts, or {\"loads\": ...}) or CSV (one layer per row)");
-  CLI::Option* traces_option = plan->add_option(
-      "traces", options->traces,
-      ".moetrace files (or their .moesummary) to read the expert loads from; their rank "
-      "summaries are read where they exist");
+  CLI::Option* traces_option = plan->add_option("traces", options->traces,
+                                                ".moetrace files (or their .moesummary, or a run's "
+                                                "folder) to read the expert loads from; their rank "
+                                                "summaries are read where they exist");
   add_detail_flag(*plan, options->detail);
   loads_option->excludes(traces_option);
   plan->callback([options] { run_reporting_errors("plan", [&] { run_plan(*options); }); });

@@ -46,10 +46,11 @@ void run_report(const ReportOptions& options) {
     throw CLI::ValidationError("--format",
                                "must be text, markdown or json, got '" + options.format + "'");
   }
+  const std::vector<std::string> traces = recorded_trace_files(options.traces);
   // Summaries where they exist (summary_load.h), unless --detail asks for the events.
-  if (!options.detail && analysis::any_rank_summary(options.traces)) {
+  if (!options.detail && analysis::any_rank_summary(traces)) {
     analysis::SummaryLoad loaded =
-        analysis::load_rank_summaries(options.traces, load_options_with_progress(options.quiet));
+        analysis::load_rank_summaries(traces, load_options_with_progress(options.quiet));
     for (const std::string& note : loaded.notes) {
       std::fprintf(stderr, "moescope report: note: %s\n", note.c_str());
     }
@@ -63,7 +64,7 @@ void run_report(const ReportOptions& options) {
     }
   }
   // A summary given by name stands for its trace here (--detail, or a fallback above).
-  analysis::TraceModel model = analysis::load_traces(analysis::trace_inputs(options.traces),
+  analysis::TraceModel model = analysis::load_traces(analysis::trace_inputs(traces),
                                                      load_options_with_progress(options.quiet));
   finish_report(model, nullptr, format, options);
 }
@@ -107,7 +108,10 @@ void add_report_command(CLI::App& app) {
   auto options = std::make_shared<ReportOptions>();
   auto* command = app.add_subcommand(
       "report", "Analyse traces: time breakdown, expert load, communication, memory, findings");
-  command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])")
+  command
+      ->add_option(
+          "traces", options->traces,
+          "Trace files (.moetrace, Kineto .json[.gz]), or a run's folder of .moetrace files")
       ->required();
   command->add_option("--format", options->format, "text, markdown or json")->capture_default_str();
   command->add_option("-o,--output", options->output, "Write the report to FILE");

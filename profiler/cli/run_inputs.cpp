@@ -32,8 +32,19 @@ std::vector<std::string> trace_files_of(const std::vector<std::string>& paths) {
   return files;
 }
 
-RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
+std::vector<std::string> recorded_trace_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    const std::vector<std::string> found = trace_files_of({path});
+    if (found.empty()) throw std::runtime_error(path + ": no .moetrace file in this folder");
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+RunInputs load_run_inputs(const std::vector<std::string>& given, bool detail,
                           const std::string& command) {
+  const std::vector<std::string> paths = recorded_trace_files(given);
   RunInputs run;
   if (!detail && analysis::any_rank_summary(paths)) {
     analysis::SummaryLoad loaded = analysis::load_rank_summaries(paths);

@@ -34,9 +34,13 @@ struct RunInputs {
 };
 
 // The trace files of `paths` now: files as given, folders as their *.moetrace files (sorted).
+// A folder without one adds nothing (a live run's folder before its first file: `top`).
 std::vector<std::string> trace_files_of(const std::vector<std::string>& paths);
+// The same for a recorded run: throws std::runtime_error naming a folder without a .moetrace.
+std::vector<std::string> recorded_trace_files(const std::vector<std::string>& paths);
 
-// Loads `paths` (traces, or summaries standing for their traces). Notes go to stderr as
+// Loads `paths` (traces, or summaries standing for their traces; a folder stands for its
+// traces, recorded_trace_files). Notes go to stderr as
 // "moescope COMMAND: note: ..."; load errors stay in model.errors for the caller to print.
 // Throws std::runtime_error when the summaries cannot be used together (different runs).
 RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,

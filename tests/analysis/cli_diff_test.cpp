@@ -245,6 +245,45 @@ TEST(CliDiff, NoiseMeasuresTheRunToRunSpreadOfOneProgram) {
   EXPECT_NE(nothing.out.find(empty + ": no .moetrace file"), std::string::npos) << nothing.out;
 }
 
+// A run's folder (what `moescope record -o FOLDER/run.%r.moetrace` writes) stands for its
+// .moetrace files in every command that reads a recorded run; an empty folder is named.
+TEST(CliDiff, ARunsFolderStandsForItsTraces) {
+  const std::string directory = testing::test_directory("cli_run_folder");
+  const std::string base = directory + "/base", next = directory + "/next";
+  std::filesystem::create_directories(base);
+  std::filesystem::create_directories(next);
+  testing::DiffRunOptions options;
+  const auto base_files = testing::write_diff_run(base, "run", options);
+  options.seed = 2;
+  options.forward_extra_ms = 2.0;
+  const auto next_files = testing::write_diff_run(next, "run", options);
+  auto same_output = [&](const std::string& by_files, const std::string& by_folder) {
+    const CommandResult files = run_cli(by_files), folder = run_cli(by_folder);
+    EXPECT_EQ(files.exit_code, 0) << by_files << "\n" << files.out;
+    EXPECT_EQ(folder.exit_code, 0) << by_folder << "\n" << folder.out;
+    EXPECT_EQ(folder.out, files.out) << by_folder;
+    EXPECT_GT(files.out.size(), 100u) << by_files;
+  };
+  same_output("report -q --format json" + joined(base_files), "report -q --format json " + base);
+  same_output("diff --format json" + joined(base_files) + " --against" + joined(next_files),
+              "diff --format json " + base + " --against " + next);
+  same_output("plan --gpus 2 --slots 8" + joined(base_files), "plan --gpus 2 --slots 8 " + base);
+  same_output("metrics --jsonl -" + joined(base_files), "metrics --jsonl - " + base);
+
+  const std::string empty = directory + "/empty";
+  std::filesystem::create_directories(empty);
+  for (const std::string& command :
+       {"report " + empty, "diff " + base + " --against " + empty,
+        "plan --gpus 2 --slots 8 " + empty, "metrics --jsonl - " + empty,
+        "export --chrome " + directory + "/out.json " + empty}) {
+    const CommandResult result = run_cli(command);
+    EXPECT_EQ(result.exit_code, 1) << command << "\n" << result.out;
+    EXPECT_NE(result.out.find(empty + ": no .moetrace file in this folder"), std::string::npos)
+        << command << "\n"
+        << result.out;
+  }
+}
+
 // A full disk: every command that writes a file says which one it could not write, and exits 1.
 TEST(CliDiff, AFullDiskIsAnErrorNamingTheFile) {
   const std::string directory = testing::test_directory("cli_full_disk");
