@@ -169,7 +169,7 @@ std::string render_text(const RunDiff& diff, bool markdown) {
                  ? "its interval includes a run-to-run standard deviation of " +
                        value_text(row.run_to_run_sd, "ms") + " ms per run (--run-to-run)"
                  : "its interval covers the noise inside each run, not between runs of the same "
-                   "program (measure that and pass --run-to-run)");
+                   "program (measure that with moescope noise, pass it as --run-to-run)");
     }
   }
 
