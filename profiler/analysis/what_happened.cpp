@@ -16,8 +16,8 @@
 namespace moescope::analysis {
 namespace {
 
-constexpr uint32_t kReasonCrash = 3, kReasonException = 4, kReasonExit = 5, kReasonHang = 2,
-                   kReasonSignal = 1, kReasonPeer = 8, kReasonCollectiveTimeout = 6;
+using trace::TriggerReason;
+constexpr uint32_t kReasonPeer = static_cast<uint32_t>(TriggerReason::kPeer);
 constexpr size_t kMaxStackLines = 40;
 
 std::string hex_id(uint64_t id) {
@@ -57,17 +57,17 @@ std::string signal_text(int code) {
 std::string trigger_words(const TriggerEvent& trigger, const std::string& detail,
                           const RankStory* story) {
   std::string text = trigger_reason_name(trigger.reason);
-  switch (trigger.reason) {
-    case kReasonCrash:
+  switch (static_cast<TriggerReason>(trigger.reason)) {
+    case TriggerReason::kCrash:
       text += " (" + signal_text(trigger.code) + ")";
       break;
-    case kReasonSignal:
+    case TriggerReason::kSignal:
       text += trigger.code ? " (" + signal_text(trigger.code) + ")" : " (moescope dump)";
       break;
-    case kReasonExit:
+    case TriggerReason::kExit:
       text += " (status " + std::to_string(trigger.code) + ")";
       break;
-    case kReasonHang:
+    case TriggerReason::kHang:
       if (story && story->since_progress_s >= 0) {
         char seconds[48];
         std::snprintf(seconds, sizeof(seconds), " (no step or collective progress for %.1f s)",

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "moescope/recorder.h"
+#include "moescope/trace/trigger_reason.h"
 #include "python_stack_file.h"
 #include "recorder.h"
 #include "run_folder.h"
@@ -101,29 +102,6 @@ std::string dump_metadata(const moescope_trigger_info& trigger, uint32_t origin_
                                                           nlohmann::json::error_handler_t::replace);
 }
 
-const char* reason_text(uint32_t reason) {
-  switch (reason) {
-    case MOESCOPE_TRIGGER_SIGNAL:
-      return "signal";
-    case MOESCOPE_TRIGGER_HANG:
-      return "hang";
-    case MOESCOPE_TRIGGER_CRASH:
-      return "crash";
-    case MOESCOPE_TRIGGER_EXCEPTION:
-      return "exception";
-    case MOESCOPE_TRIGGER_EXIT:
-      return "exit";
-    case MOESCOPE_TRIGGER_COLLECTIVE_TIMEOUT:
-      return "collective_timeout";
-    case MOESCOPE_TRIGGER_SLOW_STEP:
-      return "slow_step";
-    case MOESCOPE_TRIGGER_PEER:
-      return "peer";
-    default:
-      return "unknown";
-  }
-}
-
 // Writes the ring for `trigger`; a trigger of this process is announced to the job first, so the
 // other ranks dump while this one writes. `origin_reason`: what the origin of a peer trigger saw.
 void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
@@ -160,10 +138,11 @@ void dump_for(moescope_trigger_info trigger, uint32_t origin_reason = 0) {
   if (path.empty()) return;
   m.last_dump_ns = monotonic_ns();
   m.dumps.push_back(path);
-  std::fprintf(
-      stderr, "moescope: flight recorder (%s%s%s): wrote %s (%.1f MB of ring in %.0f ms)\n",
-      reason_text(trigger.reason), origin_reason ? " after " : "",
-      origin_reason ? reason_text(origin_reason) : "", path.c_str(), ring_bytes / 1e6, took_ms);
+  std::fprintf(stderr,
+               "moescope: flight recorder (%s%s%s): wrote %s (%.1f MB of ring in %.0f ms)\n",
+               trace::trigger_reason_name(trigger.reason), origin_reason ? " after " : "",
+               origin_reason ? trace::trigger_reason_name(origin_reason) : "", path.c_str(),
+               ring_bytes / 1e6, took_ms);
   write_process_entry_now(false);
 }
 

@@ -6,7 +6,21 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "moescope/trace/trigger_reason.h"
 #include "recorder.h"
+
+// The C API's trigger reasons are the trace format's (one list, trace/trigger_reason.h).
+#define MOESCOPE_SAME_REASON(c_value, reason) \
+  static_assert(c_value == static_cast<uint32_t>(moescope::trace::TriggerReason::reason))
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_SIGNAL, kSignal);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_HANG, kHang);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_CRASH, kCrash);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_EXCEPTION, kException);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_EXIT, kExit);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_COLLECTIVE_TIMEOUT, kCollectiveTimeout);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_SLOW_STEP, kSlowStep);
+MOESCOPE_SAME_REASON(MOESCOPE_TRIGGER_PEER, kPeer);
+#undef MOESCOPE_SAME_REASON
 
 namespace moescope::recorder {
 namespace {

@@ -32,6 +32,7 @@
 
 #include "moescope/analysis/model_string_table.h"
 #include "moescope/trace/record_schema.h"
+#include "moescope/trace/trigger_reason.h"
 
 namespace moescope::analysis {
 
@@ -239,14 +240,8 @@ struct TriggerEvent {
   MOESCOPE_FIELDS_TRIGGER(MOESCOPE_MODEL_FIELD)  // reason, origin_rank (-1 unknown), code
   StringId detail = 0;
 };
-// "signal", "hang", "crash", "exception", "exit", "collective_timeout", "slow_step", "peer";
-// "unknown" for any other value (TriggerEvent::reason, moescope_trigger_reason).
-inline const char* trigger_reason_name(uint32_t reason) {
-  static const char* const kNames[] = {
-      "unknown",   "signal", "hang", "crash", "exception", "exit", "collective_timeout",
-      "slow_step", "peer"};
-  return reason < sizeof(kNames) / sizeof(kNames[0]) ? kNames[reason] : "unknown";
-}
+// TriggerEvent::reason's name: trace::trigger_reason_name (trace/trigger_reason.h).
+using trace::trigger_reason_name;
 
 struct ProcessTrack {
   int32_t rank = 0;  // from metadata, else the file's position
