@@ -94,26 +94,4 @@ RebalanceVerdict judge_rebalance(const RebalanceCostRates& rates,
   return verdict;
 }
 
-const char* rebalance_reason_name(RebalanceReason reason) {
-  switch (reason) {
-    case RebalanceReason::kPays:
-      return "the net gain pays";
-    case RebalanceReason::kCostsExceedGain:
-      return "the costs exceed the gain";
-    case RebalanceReason::kWithinUncertainty:
-      return "the net gain is within its uncertainty";
-    case RebalanceReason::kBalanced:
-      return "balanced enough, not planned";
-    case RebalanceReason::kNoMove:
-      return "the plan is the current placement";
-    case RebalanceReason::kImbalanceRuleApplied:
-      return "the imbalance rule's gain beat bytes/bandwidth";
-    case RebalanceReason::kImbalanceRuleKept:
-      return "the imbalance rule's gain did not beat bytes/bandwidth";
-    case RebalanceReason::kUnknown:
-      break;
-  }
-  return "not recorded";
-}
-
 }  // namespace moescope::balancer

@@ -8,27 +8,6 @@
 
 namespace moescope::analysis {
 
-const char* rebalance_reason_text(uint32_t reason) {
-  switch (reason) {  // moescope_rebalance_reason
-    case 1:
-      return "the net gain pays";
-    case 2:
-      return "the costs exceed the gain";
-    case 3:
-      return "the net gain is within its uncertainty";
-    case 4:
-      return "balanced enough, not planned";
-    case 5:
-      return "the plan is the current placement";
-    case 6:
-      return "the imbalance rule applied it";
-    case 7:
-      return "the imbalance rule kept the placement";
-    default:
-      return "reason not recorded";
-  }
-}
-
 std::string describe_rebalance_decision(const RebalanceDecision& decision) {
   const double costs = double(decision.replica_sync_ms) +
                        double(decision.migration_ms) / std::max(1.0f, decision.window_steps);

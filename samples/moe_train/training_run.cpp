@@ -22,6 +22,7 @@
 #include "moescope/runtime/host_tensor_cache.h"
 #include "moescope/runtime/memory_accounting.h"
 #include "moescope/runtime/moe_instrumentation.h"
+#include "moescope/trace/rebalance_reason.h"
 #include "text_corpus.h"
 #include "training_checkpoint.h"
 
@@ -455,7 +456,7 @@ int train(const TrainOptions& options) {
             (long long)decision.change.migration.bytes_received, decision.change.seconds * 1e3,
             verdict.gain_ms, verdict.replica_sync_ms, verdict.migration_ms, verdict.window_steps,
             verdict.net_ms, 1.96 * verdict.net_stderr_ms,
-            moescope::balancer::rebalance_reason_name(verdict.reason));
+            moescope::trace::rebalance_reason_text(static_cast<uint32_t>(verdict.reason)));
       }
     }
     bool offload_changed = false;

@@ -78,7 +78,4 @@ RebalanceVerdict judge_rebalance(const RebalanceCostRates& rates,
                                  const RebalanceCandidate& candidate,
                                  bool decide_on_lower_bound = true);
 
-/// "pays", "costs exceed the gain", ...: what the trace's reason code means.
-const char* rebalance_reason_name(RebalanceReason reason);
-
 }  // namespace moescope::balancer

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moescope/analysis/trace_model.h"
+#include "moescope/trace/rebalance_reason.h"
 
 namespace moescope::analysis {
 
@@ -21,8 +22,8 @@ std::vector<RebalanceDecision> decisions_with_costs(const std::vector<RebalanceD
 /// migration 4.00 ms / 10 steps; net -1.50 +- 0.30 ms/step (the costs exceed the gain)".
 std::string describe_rebalance_decision(const RebalanceDecision& decision);
 
-/// What the reason code means ("the costs exceed the gain", ...).
-const char* rebalance_reason_text(uint32_t reason);
+/// What the reason code means ("the costs exceed the gain", ...): trace/rebalance_reason.h.
+using trace::rebalance_reason_text;
 
 template <typename Keep>
 std::vector<RebalanceDecision> decisions_with_costs(const std::vector<RebalanceDecision>& all,
