@@ -2,6 +2,7 @@
 // number, name, fixed size and whether it has a variable tail, row by row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_format.h"
+#include "moescope/trace/trigger_reason.h"
 
 namespace moescope::trace {
 namespace {
@@ -104,6 +106,29 @@ TEST(RecordKindTable, MatchesTheSpecification) {
   EXPECT_STREQ(record_kind_name(0), "unknown");
   EXPECT_STREQ(record_kind_name(kMaxRecordKind + 1), "unknown");
   EXPECT_EQ(fixed_record_size(kMaxRecordKind + 1), 0u);
+}
+
+// The trigger record's reason codes are those the specification lists ("... reason: 1 signal
+// (...), 2 hang (...), ..., 6 collective timeout (...)"), named by trace/trigger_reason.h.
+TEST(RecordKindTable, TriggerReasonsAreTheSpecifications) {
+  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
+  std::ifstream in(std::string(source ? source : ".") + "/docs/trace-format.md");
+  std::string line, reasons;
+  while (std::getline(in, line)) {
+    if (line.find("| reason: 1 signal") != std::string::npos) reasons = line;
+  }
+  ASSERT_FALSE(reasons.empty()) << "no trigger reason row in docs/trace-format.md";
+  uint32_t code = 1;
+  for (; std::string(trigger_reason_name(code)) != "unknown"; ++code) {
+    std::string words = trigger_reason_name(code);
+    std::replace(words.begin(), words.end(), '_', ' ');
+    const std::string documented = std::to_string(code) + " " + words + " (";
+    EXPECT_NE(reasons.find(documented), std::string::npos) << documented << "\n" << reasons;
+  }
+  EXPECT_EQ(code, 9u) << "the codes 1-8 are named, and no more";
+  EXPECT_EQ(reasons.find(std::to_string(code) + " "), std::string::npos)
+      << "the specification lists a reason the code does not name";
+  EXPECT_STREQ(trigger_reason_name(0), "unknown");
 }
 
 // The tail a record declares is its count field times the element size of its row.
