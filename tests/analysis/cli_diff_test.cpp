@@ -226,13 +226,17 @@ TEST(CliDiff, NoiseMeasuresTheRunToRunSpreadOfOneProgram) {
                 .exit_code,
             0);
   std::ifstream diff_file(diff_path);
-  for (const auto& row : nlohmann::json::parse(diff_file)["rows"]) {
+  const nlohmann::json diff = nlohmann::json::parse(diff_file);
+  bool compared = false;
+  for (const auto& row : diff["rows"]) {
     if (row["name"] != "step time") continue;
     EXPECT_DOUBLE_EQ(row["base"]["mean"].get<double>(),
                      result["recordings"][0]["step_ms"].get<double>());
     EXPECT_DOUBLE_EQ(row["new"]["standard_error"].get<double>(),
                      result["recordings"][1]["standard_error_ms"].get<double>());
+    compared = true;
   }
+  EXPECT_TRUE(compared) << "no step time row in the diff";
 
   // One recording says nothing about run to run; an empty folder is named.
   CommandResult alone = run_cli("noise " + folders[0]);
