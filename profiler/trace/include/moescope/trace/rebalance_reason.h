@@ -1,5 +1,5 @@
 // Why the runtime rebalancer applied or kept a plan: a rebalance record's `reason`
-// (docs/trace-format.md), in words once for the report, the viewer and moe_train's log. The codes
+// (docs/trace-format.md), in words once for the report and moe_train's log. The codes
 // are the C API's moescope_rebalance_reason (moescope/recorder.h), which the runtime checks
 // against balancer::RebalanceReason at compile time (expert_rebalancer.cpp).
 #pragma once
