@@ -118,8 +118,9 @@ class MetricCollector {
         {"idle", &StepBreakdown::idle_ms},
         {"host sync", &StepBreakdown::host_sync_ms},
     };
+    const auto by_step = steps_by_number(breakdown);  // once for the seven parts
     for (const auto& [name, part] : kParts) {
-      const StepSeries series = mean_over_ranks_by_step(breakdown, part);
+      const StepSeries series = mean_over_ranks_by_step(by_step, part);
       add("step", name, "ms", true, series.steps, series.values);
       if (part == &StepBreakdown::step_ms) {
         side_.step_ids = series.steps;

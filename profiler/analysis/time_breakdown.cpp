@@ -217,8 +217,14 @@ std::map<int64_t, std::vector<const StepBreakdown*>> steps_by_number(
 }
 
 StepSeries mean_over_ranks_by_step(const TimeBreakdown& breakdown, double StepBreakdown::*part) {
+  return mean_over_ranks_by_step(steps_by_number(breakdown), part);
+}
+
+StepSeries mean_over_ranks_by_step(
+    const std::map<int64_t, std::vector<const StepBreakdown*>>& by_step,
+    double StepBreakdown::*part) {
   StepSeries series;
-  for (const auto& [step, ranks] : steps_by_number(breakdown)) {
+  for (const auto& [step, ranks] : by_step) {
     double sum = 0;
     for (const StepBreakdown* rank : ranks) sum += rank->*part;
     series.steps.push_back(step);

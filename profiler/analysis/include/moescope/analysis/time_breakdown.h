@@ -84,6 +84,10 @@ struct StepSeries {
 // Each numbered step's `part` (ms), the mean over the ranks that have the step: the per-step
 // series `moescope diff` compares and the rebalancer replay weighs its decisions by.
 StepSeries mean_over_ranks_by_step(const TimeBreakdown& breakdown, double StepBreakdown::*part);
+// The same from steps_by_number's map, for callers that take several parts of one breakdown.
+StepSeries mean_over_ranks_by_step(
+    const std::map<int64_t, std::vector<const StepBreakdown*>>& by_step,
+    double StepBreakdown::*part);
 
 // Exclusive breakdown of one process over [t0, t1) (used per step and by tests).
 StepBreakdown breakdown_interval(const TraceModel& model, const ProcessTrack& process, TimeNs t0,
