@@ -1,9 +1,9 @@
 // `moescope diff BASE... --against NEW... [--format text|markdown|json] [-o FILE]
 //  [--skip-steps N] [--confidence C] [--run-to-run MS] [--predicted PLAN.json] [--detail]`:
-//  compares two runs step
-// by step (analysis/run_diff.h) and, given the JSON of `moescope plan` on the base run, checks
-// the plan's predicted rank load and step-time change against the new run. Reads the ranks'
-// summaries where they exist, with the same numbers (run_inputs.h); --detail forces the traces.
+// compares two runs step by step (analysis/run_diff.h) and, given the JSON of `moescope plan`
+// on the base run, checks the plan's predicted rank load and step-time change against the new
+// run. Reads the ranks' summaries where they exist, with the same numbers (run_inputs.h);
+// --detail forces the traces.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

@@ -87,7 +87,7 @@ void run_noise(const NoiseOptions& options) {
   }
   std::printf(
       "the recordings' means spread by %.2f ms (standard deviation within their program, "
-      "%zu degree(s) of freedom); their own noise explains %.2f ms of it\n",
+      "%zu degree(s) of freedom); their own step-to-step noise alone accounts for %.2f ms\n",
       std::sqrt(estimate.between_variance), estimate.degrees_of_freedom,
       std::sqrt(estimate.within_variance));
   std::printf(
