@@ -6,19 +6,26 @@ namespace CLI {
 class App;
 }
 
+// The subcommands, in the order `moescope --help` lists them. This list is the only one: it
+// declares each add_<name>_command here and main.cpp registers them from it.
+#define MOESCOPE_CLI_COMMANDS(X) \
+  X(info)                        \
+  X(plan)                        \
+  X(report)                      \
+  X(diff)                        \
+  X(noise)                       \
+  X(export)                      \
+  X(record)                      \
+  X(view)                        \
+  X(dump)                        \
+  X(metrics)                     \
+  X(top)                         \
+  X(summarize)
+
 namespace moescope::cli {
 
-void add_diff_command(CLI::App& app);
-void add_info_command(CLI::App& app);
-void add_plan_command(CLI::App& app);
-void add_report_command(CLI::App& app);
-void add_export_command(CLI::App& app);
-void add_record_command(CLI::App& app);
-void add_view_command(CLI::App& app);
-void add_dump_command(CLI::App& app);
-void add_metrics_command(CLI::App& app);
-void add_noise_command(CLI::App& app);
-void add_top_command(CLI::App& app);
-void add_summarize_command(CLI::App& app);
+#define MOESCOPE_DECLARE_CLI_COMMAND(name) void add_##name##_command(CLI::App& app);
+MOESCOPE_CLI_COMMANDS(MOESCOPE_DECLARE_CLI_COMMAND)
+#undef MOESCOPE_DECLARE_CLI_COMMAND
 
 }  // namespace moescope::cli

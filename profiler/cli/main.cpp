@@ -7,18 +7,9 @@ int main(int argc, char** argv) {
   CLI::App app{"moescope: profile and debug Mixture-of-Experts training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "moescope 0.1.0");
-  moescope::cli::add_info_command(app);
-  moescope::cli::add_plan_command(app);
-  moescope::cli::add_report_command(app);
-  moescope::cli::add_diff_command(app);
-  moescope::cli::add_noise_command(app);
-  moescope::cli::add_export_command(app);
-  moescope::cli::add_record_command(app);
-  moescope::cli::add_view_command(app);
-  moescope::cli::add_dump_command(app);
-  moescope::cli::add_metrics_command(app);
-  moescope::cli::add_top_command(app);
-  moescope::cli::add_summarize_command(app);
+#define MOESCOPE_ADD_CLI_COMMAND(name) moescope::cli::add_##name##_command(app);
+  MOESCOPE_CLI_COMMANDS(MOESCOPE_ADD_CLI_COMMAND)
+#undef MOESCOPE_ADD_CLI_COMMAND
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
