@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -67,27 +68,68 @@ void parse_value(const std::string& field, const std::string& value, bool& out) 
   out = parse_bool(field, value);
 }
 
-using Setter = std::function<void(MoEConfig&, const std::string& field, const std::string&)>;
+std::string format_value(int64_t value) {
+  return std::to_string(value);
+}
+std::string format_value(bool value) {
+  return value ? "1" : "0";
+}
+// 17 significant digits: parse_double gives back the same double.
+std::string format_value(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
 
-// The setter of a plain field: parsed by the field's type (int64_t, double or bool).
+// One field of the text format: how its value is read and written.
+struct FieldCoding {
+  std::function<void(MoEConfig&, const std::string& field, const std::string& value)> parse;
+  std::function<std::string(const MoEConfig&)> format;
+};
+
+// A plain field: parsed and written by the field's type (int64_t, double or bool).
 template <typename Value>
-Setter plain_field(Value MoEConfig::*member) {
-  return [member](MoEConfig& c, const std::string& f, const std::string& v) {
-    parse_value(f, v, c.*member);
-  };
+FieldCoding plain_field(Value MoEConfig::*member) {
+  return {[member](MoEConfig& c, const std::string& f, const std::string& v) {
+            parse_value(f, v, c.*member);
+          },
+          [member](const MoEConfig& c) { return format_value(c.*member); }};
 }
 
-// The setter of an enum field, by name.
+// An enum field, by name.
 template <typename Enum>
-Setter enum_field(Enum MoEConfig::*member, std::map<std::string, Enum> names) {
-  return
-      [member, names = std::move(names)](MoEConfig& c, const std::string& f, const std::string& v) {
-        c.*member = parse_enum<Enum>(f, v, names);
-      };
+FieldCoding enum_field(Enum MoEConfig::*member, std::map<std::string, Enum> names) {
+  auto parse = [member, names](MoEConfig& c, const std::string& f, const std::string& v) {
+    c.*member = parse_enum<Enum>(f, v, names);
+  };
+  auto format = [member, names](const MoEConfig& c) {
+    for (const auto& [name, value] : names) {
+      if (value == c.*member) return name;
+    }
+    return std::to_string(static_cast<int>(c.*member));  // not reached: every value is named
+  };
+  return {parse, format};
 }
 
-const std::map<std::string, Setter>& setters() {
-  static const std::map<std::string, Setter> table = {
+// Comma-separated doubles (gate_logit_skew).
+FieldCoding list_field(std::vector<double> MoEConfig::*member) {
+  return {[member](MoEConfig& c, const std::string& f, const std::string& v) {
+            (c.*member).clear();
+            std::stringstream values(v);
+            for (std::string item; std::getline(values, item, ',');) {
+              (c.*member).push_back(parse_double(f, item));
+            }
+          },
+          [member](const MoEConfig& c) {
+            std::string text;
+            for (double value : c.*member) text += (text.empty() ? "" : ",") + format_value(value);
+            return text;
+          }};
+}
+
+// Every field of MoEConfig by its name in moe_config.h (and in the Python MoEConfig).
+const std::map<std::string, FieldCoding>& fields() {
+  static const std::map<std::string, FieldCoding> table = {
       {"hidden_size", plain_field(&MoEConfig::hidden_size)},
       {"ffn_hidden_size", plain_field(&MoEConfig::ffn_hidden_size)},
       {"num_experts", plain_field(&MoEConfig::num_experts)},
@@ -107,14 +149,7 @@ const std::map<std::string, Setter>& setters() {
       {"z_loss_coeff", plain_field(&MoEConfig::z_loss_coeff)},
       {"enable_expert_bias", plain_field(&MoEConfig::enable_expert_bias)},
       {"expert_bias_update_rate", plain_field(&MoEConfig::expert_bias_update_rate)},
-      {"gate_logit_skew",
-       [](MoEConfig& c, const std::string& f, const std::string& v) {
-         c.gate_logit_skew.clear();
-         std::stringstream values(v);
-         for (std::string item; std::getline(values, item, ',');) {
-           c.gate_logit_skew.push_back(parse_double(f, item));
-         }
-       }},
+      {"gate_logit_skew", list_field(&MoEConfig::gate_logit_skew)},
       {"force_uniform_routing", plain_field(&MoEConfig::force_uniform_routing)},
       {"capacity_factor", plain_field(&MoEConfig::capacity_factor)},
       {"drop_policy",
@@ -148,11 +183,17 @@ MoEConfig parse_moe_config_text(const std::string& text) {
     TORCH_CHECK(equals != std::string::npos, "MoEConfig text: expected field=value, got '", line,
                 "'");
     const std::string field = line.substr(0, equals);
-    const auto setter = setters().find(field);
-    TORCH_CHECK(setter != setters().end(), "MoEConfig has no field '", field, "'");
-    setter->second(config, field, line.substr(equals + 1));
+    const auto coding = fields().find(field);
+    TORCH_CHECK(coding != fields().end(), "MoEConfig has no field '", field, "'");
+    coding->second.parse(config, field, line.substr(equals + 1));
   }
   return config;
+}
+
+std::string moe_config_text(const MoEConfig& config) {
+  std::string text;
+  for (const auto& [name, coding] : fields()) text += name + "=" + coding.format(config) + "\n";
+  return text;
 }
 
 }  // namespace moescope::runtime::python

@@ -345,6 +345,10 @@ TORCH_LIBRARY(moescope, m) {
       "Tensor[] tensors, bool training) -> (Tensor output, Tensor aux_loss, "
       "Tensor tokens_per_expert, int num_dropped, int num_received_rows)");
   m.def("set_training_step(int step) -> ()", &set_step);
+  // The config `text` as the C++ side reads it, every field written back (its defaults where
+  // `text` is empty): what the Python MoEConfig is checked against.
+  m.def("moe_config_text(str text) -> str",
+        [](const std::string& text) { return moe_config_text(parse_moe_config_text(text)); });
 }
 
 // Autograd sees the runtime's ops (and its custom autograd Functions) inside the kernel.

@@ -3,6 +3,7 @@ plain PyTorch computation of the same layer, module plumbing (state_dict, .doubl
 clear errors, and the trace it writes under an in-process recorder."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -116,6 +117,56 @@ def test_bad_config_and_input_fail_with_the_field_named():
     with pytest.raises(RuntimeError, match="w_down must keep its shape"):
         layer.w_down = torch.nn.Parameter(torch.zeros(1, 2, 3))
         layer(torch.randn(4, 16))
+
+
+def cpp_config_text(text):
+    """The C++ side's reading of a config text, every field written back, as {field: str}."""
+    from moescope.runtime import _library
+    _library.load()
+    lines = torch.ops.moescope.moe_config_text(text).splitlines()
+    return dict(line.split("=", 1) for line in lines)
+
+
+def as_python_values(fields):
+    """{field: str} of that text in the Python MoEConfig's types."""
+    def value(name, text):
+        default = getattr(MoEConfig(), name)
+        if isinstance(default, list):
+            return [float(v) for v in text.split(",")] if text else []
+        if isinstance(default, bool):
+            return text == "1"
+        return type(default)(text)
+    return {name: value(name, text) for name, text in fields.items()}
+
+
+def test_python_config_declares_the_cpp_fields_with_the_cpp_defaults():
+    # The Python MoEConfig is a second declaration of moe_config.h's fields, for Python users
+    # and their editors; every layer built from Python takes its defaults, not C++'s.
+    cpp_fields = cpp_config_text("")
+    python_defaults = dataclasses.asdict(MoEConfig())
+    assert sorted(cpp_fields) == sorted(python_defaults)
+    cpp_defaults = as_python_values(cpp_fields)
+    differing = {name: (cpp_defaults[name], python_defaults[name]) for name in cpp_defaults
+                 if cpp_defaults[name] != python_defaults[name]}
+    assert differing == {}, "(C++ default, Python default) by field"
+
+
+def test_every_config_field_reaches_the_cpp_layer():
+    config = MoEConfig(hidden_size=8, ffn_hidden_size=12, num_experts=4, top_k=1,
+                       score_function="sigmoid", normalize_top_k_weights=True,
+                       routed_scaling_factor=2.5, num_groups=2, group_top_k=2,
+                       nonfinite_policy="dont_check", aux_loss_coeff=0.01,
+                       seq_aux_loss_coeff=0.02, z_loss_coeff=0.003, enable_expert_bias=True,
+                       expert_bias_update_rate=0.004, gate_logit_skew=[1.5, 0.25, 0.0, -1.0],
+                       force_uniform_routing=True, capacity_factor=1.25,
+                       drop_policy="by_position", num_redundant_experts=2, receive_cap_rows=7,
+                       receive_cap_policy="fail", use_dispatch_buffer_pool=True,
+                       dispatch_buffer_headroom=1.5, num_shared_experts=1,
+                       shared_ffn_hidden_size=6, use_fused_kernels=False,
+                       recompute_expert_activation=True, layer_index=3, init_std=0.05)
+    assert all(getattr(config, field.name) != field.default for field in
+               dataclasses.fields(config) if field.default is not dataclasses.MISSING)
+    assert as_python_values(cpp_config_text(config.to_text())) == dataclasses.asdict(config)
 
 
 def test_torch_compile_runs_the_layer_through_a_graph_break():

@@ -19,7 +19,8 @@ from . import _library
 @dataclasses.dataclass
 class MoEConfig:
     """Every option of moescope::runtime::MoEConfig (runtime/include/moescope/runtime/
-    moe_config.h, docs/runtime.md). Enums by name: score_function "softmax" | "sigmoid",
+    moe_config.h, docs/runtime.md) with its C++ default; tests/python_runtime checks the names
+    and defaults against the C++ side (torch.ops.moescope.moe_config_text). Enums by name: score_function "softmax" | "sigmoid",
     drop_policy "by_probability" | "by_position", receive_cap_policy "drop_lowest_probability" |
     "drop_latest_position" | "fail", nonfinite_policy "error" | "dont_check"."""
 
