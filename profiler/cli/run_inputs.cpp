@@ -32,11 +32,44 @@ std::vector<std::string> trace_files_of(const std::vector<std::string>& paths) {
   return files;
 }
 
+namespace {
+
+bool is_chrome_json_name(const std::string& name) {
+  auto ends_with = [&](const std::string& end) {
+    return name.size() > end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  return ends_with(".json") || ends_with(".json.gz");
+}
+
+// The Chrome/Kineto JSON traces of a folder without .moetrace files: what the PyTorch
+// profiler's tensorboard_trace_handler writes (WORKER.TIME.pt.trace.json[.gz], one per worker
+// and cycle), or any folder of such files. A moescope run folder (run.json) holds none of them:
+// its JSON files are the run's own metadata.
+std::vector<std::string> chrome_traces_in(const std::string& folder) {
+  std::error_code code;
+  if (std::filesystem::exists(std::filesystem::path(folder) / "run.json", code)) return {};
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, code)) {
+    if (entry.is_regular_file(code) && is_chrome_json_name(entry.path().filename().string())) {
+      found.push_back(entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
 std::vector<std::string> recorded_trace_files(const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const std::string& path : paths) {
-    const std::vector<std::string> found = trace_files_of({path});
-    if (found.empty()) throw std::runtime_error(path + ": no .moetrace file in this folder");
+    std::vector<std::string> found = trace_files_of({path});
+    if (found.empty()) found = chrome_traces_in(path);
+    if (found.empty()) {
+      throw std::runtime_error(path +
+                               ": no .moetrace file in this folder (nor a PyTorch profiler "
+                               ".json or .json.gz trace)");
+    }
     files.insert(files.end(), found.begin(), found.end());
   }
   return files;

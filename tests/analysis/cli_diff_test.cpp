@@ -2,8 +2,10 @@
 // compare it with a balanced run given the plan, and the errors for bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -286,6 +288,43 @@ TEST(CliDiff, ARunsFolderStandsForItsTraces) {
         << command << "\n"
         << result.out;
   }
+}
+
+// The folder torch.profiler's tensorboard_trace_handler writes (by torch itself here, on CPU)
+// stands for its traces as a moescope run's folder does; a moescope run's folder without a trace
+// is not read for its own JSON files.
+TEST(CliDiff, APyTorchProfilerFolderStandsForItsTraces) {
+  const std::string directory = testing::test_directory("cli_profiler_folder");
+  const std::string folder = directory + "/log";
+  const std::string command =
+      "python3 " + testing::helper_script("write_kineto_trace.py") + " --handler " + folder;
+  ASSERT_EQ(std::system((command + " worker_a").c_str()), 0) << command;
+  ASSERT_EQ(std::system((command + " worker_b").c_str()), 0) << command;
+  std::vector<std::string> traces;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    traces.push_back(entry.path().string());
+  }
+  std::sort(traces.begin(), traces.end());
+  ASSERT_EQ(traces.size(), 2u);
+  EXPECT_NE(traces[0].find("worker_a."), std::string::npos) << traces[0];
+  EXPECT_TRUE(traces[0].ends_with(".pt.trace.json.gz")) << traces[0];
+
+  const CommandResult by_files = run_cli("report -q --format json" + joined(traces));
+  const CommandResult by_folder = run_cli("report -q --format json " + folder);
+  ASSERT_EQ(by_folder.exit_code, 0) << by_folder.out;
+  EXPECT_EQ(by_folder.out, by_files.out);
+  const nlohmann::json report = nlohmann::json::parse(by_folder.out);
+  EXPECT_EQ(report["summary"]["ranks"], 2) << report["summary"].dump();
+  const CommandResult diff = run_cli("diff " + folder + " --against " + folder);
+  EXPECT_EQ(diff.exit_code, 0) << diff.out;
+
+  const std::string run = directory + "/run";
+  std::filesystem::create_directories(run);
+  std::ofstream(run + "/run.json") << "{\"command\": [\"python3\"]}\n";
+  const CommandResult no_trace = run_cli("report " + run);
+  EXPECT_EQ(no_trace.exit_code, 1) << no_trace.out;
+  EXPECT_NE(no_trace.out.find(run + ": no .moetrace file in this folder"), std::string::npos)
+      << no_trace.out;
 }
 
 // A full disk: every command that writes a file says which one it could not write, and exits 1.

@@ -1,7 +1,9 @@
 """Writes a PyTorch profiler (Kineto) Chrome trace of a tiny MoE-like CPU loop.
 
 usage: write_kineto_trace.py OUT.json [--gzip]
-Steps are marked with profiler.step() (ProfilerStep#N ranges); memory profiling is on.
+       write_kineto_trace.py --handler FOLDER WORKER
+Steps are marked with profiler.step() (ProfilerStep#N ranges); memory profiling is on. With
+--handler, torch's tensorboard_trace_handler writes FOLDER/WORKER.TIME.pt.trace.json.gz itself.
 """
 import gzip
 import shutil
@@ -12,13 +14,17 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 
 def main() -> None:
+    handler = sys.argv[1] == "--handler"
     out = sys.argv[1]
     torch.manual_seed(0)
     experts = [torch.nn.Linear(64, 64) for _ in range(4)]
     router = torch.nn.Linear(64, 4)
     tokens = torch.randn(256, 64)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=4, repeat=1)) as prof:
+                 schedule=schedule(wait=0, warmup=1, active=4, repeat=1),
+                 on_trace_ready=torch.profiler.tensorboard_trace_handler(
+                     sys.argv[2], worker_name=sys.argv[3], use_gzip=True) if handler else None
+                 ) as prof:
         for _ in range(6):
             with record_function("moe.layer"):
                 with record_function("moe.route"):
@@ -30,6 +36,8 @@ def main() -> None:
                         out_tokens[mask] = expert(tokens[mask])
                 out_tokens.sum().backward()
             prof.step()
+    if handler:
+        return
     prof.export_chrome_trace(out)
     if len(sys.argv) > 2 and sys.argv[2] == "--gzip":
         with open(out, "rb") as plain, gzip.open(out + ".gz", "wb") as packed:
