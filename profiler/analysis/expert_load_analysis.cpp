@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <span>
 
@@ -145,30 +146,27 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
     for (const auto& [step, load] : steps) {
       std::vector<double> tokens = load.tokens;
       tokens.resize(experts, 0.0);
-      double total = 0, max = 0, min = tokens[0];
-      for (double t : tokens) total += t, max = std::max(max, t), min = std::min(min, t);
-      double mean = total / experts;
-      double variance = 0;
-      for (double t : tokens) variance += (t - mean) * (t - mean);
-      double stddev = std::sqrt(variance / experts);
-      double max_over_mean = mean > 0 ? max / mean : 0.0;
+      const double total = std::accumulate(tokens.begin(), tokens.end(), 0.0);
+      const double mean_tokens = mean(tokens);
+      const auto [min, max] = std::minmax_element(tokens.begin(), tokens.end());
       layer.steps.push_back(step);
-      layer.max_over_mean_by_step.push_back(max_over_mean);
-      sum_max_over_mean += max_over_mean;
-      sum_cv += mean > 0 ? stddev / mean : 0.0;
-      sum_min += min, sum_max += max, sum_std += stddev, sum_mean += mean;
+      layer.max_over_mean_by_step.push_back(max_over_mean(tokens));
+      sum_max_over_mean += layer.max_over_mean_by_step.back();
+      sum_cv += coefficient_of_variation(tokens);
+      sum_min += *min, sum_max += *max, sum_std += standard_deviation(tokens);
+      sum_mean += mean_tokens;
       for (uint32_t e = 0; e < experts; ++e) {
         expert_total[e] += tokens[e];
         layer.share[e] += share(tokens[e], total);
       }
       layer.total_tokens += static_cast<uint64_t>(total);
       layer.dropped_tokens += load.dropped;
-      if (!load.predicted.empty() && mean > 0) {
+      if (!load.predicted.empty() && mean_tokens > 0) {
         double error = 0;
         for (uint32_t e = 0; e < experts && e < load.predicted.size(); ++e) {
           error += std::abs(double(load.predicted[e]) - tokens[e]);
         }
-        prediction_error += error / experts / mean;
+        prediction_error += error / experts / mean_tokens;
         ++layer.predictions;
       }
     }
@@ -185,7 +183,7 @@ ExpertLoadAnalysis analyze_expert_load(const TraceModel& model, const StepRankFi
     layer.std_tokens = sum_std / n;
     for (uint32_t e = 0; e < experts; ++e) {
       layer.share[e] /= n;
-      if (layer.share[e] > kHotShareFactor / experts) layer.hot_experts.push_back(e);
+      if (is_hot_share(layer.share[e], experts)) layer.hot_experts.push_back(e);
       if (expert_total[e] == 0) layer.dead_experts.push_back(e);
     }
     const double routed = double(layer.total_tokens) + double(layer.dropped_tokens);

@@ -58,30 +58,33 @@ double straggler_excess(std::span<const double> values, size_t index) {
   return index < values.size() ? values[index] - median_of_others(values, index) : 0.0;
 }
 
-namespace {
-double mean_of(std::span<const double> values) {
+double mean(std::span<const double> values) {
   return values.empty()
              ? 0.0
              : std::accumulate(values.begin(), values.end(), 0.0) / double(values.size());
 }
-}  // namespace
+
+double standard_deviation(std::span<const double> values) {
+  if (values.empty()) return 0.0;
+  const double centre = mean(values);
+  double squares = 0;
+  for (double value : values) squares += (value - centre) * (value - centre);
+  return std::sqrt(squares / double(values.size()));
+}
 
 double max_over_mean(std::span<const double> tokens) {
-  const double mean = mean_of(tokens);
-  return mean > 0 ? *std::max_element(tokens.begin(), tokens.end()) / mean : 0.0;
+  const double centre = mean(tokens);
+  return centre > 0 ? *std::max_element(tokens.begin(), tokens.end()) / centre : 0.0;
 }
 
 double min_over_mean(std::span<const double> tokens) {
-  const double mean = mean_of(tokens);
-  return mean > 0 ? *std::min_element(tokens.begin(), tokens.end()) / mean : 0.0;
+  const double centre = mean(tokens);
+  return centre > 0 ? *std::min_element(tokens.begin(), tokens.end()) / centre : 0.0;
 }
 
 double coefficient_of_variation(std::span<const double> tokens) {
-  const double mean = mean_of(tokens);
-  if (mean <= 0) return 0.0;
-  double variance = 0;
-  for (double t : tokens) variance += (t - mean) * (t - mean);
-  return std::sqrt(variance / double(tokens.size())) / mean;
+  const double centre = mean(tokens);
+  return centre > 0 ? standard_deviation(tokens) / centre : 0.0;
 }
 
 double effective_count(std::span<const double> tokens) {
@@ -92,6 +95,23 @@ double effective_count(std::span<const double> tokens) {
     if (t > 0) entropy -= (t / total) * std::log(t / total);
   }
   return std::exp(entropy);
+}
+
+bool is_hot_share(double share, size_t num_experts) {
+  return num_experts > 0 && share > kHotShareFactor / double(num_experts);
+}
+
+std::vector<size_t> hot_experts(std::span<const double> tokens) {
+  const double total = std::accumulate(tokens.begin(), tokens.end(), 0.0);
+  std::vector<size_t> hot;
+  for (size_t e = 0; e < tokens.size(); ++e) {
+    if (is_hot_share(share(tokens[e], total), tokens.size())) hot.push_back(e);
+  }
+  return hot;
+}
+
+size_t count_dead_experts(std::span<const double> tokens) {
+  return size_t(std::count_if(tokens.begin(), tokens.end(), [](double t) { return t <= 0; }));
 }
 
 double share(double part, double whole) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "moescope/analysis/expert_load_analysis.h"
@@ -114,19 +115,13 @@ size_t metric_series_bound(std::span<const uint32_t> experts_per_layer,
 
 void append_layer_metrics(uint32_t layer, std::span<const double> tokens, double dropped,
                           const MetricOptions& options, std::vector<MetricValue>& out) {
-  double total = 0;
-  uint32_t dead = 0, hot = 0;
-  for (double t : tokens) total += t;
-  for (double t : tokens) {
-    dead += t <= 0 ? 1u : 0u;
-    hot += share(t, total) > kHotShareFactor / double(tokens.size()) ? 1u : 0u;
-  }
+  const double total = std::accumulate(tokens.begin(), tokens.end(), 0.0);
   out.push_back({layer_metric_name(layer, "max_over_mean"), max_over_mean(tokens)});
   out.push_back({layer_metric_name(layer, "min_over_mean"), min_over_mean(tokens)});
   out.push_back({layer_metric_name(layer, "cv"), coefficient_of_variation(tokens)});
   out.push_back({layer_metric_name(layer, "effective_experts"), effective_count(tokens)});
-  out.push_back({layer_metric_name(layer, "dead_experts"), double(dead)});
-  out.push_back({layer_metric_name(layer, "hot_experts"), double(hot)});
+  out.push_back({layer_metric_name(layer, "dead_experts"), double(count_dead_experts(tokens))});
+  out.push_back({layer_metric_name(layer, "hot_experts"), double(hot_experts(tokens).size())});
   out.push_back({layer_metric_name(layer, "tokens"), total});
   if (dropped >= 0) out.push_back({layer_metric_name(layer, "dropped_tokens"), dropped});
   if (options.per_expert_shares) {

@@ -111,15 +111,9 @@ std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
   std::vector<LayerRow> layers;
   for (const analysis::LayerStepLoad& load : analysis::layer_step_loads(samples, filter)) {
     if (load.tokens.empty()) continue;
-    double total = 0;
-    int dead = 0;
-    for (double t : load.tokens) total += t, dead += t <= 0 ? 1 : 0;
-    std::vector<size_t> hot;
-    for (size_t e = 0; e < load.tokens.size(); ++e) {
-      if (analysis::share(load.tokens[e], total) >
-          analysis::kHotShareFactor / double(load.tokens.size()))
-        hot.push_back(e);
-    }
+    const double total = std::accumulate(load.tokens.begin(), load.tokens.end(), 0.0);
+    const int dead = int(analysis::count_dead_experts(load.tokens));
+    std::vector<size_t> hot = analysis::hot_experts(load.tokens);
     std::sort(hot.begin(), hot.end(), [&](size_t a, size_t b) {
       return load.tokens[a] != load.tokens[b] ? load.tokens[a] > load.tokens[b] : a < b;
     });

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/statistics.h"
 #include "moescope/analysis/step_metrics.h"
 #include "moescope/analysis/tensorboard_events.h"
 #include "moescope/analysis/trace_loader.h"
@@ -128,6 +129,23 @@ TEST(StepMetrics, LayerMetricsOfOneStepFromTokens) {
   EXPECT_DOUBLE_EQ(values.at("moescope/layer7/tokens"), 8.0);
   // std of {6, 2, 0, 0} = sqrt((16 + 0 + 4 + 4) / 4) = sqrt(6)
   EXPECT_NEAR(values.at("moescope/layer7/cv"), std::sqrt(6.0) / 2.0, 1e-12);
+}
+
+// The expert-load statistics `top`, `metrics` and the report share (statistics.h).
+TEST(ExpertLoadStatistics, HotMeansMoreThanTwiceAnEvenShareDeadMeansNoToken) {
+  EXPECT_EQ(hot_experts(std::vector<double>{6, 2, 0, 0}), std::vector<size_t>{0});
+  // Exactly twice an even share (4 of 8 tokens over 4 experts) is not hot; just above is.
+  EXPECT_TRUE(hot_experts(std::vector<double>{4, 2, 1, 1}).empty());
+  EXPECT_EQ(hot_experts(std::vector<double>{4.01, 2, 1, 1}), std::vector<size_t>{0});
+  EXPECT_EQ(hot_experts(std::vector<double>{0, 5, 0, 5, 0, 0}), (std::vector<size_t>{1, 3}));
+  EXPECT_TRUE(hot_experts(std::vector<double>{0, 0, 0}).empty());  // no token: nothing is hot
+  EXPECT_FALSE(is_hot_share(1.0, 0));
+  EXPECT_EQ(count_dead_experts(std::vector<double>{6, 2, 0, 0}), 2u);
+  EXPECT_EQ(count_dead_experts(std::vector<double>{}), 0u);
+  EXPECT_DOUBLE_EQ(mean(std::vector<double>{6, 2, 0, 0}), 2.0);
+  EXPECT_DOUBLE_EQ(standard_deviation(std::vector<double>{6, 2, 0, 0}), std::sqrt(6.0));
+  EXPECT_EQ(mean(std::vector<double>{}), 0.0);
+  EXPECT_EQ(standard_deviation(std::vector<double>{}), 0.0);
 }
 
 // The real two-rank moe_train trace (tests/data/moe_train_2ranks/README.md): expert

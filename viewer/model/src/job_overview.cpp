@@ -7,17 +7,13 @@
 
 #include "moescope/analysis/cross_rank.h"
 #include "moescope/analysis/rank_summary.h"
+#include "moescope/analysis/statistics.h"
 #include "moescope/analysis/summary_load.h"
 
 namespace moescope::viewer {
 namespace {
 
 namespace fs = std::filesystem;
-
-double mean_of(const double* values, size_t count) {
-  if (count == 0) return 0;
-  return std::accumulate(values, values + count, 0.0) / double(count);
-}
 
 // The rows and columns of the straggler map, plus what a click needs of each rank.
 void fill_from_map(const analysis::SummaryLoad& load, const analysis::CrossRankAnalysis& cross,
@@ -34,8 +30,8 @@ void fill_from_map(const analysis::SummaryLoad& load, const analysis::CrossRankA
     row.host = process.host;
     std::error_code error;
     if (fs::is_regular_file(process.file, error)) row.trace = process.file;
-    row.mean_busy_ms = mean_of(map.busy_ms.data() + r * columns, columns);
-    row.mean_waited_for_ms = mean_of(map.waited_for_ms.data() + r * columns, columns);
+    row.mean_busy_ms = analysis::mean({map.busy_ms.data() + r * columns, columns});
+    row.mean_waited_for_ms = analysis::mean({map.waited_for_ms.data() + r * columns, columns});
     for (const analysis::StepInterval& step : process.steps) {
       row.step_numbers.push_back(step.step);
       row.step_starts.push_back(step.start);

@@ -19,12 +19,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "moescope/analysis/statistics.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
-
-inline constexpr double kHotShareFactor = 2.0;
 
 // Tokens per expert of one MoE layer in one step, after the scope choice above.
 struct LayerStepLoad {

@@ -15,6 +15,11 @@ double percentile_of_sorted(std::span<const double> sorted, double q);
 // The same of unsorted values (sorted here, hence the copy).
 double percentile(std::vector<double> values, double q);
 
+// The arithmetic mean, and the population standard deviation (divided by the count); 0 when
+// empty.
+double mean(std::span<const double> values);
+double standard_deviation(std::span<const double> values);
+
 // The middle value; the mean of the two middle values of an even count (for integer times,
 // rounded down). 0 when empty.
 double median(std::vector<double> values);
@@ -34,6 +39,15 @@ double max_over_mean(std::span<const double> tokens);
 double min_over_mean(std::span<const double> tokens);
 double coefficient_of_variation(std::span<const double> tokens);
 double effective_count(std::span<const double> tokens);
+
+// A hot expert takes more than kHotShareFactor times an even share (1 / num_experts) of its
+// layer's tokens; a dead one takes none. The report judges the mean share over the steps, `top`
+// and `metrics` each step's share.
+inline constexpr double kHotShareFactor = 2.0;
+bool is_hot_share(double share, size_t num_experts);
+// The hot experts of one layer in one step over tokens [num_experts], in expert order.
+std::vector<size_t> hot_experts(std::span<const double> tokens);
+size_t count_dead_experts(std::span<const double> tokens);
 
 // part / whole, 0 when whole is not positive (a share of tokens, of time, ...).
 double share(double part, double whole);
