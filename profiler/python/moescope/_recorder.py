@@ -39,29 +39,38 @@ class CommOpInfo(ctypes.Structure):
     ]
 
 
+# The C functions this module calls: (argument types, return type), as recorder.h declares them
+# (tests/python/test_recorder_abi.py compiles these against the header).
+SIGNATURES = {
+    "moescope_intern": ([ctypes.c_char_p], ctypes.c_uint32),
+    "moescope_now_ns": ([], ctypes.c_uint64),
+    "moescope_span_begin_impl": ([ctypes.c_uint32, ctypes.c_uint32], None),
+    "moescope_span_end_impl": ([], None),
+    "moescope_span_complete": ([ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
+                                ctypes.c_uint64], None),
+    "moescope_instant": ([ctypes.c_uint32, ctypes.c_uint32], None),
+    "moescope_counter": ([ctypes.c_uint32, ctypes.c_double], None),
+    "moescope_step": ([ctypes.c_int64], None),
+    "moescope_thread_name": ([ctypes.c_char_p], None),
+    "moescope_expert_load": ([ctypes.c_int64, ctypes.c_uint32, ctypes.c_int32,
+                              ctypes.c_uint32, ctypes.POINTER(ctypes.c_int64),
+                              ctypes.c_uint32, ctypes.c_uint64], None),
+    "moescope_comm_op": ([ctypes.POINTER(CommOpInfo)], None),
+}
+# Newer than some installed shims: bound where the library has them.
+OPTIONAL_SIGNATURES = {
+    "moescope_step_end": ([ctypes.c_int64], None),
+}
+
+
 def _bind(library):
-    signatures = {
-        "moescope_intern": ([ctypes.c_char_p], ctypes.c_uint32),
-        "moescope_now_ns": ([], ctypes.c_uint64),
-        "moescope_span_begin_impl": ([ctypes.c_uint32, ctypes.c_uint32], None),
-        "moescope_span_end_impl": ([], None),
-        "moescope_span_complete": ([ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64,
-                                    ctypes.c_uint64], None),
-        "moescope_instant": ([ctypes.c_uint32, ctypes.c_uint32], None),
-        "moescope_counter": ([ctypes.c_uint32, ctypes.c_double], None),
-        "moescope_step": ([ctypes.c_int64], None),
-        "moescope_thread_name": ([ctypes.c_char_p], None),
-        "moescope_expert_load": ([ctypes.c_int64, ctypes.c_uint32, ctypes.c_int32,
-                                  ctypes.c_uint32, ctypes.POINTER(ctypes.c_int64),
-                                  ctypes.c_uint32, ctypes.c_uint64], None),
-        "moescope_comm_op": ([ctypes.POINTER(CommOpInfo)], None),
-    }
-    for name, (argtypes, restype) in signatures.items():
+    for name, (argtypes, restype) in SIGNATURES.items():
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, restype
-    # Newer than some installed shims: optional.
-    if hasattr(library, "moescope_step_end"):
-        library.moescope_step_end.argtypes, library.moescope_step_end.restype = [ctypes.c_int64], None
+    for name, (argtypes, restype) in OPTIONAL_SIGNATURES.items():
+        if hasattr(library, name):
+            function = getattr(library, name)
+            function.argtypes, function.restype = argtypes, restype
     return library
 
 
