@@ -12,6 +12,8 @@
 //       moescope::runtime::ExpertRebalancer over MoELayers, with the optimizer state of a Python
 //       optimizer moved as extra per-slot tensors
 //   torch.ops.moescope.set_training_step(step)
+//   torch.ops.moescope.moe_config_text(text), torch.ops.moescope.rebalancer_option_defaults()
+//       the C++ side's fields and defaults, which the Python declarations are checked against
 //
 // Parameters stay Python's: every forward binds the tensors the module holds now (so
 // module.to(), load_state_dict(assign=True) and optimizers all see one tensor per parameter)
@@ -20,6 +22,7 @@
 #include <torch/library.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,46 +146,89 @@ class LayerHolder : public torch::CustomClassHolder {
   bool first_bind_ = true;
 };
 
+// The ExpertRebalancer's options by the names the Python ExpertBalancer sends, each read from
+// and written as a double (counts truncated, flags: non-zero is true), one table for both ways.
+struct RebalancerOptionCoding {
+  void (*set)(RebalancerOptions& options, double value);
+  double (*get)(const RebalancerOptions& options);
+};
+
+const std::map<std::string, RebalancerOptionCoding>& rebalancer_option_codings() {
+  using Options = RebalancerOptions;
+  static const std::map<std::string, RebalancerOptionCoding> table = {
+      {"interval_steps",
+       {[](Options& o, double v) { o.interval_steps = int64_t(v); },
+        [](const Options& o) { return double(o.interval_steps); }}},
+      {"warmup_steps",
+       {[](Options& o, double v) { o.warmup_steps = int64_t(v); },
+        [](const Options& o) { return double(o.warmup_steps); }}},
+      {"imbalance_threshold",
+       {[](Options& o, double v) { o.imbalance_threshold = v; },
+        [](const Options& o) { return o.imbalance_threshold; }}},
+      {"transfer_bytes_per_second",
+       {[](Options& o, double v) { o.transfer_bytes_per_second = v; },
+        [](const Options& o) { return o.transfer_bytes_per_second; }}},
+      {"incremental_max_over_mean",
+       {[](Options& o, double v) { o.incremental_max_over_mean = v; },
+        [](const Options& o) { return o.incremental_max_over_mean; }}},
+      {"ema_alpha",
+       {[](Options& o, double v) { o.predictor.ema_alpha = v; },
+        [](const Options& o) { return o.predictor.ema_alpha; }}},
+      // > 0: the predictor is a moving window of that many steps; 0: the EMA.
+      {"window_steps",
+       {[](Options& o, double v) {
+          if (v <= 0) return;
+          o.predictor.kind = balancer::LoadPredictorConfig::Kind::kWindow;
+          o.predictor.window_steps = int(v);
+        },
+        [](const Options& o) {
+          return o.predictor.kind == balancer::LoadPredictorConfig::Kind::kWindow
+                     ? double(o.predictor.window_steps)
+                     : 0.0;
+        }}},
+      // 1: RebalanceRule::kImbalanceGain, 0: kPredictedNetGain.
+      {"imbalance_rule",
+       {[](Options& o, double v) {
+          o.rule = v != 0 ? RebalanceRule::kImbalanceGain : RebalanceRule::kPredictedNetGain;
+        },
+        [](const Options& o) { return o.rule == RebalanceRule::kImbalanceGain ? 1.0 : 0.0; }}},
+      {"decision_window_steps",
+       {[](Options& o, double v) { o.window_steps = int64_t(v); },
+        [](const Options& o) { return double(o.window_steps); }}},
+      {"plan_for_next_window",
+       {[](Options& o, double v) { o.plan_for_next_window = v != 0; },
+        [](const Options& o) { return o.plan_for_next_window ? 1.0 : 0.0; }}},
+      {"replica_gradients_packed",
+       {[](Options& o, double v) { o.replica_gradients_packed = v != 0; },
+        [](const Options& o) { return o.replica_gradients_packed ? 1.0 : 0.0; }}},
+      {"accuracy_horizon_steps",
+       {[](Options& o, double v) { o.accuracy_horizon_steps = int(v); },
+        [](const Options& o) { return double(o.accuracy_horizon_steps); }}},
+  };
+  return table;
+}
+
+// Every option of a default RebalancerOptions by name: what the Python ExpertBalancer's defaults
+// are checked against (tests/python_runtime).
+c10::Dict<std::string, double> rebalancer_option_defaults() {
+  c10::Dict<std::string, double> defaults;
+  const RebalancerOptions options;
+  for (const auto& [name, coding] : rebalancer_option_codings()) {
+    defaults.insert(name, coding.get(options));
+  }
+  return defaults;
+}
+
 /// ExpertRebalancer over the layers added to it (built at the first after_step, when every
-/// layer is known). Options by name, as RebalancerOptions (predictor: ema_alpha, or
-/// window_steps > 0 for a moving window).
+/// layer is known). Options by name (rebalancer_option_codings).
 class RebalancerHolder : public torch::CustomClassHolder {
  public:
   explicit RebalancerHolder(const c10::Dict<std::string, double>& options) {
     for (const auto& entry : options) {
-      const std::string& key = entry.key();
-      const double value = entry.value();
-      if (key == "interval_steps") {
-        options_.interval_steps = static_cast<int64_t>(value);
-      } else if (key == "warmup_steps") {
-        options_.warmup_steps = static_cast<int64_t>(value);
-      } else if (key == "imbalance_threshold") {
-        options_.imbalance_threshold = value;
-      } else if (key == "transfer_bytes_per_second") {
-        options_.transfer_bytes_per_second = value;
-      } else if (key == "incremental_max_over_mean") {
-        options_.incremental_max_over_mean = value;
-      } else if (key == "ema_alpha") {
-        options_.predictor.ema_alpha = value;
-      } else if (key == "window_steps") {
-        if (value > 0) {
-          options_.predictor.kind = balancer::LoadPredictorConfig::Kind::kWindow;
-          options_.predictor.window_steps = static_cast<int>(value);
-        }
-      } else if (key == "imbalance_rule") {  // 1: RebalanceRule::kImbalanceGain
-        options_.rule =
-            value != 0 ? RebalanceRule::kImbalanceGain : RebalanceRule::kPredictedNetGain;
-      } else if (key == "decision_window_steps") {
-        options_.window_steps = static_cast<int64_t>(value);
-      } else if (key == "plan_for_next_window") {
-        options_.plan_for_next_window = value != 0;
-      } else if (key == "replica_gradients_packed") {
-        options_.replica_gradients_packed = value != 0;
-      } else if (key == "accuracy_horizon_steps") {
-        options_.accuracy_horizon_steps = static_cast<int>(value);
-      } else {
-        TORCH_CHECK(false, "ExpertBalancer: unknown option '", key, "'");
-      }
+      const auto coding = rebalancer_option_codings().find(entry.key());
+      TORCH_CHECK(coding != rebalancer_option_codings().end(), "ExpertBalancer: unknown option '",
+                  entry.key(), "'");
+      coding->second.set(options_, entry.value());
     }
   }
 
@@ -345,6 +391,7 @@ TORCH_LIBRARY(moescope, m) {
       "Tensor[] tensors, bool training) -> (Tensor output, Tensor aux_loss, "
       "Tensor tokens_per_expert, int num_dropped, int num_received_rows)");
   m.def("set_training_step(int step) -> ()", &set_step);
+  m.def("rebalancer_option_defaults() -> Dict(str, float)", &rebalancer_option_defaults);
   // The config `text` as the C++ side reads it, every field written back (its defaults where
   // `text` is empty): what the Python MoEConfig is checked against.
   m.def("moe_config_text(str text) -> str",

@@ -4,6 +4,7 @@ clear errors, and the trace it writes under an in-process recorder."""
 
 import copy
 import dataclasses
+import inspect
 
 import pytest
 import torch
@@ -167,6 +168,27 @@ def test_every_config_field_reaches_the_cpp_layer():
     assert all(getattr(config, field.name) != field.default for field in
                dataclasses.fields(config) if field.default is not dataclasses.MISSING)
     assert as_python_values(cpp_config_text(config.to_text())) == dataclasses.asdict(config)
+
+
+def test_expert_balancer_defaults_are_the_cpp_rebalancers():
+    # ExpertBalancer sends every option, so its keyword defaults, not C++'s, decide a Python run.
+    from moescope.runtime import ExpertBalancer, _library
+    _library.load()
+    cpp = dict(torch.ops.moescope.rebalancer_option_defaults())
+    python = inspect.signature(ExpertBalancer.__init__).parameters
+    for name in ("interval_steps", "warmup_steps", "imbalance_threshold",
+                 "transfer_bytes_per_second", "incremental_max_over_mean", "ema_alpha",
+                 "window_steps"):
+        assert float(python[name].default) == cpp[name], name
+    assert (python["rule"].default == "imbalance") == bool(cpp["imbalance_rule"])
+    assert python["plan_for_next_window"].default == bool(cpp["plan_for_next_window"])
+    # Set on purpose: the Python loop packs the replicas' gradients into its one all-reduce.
+    assert cpp["replica_gradients_packed"] == 0.0
+    # Every option ExpertBalancer sends is one the C++ side takes (else its constructor fails).
+    balancer = ExpertBalancer(torch.nn.Sequential(MoELayer(small_config())), mark_steps=False)
+    assert balancer.layers
+    with pytest.raises(RuntimeError, match="unknown option 'interval'"):
+        torch.classes.moescope.ExpertRebalancer({"interval": 5.0})
 
 
 def test_torch_compile_runs_the_layer_through_a_graph_break():
