@@ -98,11 +98,72 @@ bool same_process(const std::string& kineto_path, const ProcessTrack& kineto,
   return kineto.begin + *base < range->second + slack && range->first < kineto.end + *base + slack;
 }
 
+// Whether two files of one format come from one process, as far as they tell: a .moetrace by
+// pid, host and rank; a Kineto trace (no pid or host in it) by its OS thread ids, unique on a
+// host at any one time. Ranks that the files state and that differ are never one process.
+bool one_process(const FileLoad& first, const FileLoad& second) {
+  const ProcessTrack& a = first.process;
+  const ProcessTrack& b = second.process;
+  if (a.source_format != b.source_format) return false;
+  if (first.metadata_rank >= 0 && second.metadata_rank >= 0 &&
+      first.metadata_rank != second.metadata_rank) {
+    return false;
+  }
+  if (a.source_format == "moetrace") return a.pid > 0 && a.pid == b.pid && a.host == b.host;
+  const std::set<uint32_t> ids = thread_ids(a);
+  for (uint32_t id : thread_ids(b)) {
+    if (ids.count(id)) return true;
+  }
+  return false;
+}
+
+// [begin, end] on a clock both files of one format share: a .moetrace's own (CLOCK_MONOTONIC,
+// one per host), a Kineto trace's wall clock where its base is known.
+std::pair<TimeNs, TimeNs> shared_clock_range(const ProcessTrack& process) {
+  const TimeNs base =
+      process.source_format == "kineto" ? kineto_base_time_ns(process.file).value_or(0) : 0;
+  return {process.begin + base, process.end + base};
+}
+
+// Files that are not separate ranks: one recording given twice, or two recordings of one process
+// at different times (torch.profiler's cycles, each its own file). Read as ranks, they would be
+// compared with each other as if they had run side by side. The later file is refused.
+void refuse_repeated_processes(std::vector<FileLoad>& files) {
+  for (size_t later = 1; later < files.size(); ++later) {
+    for (size_t earlier = 0; earlier < later && files[later].opened; ++earlier) {
+      if (!files[earlier].opened) continue;
+      const ProcessTrack& first = files[earlier].process;
+      const ProcessTrack& second = files[later].process;
+      if (!one_process(files[earlier], files[later])) continue;
+      const bool same_recording =
+          first.begin == second.begin && first.end == second.end && first.events == second.events;
+      const auto [first_begin, first_end] = shared_clock_range(first);
+      const auto [second_begin, second_end] = shared_clock_range(second);
+      const bool overlapping = first_begin <= second_end && second_begin <= first_end;
+      const std::string who = first.source_format == "moetrace"
+                                  ? " (pid " + std::to_string(first.pid) +
+                                        (first.host.empty() ? "" : " on " + first.host) + ")"
+                                  : " (the same threads)";
+      if (same_recording || (overlapping && first.source_format == "moetrace")) {
+        refuse(files[later], second.file,
+               "refused: the same recording as " + first.file + who +
+                   ": given twice, it would count as two ranks. Name each trace once");
+      } else if (!overlapping) {
+        refuse(files[later], second.file,
+               "refused: recorded by the same process as " + first.file + who +
+                   " at another time (two torch.profiler cycles?): they are not two ranks of "
+                   "one job. Report them one at a time");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
   for (FileLoad& file : files) refuse_if_no_trace(file);
   if (!together) return;
+  refuse_repeated_processes(files);
   std::vector<const FileLoad*> moetraces;
   for (const FileLoad& file : files) {
     if (file.opened && file.process.source_format == "moetrace") moetraces.push_back(&file);

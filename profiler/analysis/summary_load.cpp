@@ -162,6 +162,22 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
       return result;
     }
   }
+  // One recording given twice (or by its summary and its trace): the traces' loader refuses it,
+  // naming both files.
+  for (size_t later = 1; later < usable.size(); ++later) {
+    for (size_t earlier = 0; earlier < later; ++earlier) {
+      const RankSummary& a = usable[earlier]->loaded;
+      const RankSummary& b = usable[later]->loaded;
+      if (a.process.pid > 0 && a.process.pid == b.process.pid && a.process.host == b.process.host &&
+          a.metadata_rank == b.metadata_rank && a.process.begin == b.process.begin &&
+          a.process.end == b.process.end) {
+        result.needs_traces = true;
+        result.notes.push_back(usable[earlier]->trace + " and " + usable[later]->trace +
+                               " are one recording: read from the traces");
+        return result;
+      }
+    }
+  }
   for (RankInput* input : usable) {
     if (input->loaded.run_id != usable.front()->loaded.run_id) {
       result.needs_traces = true;

@@ -41,13 +41,8 @@ struct DiffCommandOptions {
 // One run: its ranks' summaries where they exist (same numbers), else its traces.
 RunInputs load_run(const std::vector<std::string>& traces, bool detail, const char* which) {
   RunInputs run = load_run_inputs(traces, detail, std::string("diff: ") + which + " run");
-  for (const auto& error : run.model.errors) {
-    std::fprintf(stderr, "moescope diff: %s run: %s\n", which, error.to_string().c_str());
-  }
-  if (run.model.processes.empty()) {
-    std::fprintf(stderr, "moescope diff: nothing readable in the %s run's trace(s)\n", which);
-    throw CLI::RuntimeError(1);
-  }
+  report_load_errors(run.model, std::string("diff: ") + which + " run",
+                     std::string("the ") + which + " run's trace(s)");
   return run;
 }
 

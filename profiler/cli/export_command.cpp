@@ -39,13 +39,7 @@ void run_export(const ExportOptions& options) {
     load_options.progress = analysis::line_progress(stderr);
   analysis::TraceModel model =
       analysis::load_traces(recorded_trace_files(options.traces), load_options);
-  for (const auto& error : model.errors) {
-    std::fprintf(stderr, "moescope export: %s\n", error.to_string().c_str());
-  }
-  if (model.processes.empty()) {
-    std::fprintf(stderr, "moescope export: nothing readable in the given trace(s)\n");
-    throw CLI::RuntimeError(1);
-  }
+  report_load_errors(model, "export", "the given trace(s)");
   analysis::ChromeExportOptions export_options;
   export_options.flows = !options.no_flows;
   export_options.counters = !options.no_counters;

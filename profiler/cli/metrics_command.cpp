@@ -80,13 +80,7 @@ void run_metrics(const MetricsOptions& options) {
   analysis::LoadOptions load;
   if (!options.quiet && isatty(STDERR_FILENO)) load.progress = analysis::line_progress(stderr);
   analysis::TraceModel model = analysis::load_traces(recorded_trace_files(options.traces), load);
-  bool refused = false;
-  for (const auto& error : model.errors) {
-    std::fprintf(stderr, "moescope metrics: %s\n", error.to_string().c_str());
-    refused |= error.refused;
-  }
-  if (refused) fail("no metrics: an input was refused (above)");
-  if (model.processes.empty()) fail("nothing readable in the given trace(s)");
+  report_load_errors(model, "metrics", "the given trace(s)");
   analysis::MetricOptions metric_options;
   metric_options.per_expert_shares = options.detail;
   std::vector<analysis::StepMetrics> steps = analysis::compute_step_metrics(model, metric_options);

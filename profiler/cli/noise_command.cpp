@@ -41,10 +41,7 @@ struct Recording {
 
 Recording measure(const std::string& path, size_t group, const NoiseOptions& options) {
   const RunInputs run = load_run_inputs({path}, options.detail, "noise");
-  for (const auto& error : run.model.errors) {
-    std::fprintf(stderr, "moescope noise: %s: %s\n", path.c_str(), error.to_string().c_str());
-  }
-  if (run.model.processes.empty()) throw std::runtime_error(path + ": nothing readable");
+  report_load_errors(run.model, "noise: " + path, path);
   analysis::DiffOptions diff;
   diff.skip_steps = options.skip_steps;
   diff.max_batches = options.max_batches;

@@ -109,9 +109,7 @@ void run_plan(const PlanOptions& options) {
     // hold: read them, not the rank summaries, where a prediction is asked for.
     const bool spans_needed = options.advise || options.rebalance_every > 0;
     run = load_run_inputs(options.traces, options.detail || spans_needed, "plan");
-    for (const analysis::LoadError& error : run->model.errors) {
-      std::cerr << "moescope plan: " << error.to_string() << "\n";
-    }
+    report_load_errors(run->model, "plan", "the given trace(s)");
   }
   const analysis::TraceModel* model = run ? &run->model : nullptr;
   const std::optional<NextWindowScenarios> next_window = next_window_inputs(

@@ -72,19 +72,7 @@ void run_report(const ReportOptions& options) {
 // Reports `model`; `facts`: per-rank facts read from summaries (null: from the model's events).
 void finish_report(const analysis::TraceModel& model, const std::vector<analysis::RankFacts>* facts,
                    analysis::ReportFormat format, const ReportOptions& options) {
-  bool refused = false;
-  for (const auto& error : model.errors) {
-    std::fprintf(stderr, "moescope report: %s\n", error.to_string().c_str());
-    refused |= error.refused;
-  }
-  if (refused) {
-    std::fprintf(stderr, "moescope report: no report: an input was refused (above)\n");
-    throw CLI::RuntimeError(1);
-  }
-  if (model.processes.empty()) {
-    std::fprintf(stderr, "moescope report: nothing readable in the given trace(s)\n");
-    throw CLI::RuntimeError(1);
-  }
+  report_load_errors(model, "report", "the given trace(s)");
   analysis::Report report =
       facts ? analysis::build_report(model, *facts) : analysis::build_report(model);
   std::string rendered = analysis::render_report(model, report, format);

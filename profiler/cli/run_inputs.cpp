@@ -97,6 +97,17 @@ RunInputs load_run_inputs(const std::vector<std::string>& given, bool detail,
   return run;
 }
 
+void report_load_errors(const analysis::TraceModel& model, const std::string& prefix,
+                        const std::string& what) {
+  bool refused = false;
+  for (const analysis::LoadError& error : model.errors) {
+    std::fprintf(stderr, "moescope %s: %s\n", prefix.c_str(), error.to_string().c_str());
+    refused |= error.refused;
+  }
+  if (refused) throw std::runtime_error("an input of " + what + " was refused (above)");
+  if (model.processes.empty()) throw std::runtime_error("nothing readable in " + what);
+}
+
 void add_detail_flag(CLI::App& command, bool& detail) {
   command.add_flag("--detail", detail,
                    "Read the full traces even where rank summaries (moescope summarize) exist");

@@ -48,6 +48,12 @@ std::vector<std::string> recorded_trace_files(const std::vector<std::string>& pa
 RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,
                           const std::string& command);
 
+// Prints each load error of `model` to stderr as "moescope PREFIX: ERROR" (damage: what was
+// readable is still used). Throws std::runtime_error when an input was refused (input_checks:
+// the files cannot be analysed as one run) or when nothing in `what` was readable.
+void report_load_errors(const analysis::TraceModel& model, const std::string& prefix,
+                        const std::string& what);
+
 // --detail: the full traces even where summaries exist (every command that reads runs).
 void add_detail_flag(CLI::App& command, bool& detail);
 // --skip-steps and --batches: which steps of each run its per-step statistics take, and how

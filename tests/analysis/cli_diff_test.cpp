@@ -327,6 +327,48 @@ TEST(CliDiff, APyTorchProfilerFolderStandsForItsTraces) {
       << no_trace.out;
 }
 
+// Files that are not separate ranks are refused by every command that reads a run, naming
+// both: one recording under two names (also through its summaries), and torch.profiler's two
+// cycles of one process (written by torch here). Two real ranks still load.
+TEST(CliDiff, OneProcessIsNeverTwoRanks) {
+  const std::string directory = testing::test_directory("cli_one_process");
+  const std::string data = testing::helper_script("../data/moe_train_2ranks");
+  const std::string twice = directory + "/twice";
+  std::filesystem::create_directories(twice);
+  std::filesystem::copy_file(data + "/run.0.moetrace", twice + "/a.moetrace");
+  std::filesystem::copy_file(data + "/run.0.moetrace", twice + "/b.moetrace");
+  const std::string profiler = directory + "/profiler";
+  const std::string command = "python3 " + testing::helper_script("write_kineto_trace.py") +
+                              " --handler " + profiler + " worker 2";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ASSERT_EQ(std::distance(std::filesystem::directory_iterator(profiler), {}), 2);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {twice, "refused: the same recording as " + twice + "/a.moetrace (pid "},
+      {profiler, "at another time (two torch.profiler cycles?)"}};
+  for (const auto& [folder, said] : cases) {
+    for (const std::string& run :
+         {"report " + folder, "export --chrome " + directory + "/out.json " + folder,
+          "metrics --jsonl - " + folder, "plan --gpus 2 --slots 8 " + folder,
+          "diff " + data + " --against " + folder}) {
+      const CommandResult result = run_cli(run);
+      EXPECT_EQ(result.exit_code, 1) << run << "\n" << result.out;
+      EXPECT_NE(result.out.find(said), std::string::npos) << run << "\n" << result.out;
+      EXPECT_NE(result.out.find("was refused (above)"), std::string::npos) << run;
+    }
+  }
+  ASSERT_EQ(run_cli("summarize " + twice + "/a.moetrace " + twice + "/b.moetrace").exit_code, 0);
+  const CommandResult summaries = run_cli("report " + twice);
+  EXPECT_EQ(summaries.exit_code, 1) << summaries.out;
+  EXPECT_NE(summaries.out.find("are one recording: read from the traces"), std::string::npos)
+      << summaries.out;
+  EXPECT_NE(summaries.out.find("refused: the same recording as"), std::string::npos);
+
+  const CommandResult two_ranks = run_cli("report -q --format json " + data);
+  ASSERT_EQ(two_ranks.exit_code, 0) << two_ranks.out;
+  EXPECT_EQ(nlohmann::json::parse(two_ranks.out)["summary"]["ranks"], 2);
+}
+
 // A full disk: every command that writes a file says which one it could not write, and exits 1.
 TEST(CliDiff, AFullDiskIsAnErrorNamingTheFile) {
   const std::string directory = testing::test_directory("cli_full_disk");

@@ -1,9 +1,10 @@
 """Writes a PyTorch profiler (Kineto) Chrome trace of a tiny MoE-like CPU loop.
 
 usage: write_kineto_trace.py OUT.json [--gzip]
-       write_kineto_trace.py --handler FOLDER WORKER
+       write_kineto_trace.py --handler FOLDER WORKER [CYCLES]
 Steps are marked with profiler.step() (ProfilerStep#N ranges); memory profiling is on. With
---handler, torch's tensorboard_trace_handler writes FOLDER/WORKER.TIME.pt.trace.json.gz itself.
+--handler, torch's tensorboard_trace_handler writes FOLDER/WORKER.TIME.pt.trace.json.gz itself,
+one file per profiler cycle (CYCLES, default 1, of 4 active steps each).
 """
 import gzip
 import shutil
@@ -15,17 +16,18 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 def main() -> None:
     handler = sys.argv[1] == "--handler"
+    cycles = int(sys.argv[4]) if handler and len(sys.argv) > 4 else 1
     out = sys.argv[1]
     torch.manual_seed(0)
     experts = [torch.nn.Linear(64, 64) for _ in range(4)]
     router = torch.nn.Linear(64, 4)
     tokens = torch.randn(256, 64)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=4, repeat=1),
+                 schedule=schedule(wait=0, warmup=1, active=4, repeat=cycles),
                  on_trace_ready=torch.profiler.tensorboard_trace_handler(
                      sys.argv[2], worker_name=sys.argv[3], use_gzip=True) if handler else None
                  ) as prof:
-        for _ in range(6):
+        for _ in range(5 * cycles + 1):
             with record_function("moe.layer"):
                 with record_function("moe.route"):
                     choice = router(tokens).argmax(dim=1)
