@@ -253,6 +253,14 @@ TEST(CliDiff, NoiseMeasuresTheRunToRunSpreadOfOneProgram) {
 
 // A run's folder (what `moescope record -o FOLDER/run.%r.moetrace` writes) stands for its
 // .moetrace files in every command that reads a recorded run; an empty folder is named.
+// Every command that reads a recorded run, on `run` (`diff` against `base`; `export` writes
+// into `directory`).
+std::vector<std::string> commands_reading(const std::string& run, const std::string& base,
+                                          const std::string& directory) {
+  return {"report " + run, "diff " + base + " --against " + run, "plan --gpus 2 --slots 8 " + run,
+          "metrics --jsonl - " + run, "export --chrome " + directory + "/out.json " + run};
+}
+
 TEST(CliDiff, ARunsFolderStandsForItsTraces) {
   const std::string directory = testing::test_directory("cli_run_folder");
   const std::string base = directory + "/base", next = directory + "/next";
@@ -278,10 +286,7 @@ TEST(CliDiff, ARunsFolderStandsForItsTraces) {
 
   const std::string empty = directory + "/empty";
   std::filesystem::create_directories(empty);
-  for (const std::string& command :
-       {"report " + empty, "diff " + base + " --against " + empty,
-        "plan --gpus 2 --slots 8 " + empty, "metrics --jsonl - " + empty,
-        "export --chrome " + directory + "/out.json " + empty}) {
+  for (const std::string& command : commands_reading(empty, base, directory)) {
     const CommandResult result = run_cli(command);
     EXPECT_EQ(result.exit_code, 1) << command << "\n" << result.out;
     EXPECT_NE(result.out.find(empty + ": no .moetrace file in this folder"), std::string::npos)
@@ -347,10 +352,7 @@ TEST(CliDiff, OneProcessIsNeverTwoRanks) {
       {twice, "refused: the same recording as " + twice + "/a.moetrace (pid "},
       {profiler, "at another time (two torch.profiler cycles?)"}};
   for (const auto& [folder, said] : cases) {
-    for (const std::string& run :
-         {"report " + folder, "export --chrome " + directory + "/out.json " + folder,
-          "metrics --jsonl - " + folder, "plan --gpus 2 --slots 8 " + folder,
-          "diff " + data + " --against " + folder}) {
+    for (const std::string& run : commands_reading(folder, data, directory)) {
       const CommandResult result = run_cli(run);
       EXPECT_EQ(result.exit_code, 1) << run << "\n" << result.out;
       EXPECT_NE(result.out.find(said), std::string::npos) << run << "\n" << result.out;
