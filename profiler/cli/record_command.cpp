@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "moescope/trace/recording_environment.h"
 #include "preload_list.h"
 #include "record_output.h"
 #include "record_summaries.h"
@@ -61,7 +62,7 @@ constexpr const char* kShimWithoutNccl = "libmoescope_inject_no_nccl.so";
 
 // MOESCOPE_NCCL=0 in the environment of `moescope record` means --no-nccl.
 bool nccl_switched_off(const RecordOptions& options) {
-  const char* value = std::getenv("MOESCOPE_NCCL");
+  const char* value = std::getenv(trace::environment::kNccl);
   return options.no_nccl || (value && value[0] == '0');
 }
 
@@ -79,7 +80,7 @@ bool readable_file(const std::string& path) {
 // the default variant).
 std::string find_inject_library(const std::string& file_name, std::vector<std::string>& looked_in) {
   std::vector<std::string> candidates;
-  if (const char* forced = std::getenv("MOESCOPE_INJECT_LIBRARY"); forced && *forced) {
+  if (const char* forced = std::getenv(trace::environment::kInjectLibrary); forced && *forced) {
     std::string path = forced;
     candidates.push_back(path.substr(path.rfind('/') + 1) == kDefaultShim
                              ? directory_of(path) + "/" + file_name
@@ -131,17 +132,17 @@ void set_python_environment(const RecordOptions& options, const std::string& lib
   std::string joined = existing.empty() ? python : existing + ":" + python;
   if (!options.no_python) joined = python + "/moescope_startup:" + joined;
   ::setenv("PYTHONPATH", joined.c_str(), 1);
-  ::setenv("MOESCOPE_AUTOCAPTURE", options.no_python ? "0" : "1", 1);
-  ::setenv("MOESCOPE_STEP_MARKER", options.step_marker.c_str(), 1);
-  ::setenv("MOESCOPE_MODULE_DEPTH", std::to_string(options.module_depth).c_str(), 1);
-  ::setenv("MOESCOPE_TORCH_OPS", options.torch_ops ? "1" : "0", 1);
-  ::setenv("MOESCOPE_METRICS", options.metrics.c_str(), 1);
-  ::setenv("MOESCOPE_METRICS_DETAIL", options.metrics_detail ? "1" : "0", 1);
+  ::setenv(trace::environment::kAutocapture, options.no_python ? "0" : "1", 1);
+  ::setenv(trace::environment::kStepMarker, options.step_marker.c_str(), 1);
+  ::setenv(trace::environment::kModuleDepth, std::to_string(options.module_depth).c_str(), 1);
+  ::setenv(trace::environment::kTorchOps, options.torch_ops ? "1" : "0", 1);
+  ::setenv(trace::environment::kMetrics, options.metrics.c_str(), 1);
+  ::setenv(trace::environment::kMetricsDetail, options.metrics_detail ? "1" : "0", 1);
   // The library next to the shim, unless the user named another one. A pip install has none
   // there: the Python side then looks in its per-user build cache (torch_capture_build.py).
   std::string torch_capture = directory_of(library) + "/libmoescope_torch_capture.so";
   if (readable_file(torch_capture)) {
-    ::setenv("MOESCOPE_TORCH_CAPTURE_LIBRARY", torch_capture.c_str(), /*overwrite=*/0);
+    ::setenv(trace::environment::kTorchCaptureLibrary, torch_capture.c_str(), /*overwrite=*/0);
   }
 }
 
@@ -258,20 +259,20 @@ std::vector<std::string> traces_written(const std::string& pattern, time_t since
   // --no-nvtx: NVTX finds its tool only through this variable, so leaving it alone keeps the
   // shim out of every NVTX call (and keeps another tool the user set).
   if (!options.no_nvtx) ::setenv("NVTX_INJECTION64_PATH", library.c_str(), 1);
-  ::setenv("MOESCOPE_OUTPUT", pattern.c_str(), 1);
+  ::setenv(trace::environment::kOutput, pattern.c_str(), 1);
   // The shim in the command pairs a signal forwarded by us with the same one sent to the group.
-  ::setenv("MOESCOPE_RECORD_PID", std::to_string(::getppid()).c_str(), 1);  // in the child
-  ::setenv("MOESCOPE_FORK", options.fork_mode.c_str(), 1);
-  ::setenv("MOESCOPE_CUDA", options.no_cuda ? "0" : "1", 1);
-  ::setenv("MOESCOPE_NCCL", nccl_switched_off(options) ? "0" : "1", 1);
-  ::setenv("MOESCOPE_NVTX", options.no_nvtx ? "0" : "1", 1);
-  ::setenv("MOESCOPE_SESSION", session.c_str(), 1);
-  ::setenv("MOESCOPE_ROOT_PID", std::to_string(::getpid()).c_str(), 1);
+  ::setenv(trace::environment::kRecordPid, std::to_string(::getppid()).c_str(), 1);  // in the child
+  ::setenv(trace::environment::kFork, options.fork_mode.c_str(), 1);
+  ::setenv(trace::environment::kCuda, options.no_cuda ? "0" : "1", 1);
+  ::setenv(trace::environment::kNccl, nccl_switched_off(options) ? "0" : "1", 1);
+  ::setenv(trace::environment::kNvtx, options.no_nvtx ? "0" : "1", 1);
+  ::setenv(trace::environment::kSession, session.c_str(), 1);
+  ::setenv(trace::environment::kRootPid, std::to_string(::getpid()).c_str(), 1);
   if (options.flush_ms > 0)
-    ::setenv("MOESCOPE_FLUSH_MS", std::to_string(options.flush_ms).c_str(), 1);
+    ::setenv(trace::environment::kFlushMs, std::to_string(options.flush_ms).c_str(), 1);
   export_record_window_environment(options.window, options.run_dir);
   if (options.no_cuda) {
-    ::setenv("MOESCOPE_CUPTI", "off", 1);
+    ::setenv(trace::environment::kCupti, "off", 1);
   } else {
     // The CUDA driver calls the shim's InitializeInjection at cuInit: CUPTI starts early.
     ::setenv("CUDA_INJECTION64_PATH", library.c_str(), 1);

@@ -1,4 +1,5 @@
 #include "record_window_options.h"
+#include "moescope/trace/recording_environment.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -144,7 +145,8 @@ void add_record_window_options(CLI::App& command, RecordWindowOptions& options) 
 }
 
 std::string runs_root() {
-  if (const char* forced = std::getenv("MOESCOPE_RUNS_DIR"); forced && *forced) return forced;
+  if (const char* forced = std::getenv(trace::environment::kRunsDir); forced && *forced)
+    return forced;
   if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime && *runtime) {
     return std::string(runtime) + "/moescope-runs";
   }
@@ -193,25 +195,25 @@ void export_record_window_environment(const RecordWindowOptions& options,
   auto set = [](const char* name, const std::string& value) {
     if (!value.empty()) ::setenv(name, value.c_str(), 1);
   };
-  set("MOESCOPE_STEPS", options.steps);
-  if (options.delay_s > 0) set("MOESCOPE_DELAY_S", seconds_text(options.delay_s));
-  if (options.duration_s > 0) set("MOESCOPE_DURATION_S", seconds_text(options.duration_s));
-  set("MOESCOPE_RANKS", options.ranks);
+  set(trace::environment::kSteps, options.steps);
+  if (options.delay_s > 0) set(trace::environment::kDelayS, seconds_text(options.delay_s));
+  if (options.duration_s > 0) set(trace::environment::kDurationS, seconds_text(options.duration_s));
+  set(trace::environment::kRanks, options.ranks);
   unsigned long long bytes = 0;
   if (!options.max_size.empty() && parse_size(options.max_size, bytes)) {
-    set("MOESCOPE_MAX_SIZE", std::to_string(bytes));
+    set(trace::environment::kMaxSize, std::to_string(bytes));
   }
   if (!options.flight.empty()) {
-    set("MOESCOPE_FLIGHT", options.flight);
+    set(trace::environment::kFlight, options.flight);
     if (parse_size(options.flight_size, bytes)) {
-      set("MOESCOPE_FLIGHT_MB", std::to_string(std::max(1ull, bytes >> 20)));
+      set(trace::environment::kFlightMb, std::to_string(std::max(1ull, bytes >> 20)));
     }
-    set("MOESCOPE_RUN_DIR", run_dir);
+    set(trace::environment::kRunDir, run_dir);
     if (options.hang_timeout_s > 0) {
-      set("MOESCOPE_HANG_TIMEOUT_S", seconds_text(options.hang_timeout_s));
+      set(trace::environment::kHangTimeoutS, seconds_text(options.hang_timeout_s));
     }
     if (options.slow_step_factor > 0) {
-      set("MOESCOPE_SLOW_STEP_FACTOR", seconds_text(options.slow_step_factor));
+      set(trace::environment::kSlowStepFactor, seconds_text(options.slow_step_factor));
     }
   }
 }

@@ -1,4 +1,5 @@
 #include "cupti_api.h"
+#include "moescope/trace/recording_environment.h"
 
 #include <dlfcn.h>
 
@@ -20,7 +21,7 @@ bool resolve_symbol(void* handle, const char* name, Function& out, std::string* 
 std::vector<std::string> cupti_candidates() {
   std::vector<std::string> candidates;
   // A path the user named is the only candidate: a silent fallback would hide the mistake.
-  if (const char* path = std::getenv("MOESCOPE_CUPTI_PATH"); path && *path) return {path};
+  if (const char* path = std::getenv(trace::environment::kCuptiPath); path && *path) return {path};
   for (const char* name : {"libcupti.so.13", "libcupti.so"}) candidates.emplace_back(name);
   for (const char* dir :
        {"/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {

@@ -7,6 +7,7 @@
 
 #include "cupti_compatibility.h"
 #include "moescope/recorder.h"
+#include "moescope/trace/recording_environment.h"
 
 namespace moescope::inject {
 namespace {
@@ -70,16 +71,16 @@ bool env_flag(const char* name, bool fallback) {
 
 CuptiCaptureOptions CuptiCaptureOptions::from_environment() {
   CuptiCaptureOptions options;
-  options.buffer_bytes = env_megabytes("MOESCOPE_CUPTI_BUFFER_MB", options.buffer_bytes);
+  options.buffer_bytes = env_megabytes(trace::environment::kCuptiBufferMb, options.buffer_bytes);
   options.max_buffer_pool_bytes =
-      env_megabytes("MOESCOPE_CUPTI_POOL_MB", options.max_buffer_pool_bytes);
-  if (const char* value = std::getenv("MOESCOPE_FLUSH_MS"); value && *value) {
+      env_megabytes(trace::environment::kCuptiPoolMb, options.max_buffer_pool_bytes);
+  if (const char* value = std::getenv(trace::environment::kFlushMs); value && *value) {
     long ms = std::strtol(value, nullptr, 10);
     if (ms > 0 && ms <= 60000) options.flush_interval_ms = static_cast<uint32_t>(ms);
   }
-  options.finalize_at_stop = env_flag("MOESCOPE_CUPTI_FINALIZE", false);
-  options.accept_any_version = env_flag("MOESCOPE_CUPTI_ANY_VERSION", false);
-  options.keep_all_api_calls = env_flag("MOESCOPE_CUPTI_ALL_API", false);
+  options.finalize_at_stop = env_flag(trace::environment::kCuptiFinalize, false);
+  options.accept_any_version = env_flag(trace::environment::kCuptiAnyVersion, false);
+  options.keep_all_api_calls = env_flag(trace::environment::kCuptiAllApi, false);
   return options;
 }
 

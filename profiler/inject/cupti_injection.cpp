@@ -10,6 +10,7 @@
 
 #include "cupti_capture.h"
 #include "moescope/recorder.h"
+#include "moescope/trace/recording_environment.h"
 #include "nccl_interpose.h"
 
 namespace moescope::inject {
@@ -181,14 +182,15 @@ void prepare_locked(ProcessCapture& process) {
   process.ever_prepared = true;
   process.enable_at_start = false;
   if (process.state == CaptureState::kOn) return;
-  const char* mode = std::getenv("MOESCOPE_CUPTI");
+  const char* mode = std::getenv(trace::environment::kCupti);
   std::string mode_text = mode && *mode ? mode : "auto";
   if (mode_text == "off" || mode_text == "0") {
     process.state = CaptureState::kOff;
-    process.detail = "MOESCOPE_CUPTI=off";
+    process.detail = std::string(trace::environment::kCupti) + "=off";
     return;
   }
-  const char* driver = std::getenv("MOESCOPE_CUDA_DRIVER_LIBRARY");  // tests point it elsewhere
+  const char* driver =
+      std::getenv(trace::environment::kCudaDriverLibrary);  // tests point it elsewhere
   std::string driver_library = driver && *driver ? driver : "libcuda.so.1";
   if (!cuda_driver_loadable(driver_library.c_str())) {
     process.state = CaptureState::kNoDriver;
@@ -311,8 +313,9 @@ extern "C" int InitializeInjection(void) {
   process.cuda_initialized = true;
   // Also when the core never called gpu_capture_start (state still off, nothing decided).
   bool undecided = !process.ever_prepared;
-  const char* mode = std::getenv("MOESCOPE_CUPTI");
-  const char* cuda = std::getenv("MOESCOPE_CUDA");  // the shim's switch (record --no-cuda)
+  const char* mode = std::getenv(moescope::trace::environment::kCupti);
+  const char* cuda =
+      std::getenv(moescope::trace::environment::kCuda);  // the shim's switch (record --no-cuda)
   bool disabled = (mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0)) ||
                   (cuda && std::strcmp(cuda, "0") == 0);
   if (process.state == CaptureState::kWaitingForCuInit || (undecided && !disabled)) {

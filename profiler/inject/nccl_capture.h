@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "moescope/recorder.h"
+#include "moescope/trace/recording_environment.h"
 #include "nccl_abi.h"
 #include "nccl_completion_tracker.h"
 #include "nccl_library.h"
@@ -64,7 +65,7 @@ struct NcclCapture {
                           [](const moescope_comm_op_info& info) { moescope_comm_op(&info); }};
   // MOESCOPE_NCCL=0 (shim option): forward only, record nothing.
   bool enabled = [] {
-    const char* value = std::getenv("MOESCOPE_NCCL");
+    const char* value = std::getenv(trace::environment::kNccl);
     return !(value && value[0] == '0');
   }();
   NcclPollerGate poller_gate{tracker};

@@ -1,4 +1,5 @@
 #include "shim_options.h"
+#include "moescope/trace/recording_environment.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -60,10 +61,10 @@ bool rank_is_selected(const std::string& ranks, int rank) {
 }
 
 bool read_shim_options(ShimOptions& options) {
-  const char* output = std::getenv("MOESCOPE_OUTPUT");
+  const char* output = std::getenv(trace::environment::kOutput);
   if (!output || !*output) return false;
   options.output_pattern = output;
-  if (const char* fork_mode = std::getenv("MOESCOPE_FORK"); fork_mode && *fork_mode) {
+  if (const char* fork_mode = std::getenv(trace::environment::kFork); fork_mode && *fork_mode) {
     if (!std::strcmp(fork_mode, "skip")) {
       options.fork_mode = ForkMode::kSkip;
     } else if (!std::strcmp(fork_mode, "trace")) {
@@ -73,15 +74,16 @@ bool read_shim_options(ShimOptions& options) {
                    fork_mode);
     }
   }
-  options.capture_cuda = env_flag("MOESCOPE_CUDA", true);
-  options.capture_nccl = env_flag("MOESCOPE_NCCL", true);
-  options.capture_nvtx = env_flag("MOESCOPE_NVTX", true);
-  if (const char* root = std::getenv("MOESCOPE_ROOT_PID")) options.root_pid = std::atoi(root);
-  if (const char* session = std::getenv("MOESCOPE_SESSION")) options.session = session;
-  if (const char* ranks = std::getenv("MOESCOPE_RANKS")) options.ranks = ranks;
-  if (const char* run_dir = std::getenv("MOESCOPE_RUN_DIR")) options.run_dir = run_dir;
-  options.hang_timeout_s = env_seconds("MOESCOPE_HANG_TIMEOUT_S");
-  options.slow_step_factor = env_seconds("MOESCOPE_SLOW_STEP_FACTOR");
+  options.capture_cuda = env_flag(trace::environment::kCuda, true);
+  options.capture_nccl = env_flag(trace::environment::kNccl, true);
+  options.capture_nvtx = env_flag(trace::environment::kNvtx, true);
+  if (const char* root = std::getenv(trace::environment::kRootPid))
+    options.root_pid = std::atoi(root);
+  if (const char* session = std::getenv(trace::environment::kSession)) options.session = session;
+  if (const char* ranks = std::getenv(trace::environment::kRanks)) options.ranks = ranks;
+  if (const char* run_dir = std::getenv(trace::environment::kRunDir)) options.run_dir = run_dir;
+  options.hang_timeout_s = env_seconds(trace::environment::kHangTimeoutS);
+  options.slow_step_factor = env_seconds(trace::environment::kSlowStepFactor);
   g_options = options;
   return true;
 }

@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "moescope/trace/recording_environment.h"
 #include "shim_options.h"
 
 namespace moescope::inject {
@@ -30,6 +31,11 @@ unsigned char g_selected[kMaxSelectableRank / 8];
 
 bool starts_with(const char* text, const char* prefix) {
   return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
+}
+
+// `entry` is "NAME=...".
+bool assigns(const char* entry, const char* name) {
+  return starts_with(entry, name) && entry[std::strlen(name)] == '=';
 }
 
 // The rank in `environment` (RANK=, else OMPI_COMM_WORLD_RANK=, else SLURM_PROCID=), -1 if none.
@@ -121,8 +127,8 @@ extern "C" __attribute__((visibility("default"))) int execve(const char* path, c
   size_t kept = 0;
   for (size_t i = 0; i < count; ++i) {
     const char* entry = envp[i];
-    if (starts_with(entry, "MOESCOPE_OUTPUT=") || starts_with(entry, "NVTX_INJECTION64_PATH=") ||
-        starts_with(entry, "CUDA_INJECTION64_PATH=")) {
+    if (assigns(entry, moescope::trace::environment::kOutput) ||
+        assigns(entry, "NVTX_INJECTION64_PATH") || assigns(entry, "CUDA_INJECTION64_PATH")) {
       continue;
     }
     if (starts_with(entry, "LD_PRELOAD=")) {

@@ -16,6 +16,7 @@
 
 #include "flight_monitor.h"
 #include "moescope/recorder.h"
+#include "moescope/trace/recording_environment.h"
 #include "nccl_interpose.h"
 #include "nvtx_handles.h"
 #include "preload_list.h"
@@ -147,11 +148,11 @@ void after_fork_in_child() {
 // Takes moescope out of this process's environment, so what it runs (exec'd children, Python's
 // zero-code capture, CUDA's and NVTX's injection) does not load or use it.
 void leave_process_unrecorded() {
-  for (const char* name : {"MOESCOPE_OUTPUT", "NVTX_INJECTION64_PATH", "CUDA_INJECTION64_PATH",
-                           "MOESCOPE_TORCH_CAPTURE_LIBRARY"}) {
+  for (const char* name : {trace::environment::kOutput, "NVTX_INJECTION64_PATH",
+                           "CUDA_INJECTION64_PATH", trace::environment::kTorchCaptureLibrary}) {
     ::unsetenv(name);
   }
-  ::setenv("MOESCOPE_AUTOCAPTURE", "0", 1);
+  ::setenv(trace::environment::kAutocapture, "0", 1);
   const char* preload = std::getenv("LD_PRELOAD");
   if (!preload) return;
   std::string kept;

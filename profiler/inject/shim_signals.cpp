@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "moescope/trace/private_descriptor.h"
+#include "moescope/trace/recording_environment.h"
 #include "shim_session.h"
 
 namespace moescope::inject {
@@ -193,7 +194,7 @@ void* watcher_main(void* read_fd_pointer) {
 void install_signal_trampolines() {
   if (g_trampolines_installed.exchange(true) || !real_sigaction()) return;
   g_table_pid = ::getpid();
-  if (const char* record_pid = std::getenv("MOESCOPE_RECORD_PID")) {
+  if (const char* record_pid = std::getenv(trace::environment::kRecordPid)) {
     g_record_pid = static_cast<pid_t>(std::atol(record_pid));
   }
   for (int i = 0; i < 2; ++i) {

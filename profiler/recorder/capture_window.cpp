@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "moescope/trace/recording_environment.h"
 #include "moescope/trace/trace_format.h"
 
 namespace moescope::recorder {
@@ -40,25 +41,26 @@ bool parse_step_window(const std::string& text, int64_t& first, int64_t& last) {
 
 CaptureWindowOptions CaptureWindowOptions::from_environment() {
   CaptureWindowOptions options;
-  if (const char* steps = std::getenv("MOESCOPE_STEPS"); steps && *steps) {
+  if (const char* steps = std::getenv(trace::environment::kSteps); steps && *steps) {
     if (!parse_step_window(steps, options.first_step, options.last_step)) {
-      warn_ignored("MOESCOPE_STEPS", steps, "A:B with 0 <= A <= B");
+      warn_ignored(trace::environment::kSteps, steps, "A:B with 0 <= A <= B");
       options.first_step = options.last_step = -1;
     }
   }
-  if (const char* delay = std::getenv("MOESCOPE_DELAY_S"); delay && *delay) {
-    if (!parse_seconds(delay, options.delay_ns)) warn_ignored("MOESCOPE_DELAY_S", delay, "seconds");
+  if (const char* delay = std::getenv(trace::environment::kDelayS); delay && *delay) {
+    if (!parse_seconds(delay, options.delay_ns))
+      warn_ignored(trace::environment::kDelayS, delay, "seconds");
   }
-  if (const char* duration = std::getenv("MOESCOPE_DURATION_S"); duration && *duration) {
+  if (const char* duration = std::getenv(trace::environment::kDurationS); duration && *duration) {
     if (!parse_seconds(duration, options.duration_ns)) {
-      warn_ignored("MOESCOPE_DURATION_S", duration, "seconds");
+      warn_ignored(trace::environment::kDurationS, duration, "seconds");
     }
   }
-  if (const char* size = std::getenv("MOESCOPE_MAX_SIZE"); size && *size) {
+  if (const char* size = std::getenv(trace::environment::kMaxSize); size && *size) {
     char* end = nullptr;
     unsigned long long bytes = std::strtoull(size, &end, 10);
     if (!end || *end || bytes < 4096) {
-      warn_ignored("MOESCOPE_MAX_SIZE", size, "bytes, at least 4096");
+      warn_ignored(trace::environment::kMaxSize, size, "bytes, at least 4096");
     } else {
       options.max_bytes = bytes;
     }

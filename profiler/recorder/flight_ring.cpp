@@ -1,4 +1,5 @@
 #include "flight_ring.h"
+#include "moescope/trace/recording_environment.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -92,7 +93,7 @@ bool parse_flight_duration(const std::string& text, uint64_t& window_ns, uint32_
 
 FlightOptions FlightOptions::from_environment() {
   FlightOptions options;
-  const char* duration = std::getenv("MOESCOPE_FLIGHT");
+  const char* duration = std::getenv(trace::environment::kFlight);
   if (!duration || !*duration) return options;
   if (!parse_flight_duration(duration, options.window_ns, options.window_steps)) {
     std::fprintf(stderr,
@@ -102,7 +103,7 @@ FlightOptions FlightOptions::from_environment() {
     return options;
   }
   options.enabled = true;
-  if (const char* megabytes = std::getenv("MOESCOPE_FLIGHT_MB"); megabytes && *megabytes) {
+  if (const char* megabytes = std::getenv(trace::environment::kFlightMb); megabytes && *megabytes) {
     char* end = nullptr;
     unsigned long long parsed = std::strtoull(megabytes, &end, 10);
     if (!end || *end || parsed < 1 || (parsed << 20) > kMaxFlightRingBytes) {

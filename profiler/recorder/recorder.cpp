@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moescope/recorder.h"
+#include "moescope/trace/recording_environment.h"
 #include "trace_path.h"
 
 namespace moescope::recorder {
@@ -71,8 +72,10 @@ nlohmann::json capture_settings_json(const CaptureWindowOptions& window,
 
 RecorderOptions RecorderOptions::from_environment() {
   RecorderOptions options;
-  options.flush_interval_ms = env_number("MOESCOPE_FLUSH_MS", options.flush_interval_ms, 1, 200);
-  options.max_buffer_bytes = size_t{env_number("MOESCOPE_BUFFER_MB", 256, 1, 1u << 16)} << 20;
+  options.flush_interval_ms =
+      env_number(trace::environment::kFlushMs, options.flush_interval_ms, 1, 200);
+  options.max_buffer_bytes = size_t{env_number(trace::environment::kBufferMb, 256, 1, 1u << 16)}
+                             << 20;
   return options;
 }
 

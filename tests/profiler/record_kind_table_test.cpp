@@ -7,11 +7,13 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "moescope/trace/record_kinds.h"
+#include "moescope/trace/recording_environment.h"
 #include "moescope/trace/trace_format.h"
 #include "moescope/trace/trigger_reason.h"
 
@@ -148,6 +150,39 @@ TEST(RecordKindTable, DeclaredTailFollowsTheCountField) {
   EXPECT_EQ(declared_tail_bytes(record), 11u);
   record[0] = static_cast<uint8_t>(RecordKind::kCounter);
   EXPECT_EQ(declared_tail_bytes(record), 0u);
+}
+
+// The recording's environment variables (recording_environment.h) are the ones
+// docs/capture.md's Environment table lists, no more and no fewer.
+TEST(RecordingEnvironment, EveryVariableIsDocumented) {
+  const char* source = std::getenv("MOESCOPE_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "MOESCOPE_SOURCE_DIR is set by CTest";
+  std::ifstream in(std::string(source) + "/docs/capture.md");
+  ASSERT_TRUE(in) << "cannot read docs/capture.md";
+  std::set<std::string> documented;
+  const std::regex name(R"(`(MOESCOPE_[A-Z0-9_]+)`)");
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("### ", 0) == 0) in_section = line == "### Environment";
+    // The first cell of a table row: the variables it is about.
+    if (!in_section || line.rfind("| `", 0) != 0) continue;
+    const std::string cell = line.substr(0, line.find(" | ", 2));
+    for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it) {
+      documented.insert((*it)[1]);
+    }
+  }
+  std::set<std::string> declared;
+  for (const environment::Variable& variable : environment::kVariables) {
+    EXPECT_TRUE(declared.insert(variable.name).second) << variable.name << " declared twice";
+    EXPECT_NE(std::string(variable.meaning), "") << variable.name;
+  }
+  for (const std::string& variable : declared) {
+    EXPECT_TRUE(documented.count(variable)) << variable << " is not in docs/capture.md";
+  }
+  for (const std::string& variable : documented) {
+    EXPECT_TRUE(declared.count(variable)) << variable << " is documented but not declared";
+  }
+  EXPECT_EQ(std::string(environment::kOutput), "MOESCOPE_OUTPUT");
 }
 
 }  // namespace
