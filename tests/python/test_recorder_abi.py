@@ -8,10 +8,13 @@ list): a name the header lacks fails the compile, naming it."""
 
 import ctypes
 import os
+import pathlib
+import re
 import subprocess
 
 import pytest
 
+import moescope
 from moescope import _recorder, flight_hooks
 
 C_TYPES = {
@@ -104,3 +107,19 @@ def test_a_wrong_argument_type_fails_naming_the_function(tmp_path, monkeypatch):
     monkeypatch.setitem(_recorder.SIGNATURES, "moescope_step", ([ctypes.c_uint32], None))
     with pytest.raises(AssertionError, match="moescope_step"):
         header_layout(tmp_path)
+
+
+def test_the_variables_python_reads_are_the_recordings_environment():
+    # recording_environment.h names every variable of a recording and who reads it; those it
+    # says Python reads must be the ones the package reads (a rename on either side fails).
+    profiler = pathlib.Path(__file__).resolve().parents[2] / "profiler"
+    header = (profiler / "trace/include/moescope/trace/recording_environment.h").read_text()
+    declared = dict(re.findall(r'X\(k\w+, "(MOESCOPE_\w+)", "([^"]*)"\)', header))
+    assert len(declared) > 30
+    for_python = {name for name, meaning in declared.items()
+                  if "Python" in meaning.split(":")[0]}
+    package = pathlib.Path(moescope.__file__).parent
+    read = set()
+    for source in package.rglob("*.py"):
+        read |= set(re.findall(r'"(MOESCOPE_[A-Z0-9_]+)"', source.read_text()))
+    assert for_python and for_python <= read, sorted(for_python - read)

@@ -1,7 +1,8 @@
 // The environment variables a recording is configured by: `moescope record` writes them, the
 // recorder, the shim and the Python capture read them, and a user who preloads the shim by
-// hand sets them. Each name is spelled here once; docs/capture.md ("Environment") lists every
-// one of them, which tests/profiler/record_kind_table_test.cpp checks.
+// hand sets them. Each name is spelled here once in C++; docs/capture.md ("Environment") lists
+// every one of them (tests/profiler/record_kind_table_test.cpp), and those "Python" reads are
+// the ones the Python package reads (tests/python/test_recorder_abi.py).
 #pragma once
 
 namespace moescope::trace::environment {
