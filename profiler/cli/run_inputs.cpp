@@ -34,13 +34,6 @@ std::vector<std::string> trace_files_of(const std::vector<std::string>& paths) {
 
 namespace {
 
-bool is_chrome_json_name(const std::string& name) {
-  auto ends_with = [&](const std::string& end) {
-    return name.size() > end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
-  };
-  return ends_with(".json") || ends_with(".json.gz");
-}
-
 // The Chrome/Kineto JSON traces of a folder without .moetrace files: what the PyTorch
 // profiler's tensorboard_trace_handler writes (WORKER.TIME.pt.trace.json[.gz], one per worker
 // and cycle), or any folder of such files. A moescope run folder (run.json) holds none of them:
@@ -50,7 +43,7 @@ std::vector<std::string> chrome_traces_in(const std::string& folder) {
   if (std::filesystem::exists(std::filesystem::path(folder) / "run.json", code)) return {};
   std::vector<std::string> found;
   for (const auto& entry : std::filesystem::directory_iterator(folder, code)) {
-    if (entry.is_regular_file(code) && is_chrome_json_name(entry.path().filename().string())) {
+    if (entry.is_regular_file(code) && analysis::is_chrome_json_path(entry.path().string())) {
       found.push_back(entry.path().string());
     }
   }
