@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 namespace moescope::analysis {
 namespace {
@@ -98,23 +101,10 @@ bool same_process(const std::string& kineto_path, const ProcessTrack& kineto,
   return kineto.begin + *base < range->second + slack && range->first < kineto.end + *base + slack;
 }
 
-// Whether two files of one format come from one process, as far as they tell: a .moetrace by
-// pid, host and rank; a Kineto trace (no pid or host in it) by its OS thread ids, unique on a
-// host at any one time. Ranks that the files state and that differ are never one process.
-bool one_process(const FileLoad& first, const FileLoad& second) {
-  const ProcessTrack& a = first.process;
-  const ProcessTrack& b = second.process;
-  if (a.source_format != b.source_format) return false;
-  if (first.metadata_rank >= 0 && second.metadata_rank >= 0 &&
-      first.metadata_rank != second.metadata_rank) {
-    return false;
-  }
-  if (a.source_format == "moetrace") return a.pid > 0 && a.pid == b.pid && a.host == b.host;
-  const std::set<uint32_t> ids = thread_ids(a);
-  for (uint32_t id : thread_ids(b)) {
-    if (ids.count(id)) return true;
-  }
-  return false;
+// Ranks that the files state and that differ are never one process (containers reuse pids).
+bool stated_ranks_differ(const FileLoad& first, const FileLoad& second) {
+  return first.metadata_rank >= 0 && second.metadata_rank >= 0 &&
+         first.metadata_rank != second.metadata_rank;
 }
 
 // [begin, end] on a clock both files of one format share: a .moetrace's own (CLOCK_MONOTONIC,
@@ -125,16 +115,55 @@ std::pair<TimeNs, TimeNs> shared_clock_range(const ProcessTrack& process) {
   return {process.begin + base, process.end + base};
 }
 
+// The earlier files that may come from the same process as a file, as far as files tell: a
+// .moetrace by pid and host; a Kineto trace (no pid or host in it) by its OS thread ids, unique
+// on a host at any one time. Indexed, so that thousands of ranks are checked in linear time.
+class ProcessIndex {
+ public:
+  // Earlier files sharing the file's pid and host, or one of `threads`: each once, in file order.
+  std::vector<size_t> candidates(const FileLoad& file, const std::set<uint32_t>& threads) const {
+    std::vector<size_t> found;
+    if (file.process.source_format == "moetrace") {
+      const auto it = by_process_.find({file.process.pid, file.process.host});
+      if (it != by_process_.end()) found = it->second;
+      return found;
+    }
+    for (uint32_t thread : threads) {
+      const auto it = by_thread_.find(thread);
+      if (it != by_thread_.end()) found.insert(found.end(), it->second.begin(), it->second.end());
+    }
+    std::sort(found.begin(), found.end());
+    found.erase(std::unique(found.begin(), found.end()), found.end());
+    return found;
+  }
+
+  void add(size_t index, const FileLoad& file, const std::set<uint32_t>& threads) {
+    if (file.process.source_format == "moetrace") {
+      if (file.process.pid > 0) by_process_[{file.process.pid, file.process.host}].push_back(index);
+      return;
+    }
+    for (uint32_t thread : threads) by_thread_[thread].push_back(index);
+  }
+
+ private:
+  std::map<std::pair<int64_t, std::string>, std::vector<size_t>> by_process_;
+  std::unordered_map<uint32_t, std::vector<size_t>> by_thread_;
+};
+
 // Files that are not separate ranks: one recording given twice, or two recordings of one process
 // at different times (torch.profiler's cycles, each its own file). Read as ranks, they would be
 // compared with each other as if they had run side by side. The later file is refused.
 void refuse_repeated_processes(std::vector<FileLoad>& files) {
-  for (size_t later = 1; later < files.size(); ++later) {
-    for (size_t earlier = 0; earlier < later && files[later].opened; ++earlier) {
-      if (!files[earlier].opened) continue;
+  ProcessIndex index;
+  for (size_t later = 0; later < files.size(); ++later) {
+    if (!files[later].opened) continue;
+    const ProcessTrack& second = files[later].process;
+    const std::set<uint32_t> threads =
+        second.source_format == "kineto" ? thread_ids(second) : std::set<uint32_t>{};
+    for (size_t earlier : index.candidates(files[later], threads)) {
+      if (!files[later].opened) break;
+      if (!files[earlier].opened || stated_ranks_differ(files[earlier], files[later])) continue;
       const ProcessTrack& first = files[earlier].process;
-      const ProcessTrack& second = files[later].process;
-      if (!one_process(files[earlier], files[later])) continue;
       const bool same_recording =
           first.begin == second.begin && first.end == second.end && first.events == second.events;
       const auto [first_begin, first_end] = shared_clock_range(first);
@@ -155,6 +184,7 @@ void refuse_repeated_processes(std::vector<FileLoad>& files) {
                    "one job. Report them one at a time");
       }
     }
+    if (files[later].opened) index.add(later, files[later], threads);
   }
 }
 

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "file_load.h"
 #include "moescope/analysis/clock_alignment.h"
@@ -163,19 +166,20 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
     }
   }
   // One recording given twice (or by its summary and its trace): the traces' loader refuses it,
-  // naming both files.
-  for (size_t later = 1; later < usable.size(); ++later) {
-    for (size_t earlier = 0; earlier < later; ++earlier) {
-      const RankSummary& a = usable[earlier]->loaded;
-      const RankSummary& b = usable[later]->loaded;
-      if (a.process.pid > 0 && a.process.pid == b.process.pid && a.process.host == b.process.host &&
-          a.metadata_rank == b.metadata_rank && a.process.begin == b.process.begin &&
-          a.process.end == b.process.end) {
-        result.needs_traces = true;
-        result.notes.push_back(usable[earlier]->trace + " and " + usable[later]->trace +
-                               " are one recording: read from the traces");
-        return result;
-      }
+  // naming both files. Indexed by what identifies a recording, so that thousands of ranks are
+  // checked in linear time.
+  std::map<std::tuple<int64_t, std::string, int32_t, TimeNs, TimeNs>, const RankInput*> recordings;
+  for (const RankInput* input : usable) {
+    const ProcessTrack& process = input->loaded.process;
+    if (process.pid <= 0) continue;
+    const auto [seen, added] = recordings.try_emplace(
+        {process.pid, process.host, input->loaded.metadata_rank, process.begin, process.end},
+        input);
+    if (!added) {
+      result.needs_traces = true;
+      result.notes.push_back(seen->second->trace + " and " + input->trace +
+                             " are one recording: read from the traces");
+      return result;
     }
   }
   for (RankInput* input : usable) {
