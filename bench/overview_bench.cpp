@@ -46,12 +46,13 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--rank") rank = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--step") step = std::atol(argv[i + 1]);
   }
-  std::vector<std::string> files;
-  std::string error;
-  if (!expand_overview_inputs({argv[1]}, files, error)) {
-    std::fprintf(stderr, "overview_bench: %s\n", error.empty() ? "no summaries" : error.c_str());
+  const ViewerInputs inputs = expand_viewer_inputs({argv[1]});
+  if (inputs.summaries.empty()) {
+    std::fprintf(stderr, "overview_bench: %s\n",
+                 inputs.error.empty() ? "no summaries" : inputs.error.c_str());
     return 1;
   }
+  const std::vector<std::string>& files = inputs.summaries;
   const auto wall_start = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
   JobOverview overview = load_job_overview(files);

@@ -10,6 +10,7 @@
 #include "command_output.h"
 #include "commands.h"
 #include "moescope/analysis/chrome_export.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/trace_loader.h"
 #include "run_inputs.h"
 
@@ -38,7 +39,7 @@ void run_export(const ExportOptions& options) {
   if (!options.quiet && isatty(STDERR_FILENO))
     load_options.progress = analysis::line_progress(stderr);
   analysis::TraceModel model =
-      analysis::load_traces(recorded_trace_files(options.traces), load_options);
+      analysis::load_traces(analysis::recorded_trace_files(options.traces), load_options);
   report_load_errors(model, "export", "the given trace(s)");
   analysis::ChromeExportOptions export_options;
   export_options.flows = !options.no_flows;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include "command_output.h"
 #include "commands.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/step_metrics.h"
 #include "moescope/analysis/tensorboard_events.h"
 #include "moescope/analysis/trace_loader.h"
@@ -79,7 +80,8 @@ void run_metrics(const MetricsOptions& options) {
   }
   analysis::LoadOptions load;
   if (!options.quiet && isatty(STDERR_FILENO)) load.progress = analysis::line_progress(stderr);
-  analysis::TraceModel model = analysis::load_traces(recorded_trace_files(options.traces), load);
+  analysis::TraceModel model =
+      analysis::load_traces(analysis::recorded_trace_files(options.traces), load);
   report_load_errors(model, "metrics", "the given trace(s)");
   analysis::MetricOptions metric_options;
   metric_options.per_expert_shares = options.detail;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include "command_output.h"
 #include "commands.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/summary_load.h"
 #include "moescope/analysis/trace_loader.h"
@@ -46,7 +47,7 @@ void run_report(const ReportOptions& options) {
     throw CLI::ValidationError("--format",
                                "must be text, markdown or json, got '" + options.format + "'");
   }
-  const std::vector<std::string> traces = recorded_trace_files(options.traces);
+  const std::vector<std::string> traces = analysis::recorded_trace_files(options.traces);
   // Summaries where they exist (summary_load.h), unless --detail asks for the events.
   if (!options.detail && analysis::any_rank_summary(traces)) {
     analysis::SummaryLoad loaded =

@@ -5,72 +5,18 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 
 #include "moescope/analysis/rank_facts.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/summary_load.h"
 #include "moescope/analysis/trace_loader.h"
 
 namespace moescope::cli {
 
-std::vector<std::string> trace_files_of(const std::vector<std::string>& paths) {
-  std::vector<std::string> files;
-  for (const std::string& path : paths) {
-    std::error_code code;
-    if (!std::filesystem::is_directory(path, code)) {
-      files.push_back(path);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(path, code)) {
-      if (entry.path().extension() == ".moetrace") found.push_back(entry.path().string());
-    }
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
-  }
-  return files;
-}
-
-namespace {
-
-// The Chrome/Kineto JSON traces of a folder without .moetrace files: what the PyTorch
-// profiler's tensorboard_trace_handler writes (WORKER.TIME.pt.trace.json[.gz], one per worker
-// and cycle), or any folder of such files. A moescope run folder (run.json) holds none of them:
-// its JSON files are the run's own metadata.
-std::vector<std::string> chrome_traces_in(const std::string& folder) {
-  std::error_code code;
-  if (std::filesystem::exists(std::filesystem::path(folder) / "run.json", code)) return {};
-  std::vector<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, code)) {
-    if (entry.is_regular_file(code) && analysis::is_chrome_json_path(entry.path().string())) {
-      found.push_back(entry.path().string());
-    }
-  }
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-}  // namespace
-
-std::vector<std::string> recorded_trace_files(const std::vector<std::string>& paths) {
-  std::vector<std::string> files;
-  for (const std::string& path : paths) {
-    std::vector<std::string> found = trace_files_of({path});
-    if (found.empty()) found = chrome_traces_in(path);
-    if (found.empty()) {
-      throw std::runtime_error(path +
-                               ": no .moetrace file in this folder (nor a PyTorch profiler "
-                               ".json or .json.gz trace)");
-    }
-    files.insert(files.end(), found.begin(), found.end());
-  }
-  return files;
-}
-
 RunInputs load_run_inputs(const std::vector<std::string>& given, bool detail,
                           const std::string& command) {
-  const std::vector<std::string> paths = recorded_trace_files(given);
+  const std::vector<std::string> paths = analysis::recorded_trace_files(given);
   RunInputs run;
   if (!detail && analysis::any_rank_summary(paths)) {
     analysis::SummaryLoad loaded = analysis::load_rank_summaries(paths);

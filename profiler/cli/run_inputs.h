@@ -33,16 +33,8 @@ struct RunInputs {
   }
 };
 
-// The trace files of `paths` now: files as given, folders as their *.moetrace files (sorted).
-// A folder without one adds nothing (a live run's folder before its first file: `top`).
-std::vector<std::string> trace_files_of(const std::vector<std::string>& paths);
-// The same for a recorded run, where a folder without .moetrace files stands for its PyTorch
-// profiler traces (*.json, *.json.gz: tensorboard_trace_handler's folder). Throws
-// std::runtime_error naming a folder with neither.
-std::vector<std::string> recorded_trace_files(const std::vector<std::string>& paths);
-
 // Loads `paths` (traces, or summaries standing for their traces; a folder stands for its
-// traces, recorded_trace_files). Notes go to stderr as
+// traces, analysis::recorded_trace_files). Notes go to stderr as
 // "moescope COMMAND: note: ..."; load errors stay in model.errors for the caller to print.
 // Throws std::runtime_error when the summaries cannot be used together (different runs).
 RunInputs load_run_inputs(const std::vector<std::string>& paths, bool detail,

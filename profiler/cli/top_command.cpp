@@ -20,6 +20,7 @@
 
 #include "commands.h"
 #include "moescope/analysis/live_rank_state.h"
+#include "moescope/analysis/recorded_files.h"
 #include "run_inputs.h"
 #include "top_frame.h"
 
@@ -33,7 +34,7 @@ struct TopOptions {
 };
 
 std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
-  std::vector<std::string> files = trace_files_of(options.paths);
+  std::vector<std::string> files = analysis::trace_files_of(options.paths);
   if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
   run.refresh(files);
   // Damage is said once per file (its first problem), a partial last chunk never: the writer

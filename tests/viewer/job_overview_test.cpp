@@ -149,17 +149,53 @@ TEST_F(JobOverviewTest, ClickLoadsExactlyThatRanksWindow) {
   EXPECT_FALSE(detail_request_for(overview_, 64, 0).error.empty());
 }
 
-TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesAndBadInputSaysWhatIsWrong) {
-  std::vector<std::string> files;
-  std::string error;
-  ASSERT_TRUE(expand_overview_inputs({directory_ + "/job"}, files, error)) << error;
-  ASSERT_EQ(files.size(), 64u);
-  EXPECT_TRUE(std::is_sorted(files.begin(), files.end()));
-  // Traces alone are not an overview.
-  EXPECT_FALSE(expand_overview_inputs({directory_ + "/job/job.0.moetrace"}, files, error));
+TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesElseTheirTracesAndBadInputSaysWhatIsWrong) {
+  ViewerInputs inputs = expand_viewer_inputs({directory_ + "/job"});
+  ASSERT_TRUE(inputs.error.empty()) << inputs.error;
+  ASSERT_EQ(inputs.summaries.size(), 64u);
+  EXPECT_TRUE(inputs.traces.empty());
+  EXPECT_TRUE(std::is_sorted(inputs.summaries.begin(), inputs.summaries.end()));
+  // Traces alone are not an overview: they open in the timeline.
+  inputs = expand_viewer_inputs({directory_ + "/job/job.0.moetrace"});
+  EXPECT_TRUE(inputs.summaries.empty());
+  EXPECT_EQ(inputs.traces, std::vector<std::string>{directory_ + "/job/job.0.moetrace"});
+  // A trace given with summaries joins the overview (summarised on the fly).
+  inputs = expand_viewer_inputs({summaries_[1], directory_ + "/job/job.0.moetrace"});
+  EXPECT_EQ(inputs.summaries.size(), 2u);
+  EXPECT_TRUE(inputs.traces.empty());
+  // A folder of traces without summaries stands for its traces, sorted.
+  fs::create_directories(directory_ + "/traces");
+  for (int rank : {3, 1, 2}) {
+    const std::string name = "/job." + std::to_string(rank) + ".moetrace";
+    fs::copy_file(directory_ + "/job" + name, directory_ + "/traces" + name);
+  }
+  inputs = expand_viewer_inputs({directory_ + "/traces"});
+  ASSERT_TRUE(inputs.error.empty()) << inputs.error;
+  EXPECT_TRUE(inputs.summaries.empty());
+  EXPECT_EQ(inputs.traces, (std::vector<std::string>{directory_ + "/traces/job.1.moetrace",
+                                                     directory_ + "/traces/job.2.moetrace",
+                                                     directory_ + "/traces/job.3.moetrace"}));
+  // The PyTorch profiler's folder (tensorboard_trace_handler) stands for its JSON traces.
+  fs::create_directories(directory_ + "/profiler");
+  for (const char* name : {"worker1.200.pt.trace.json.gz", "worker0.100.pt.trace.json"}) {
+    std::ofstream(directory_ + "/profiler/" + name) << "{}";
+  }
+  std::ofstream(directory_ + "/profiler/notes.txt") << "not a trace";
+  inputs = expand_viewer_inputs({directory_ + "/profiler"});
+  ASSERT_TRUE(inputs.error.empty()) << inputs.error;
+  EXPECT_EQ(inputs.traces,
+            (std::vector<std::string>{directory_ + "/profiler/worker0.100.pt.trace.json",
+                                      directory_ + "/profiler/worker1.200.pt.trace.json.gz"}));
+  // Nothing to open: an empty folder, and a moescope run folder whose JSON is its metadata.
   fs::create_directories(directory_ + "/empty");
-  EXPECT_FALSE(expand_overview_inputs({directory_ + "/empty"}, files, error));
-  EXPECT_NE(error.find("no .moesummary"), std::string::npos) << error;
+  inputs = expand_viewer_inputs({directory_ + "/empty"});
+  EXPECT_NE(inputs.error.find(directory_ + "/empty holds no .moesummary, .moetrace or PyTorch"),
+            std::string::npos)
+      << inputs.error;
+  fs::create_directories(directory_ + "/run");
+  std::ofstream(directory_ + "/run/run.json") << "{}";
+  inputs = expand_viewer_inputs({directory_ + "/traces", directory_ + "/run"});
+  EXPECT_NE(inputs.error.find(directory_ + "/run holds no"), std::string::npos) << inputs.error;
 
   // A summary alone (no trace beside it) shows, but has no detail to load.
   fs::create_directories(directory_ + "/alone");

@@ -171,7 +171,22 @@ TEST_F(OverviewScreenshots, AFolderDroppedOnTheWindowOpensTheOverview) {
   EXPECT_FALSE(overview["headlines"].empty());
 }
 
-TEST_F(OverviewScreenshots, AFolderWithoutSummariesIsAClearError) {
+TEST_F(OverviewScreenshots, AFolderOfTracesWithoutSummariesOpensTheirTimeline) {
+  const std::string traces = directory_ + "/traces_only";
+  fs::create_directories(traces);
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string name = "/job." + std::to_string(rank) + ".moetrace";
+    fs::copy_file(directory_ + "/job" + name, traces + name);
+  }
+  PngImage image;
+  nlohmann::json layout;
+  render("traces_only", "", image, layout, true, traces);
+  EXPECT_EQ(layout["ranks"], 3);
+  EXPECT_EQ(layout["overview"]["heatmap"]["rows"], 0);  // the timeline, not the job overview
+  EXPECT_GT(layout["timeline_end_ns"].get<double>(), layout["timeline_start_ns"].get<double>());
+}
+
+TEST_F(OverviewScreenshots, AFolderWithNothingToOpenIsAClearError) {
   const std::string empty = directory_ + "/no_summaries";
   fs::create_directories(empty);
   const std::string output = directory_ + "/no_summaries.txt";
@@ -180,7 +195,9 @@ TEST_F(OverviewScreenshots, AFolderWithoutSummariesIsAClearError) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
   std::ifstream in(output);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find(empty + " holds no .moesummary files"), std::string::npos) << text;
+  EXPECT_NE(text.find(empty + " holds no .moesummary, .moetrace or PyTorch profiler"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

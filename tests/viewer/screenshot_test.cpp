@@ -475,7 +475,7 @@ TEST_F(ViewerScreenshots, FileBrowserOpensTickedRanks) {
   EXPECT_EQ(layout["ranks"].get<int>(), 2);
 }
 
-// Two runs (`moescope view BASE --against NEW`): the base's hot expert moved to another expert
+// Two runs (`moescope view BASE --against NEW_FOLDER`): the base's hot expert moved to another expert
 // in the new run. The Compare tab shows both heatmaps on one scale and their difference (the
 // new hot cell red, the old one blue), and both runs' step times on one chart; every number
 // drawn is the analysis library's.
@@ -488,8 +488,7 @@ TEST_F(ViewerScreenshots, CompareTabShowsBothRunsAndTheirDifference) {
   const std::string other = directory_ + "_new";
   fs::create_directories(other);
   const testing::SampleTrace next = testing::write_sample_trace(other, moved);
-  std::string against = "--against";
-  for (const std::string& file : next.files) against += " " + file;
+  const std::string against = "--against " + other;  // a run's folder stands for its traces
   Image image;
   nlohmann::json layout;
   render("compare", image, layout, /*via_cli=*/true, against, "_two_runs");

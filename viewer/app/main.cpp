@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include "moescope/analysis/recorded_files.h"
+#include "moescope/analysis/summary_load.h"
 #include "moescope/viewer/job_overview.h"
 #include "viewer_app.h"
 
@@ -103,20 +105,29 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // Rank summaries (or folders of them) open the job overview.
-  std::vector<std::string> expanded;
-  std::string expand_error;
-  if (moescope::viewer::expand_overview_inputs(options.files, expanded, expand_error)) {
-    if (!options.against.empty()) {
-      std::fprintf(stderr, "moescope-view: --against compares traces, not rank summaries\n");
+  if (!options.against.empty()) {
+    // Two runs compared: their traces (a folder's, a summary's), never a job overview.
+    try {
+      options.files =
+          moescope::analysis::trace_inputs(moescope::analysis::recorded_trace_files(options.files));
+      options.against = moescope::analysis::trace_inputs(
+          moescope::analysis::recorded_trace_files(options.against));
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "moescope-view: %s\n", error.what());
       return 2;
     }
-    options.overview = std::move(expanded);
-    options.files.clear();
-    if (!panel_given) options.panel = moescope::viewer::Panel::kOverview;
-  } else if (!expand_error.empty()) {
-    std::fprintf(stderr, "moescope-view: %s\n", expand_error.c_str());
-    return 2;
+  } else {
+    // Rank summaries (or folders of them) open the job overview, folders of traces the timeline.
+    moescope::viewer::ViewerInputs inputs = moescope::viewer::expand_viewer_inputs(options.files);
+    if (!inputs.error.empty()) {
+      std::fprintf(stderr, "moescope-view: %s\n", inputs.error.c_str());
+      return 2;
+    }
+    options.overview = std::move(inputs.summaries);
+    options.files = std::move(inputs.traces);
+    if (!options.overview.empty() && !panel_given) {
+      options.panel = moescope::viewer::Panel::kOverview;
+    }
   }
   if (!options.screenshot_path.empty() && options.files.empty() && options.overview.empty()) {
     std::fprintf(stderr, "moescope-view: --screenshot needs at least one trace file\n");

@@ -122,14 +122,18 @@ bool ViewerApp::create_window() {
 void ViewerApp::start_loading(std::vector<std::string> files) {
   load_error_.clear();
   // Rank summaries (or folders of them) dropped or opened: the job overview.
-  std::vector<std::string> summaries;
-  if (expand_overview_inputs(files, summaries, load_error_)) {
-    options_.overview = summaries;
-    overview_.open(std::move(summaries));
+  ViewerInputs inputs = expand_viewer_inputs(files);
+  if (!inputs.error.empty()) {
+    load_error_ = std::move(inputs.error);
+    return;
+  }
+  if (!inputs.summaries.empty()) {
+    options_.overview = inputs.summaries;
+    overview_.open(std::move(inputs.summaries));
     state_.switch_to = Panel::kOverview;
     return;
   }
-  if (!load_error_.empty()) return;
+  files = std::move(inputs.traces);
   for (const std::string& file : files) {
     if (!std::filesystem::exists(file)) {
       load_error_ = "cannot open " + file + ": no such file";

@@ -7,6 +7,7 @@
 
 #include "moescope/analysis/cross_rank.h"
 #include "moescope/analysis/rank_summary.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/statistics.h"
 #include "moescope/analysis/summary_load.h"
 
@@ -95,35 +96,36 @@ int JobOverview::row_of_rank(int32_t rank) const {
   return -1;
 }
 
-bool expand_overview_inputs(const std::vector<std::string>& inputs, std::vector<std::string>& files,
-                            std::string& error) {
-  files.clear();
-  bool any_summary = false;
+ViewerInputs expand_viewer_inputs(const std::vector<std::string>& inputs) {
+  ViewerInputs expanded;
+  std::vector<std::string> traces;
   for (const std::string& input : inputs) {
     std::error_code code;
     if (!fs::is_directory(input, code)) {
-      any_summary = any_summary || analysis::is_summary_path(input);
-      files.push_back(input);
+      (analysis::is_summary_path(input) ? expanded.summaries : traces).push_back(input);
       continue;
     }
-    std::vector<std::string> found;
-    for (const fs::directory_entry& entry : fs::directory_iterator(input, code)) {
-      const std::string path = entry.path().string();
-      if (entry.is_regular_file(code) && analysis::is_summary_path(path)) found.push_back(path);
+    const std::vector<std::string> summaries =
+        analysis::files_in_folder(input, analysis::is_summary_path);
+    if (!summaries.empty()) {
+      expanded.summaries.insert(expanded.summaries.end(), summaries.begin(), summaries.end());
+      continue;
     }
-    if (code) {
-      error = "cannot list " + input + ": " + code.message();
-      return false;
+    try {
+      const std::vector<std::string> found = analysis::recorded_trace_files({input});
+      traces.insert(traces.end(), found.begin(), found.end());
+    } catch (const std::exception&) {
+      expanded.error = input +
+                       " holds no .moesummary, .moetrace or PyTorch profiler .json/.json.gz file "
+                       "(record with `moescope record`, or write summaries with "
+                       "`moescope summarize`)";
+      return expanded;
     }
-    if (found.empty()) {
-      error = input + " holds no .moesummary files (write them with `moescope summarize`)";
-      return false;
-    }
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
-    any_summary = true;
   }
-  return any_summary;
+  // Traces given with summaries join the overview, which summarises them on the fly.
+  auto& destination = expanded.summaries.empty() ? expanded.traces : expanded.summaries;
+  destination.insert(destination.end(), traces.begin(), traces.end());
+  return expanded;
 }
 
 JobOverview load_job_overview(const std::vector<std::string>& summaries) try {

@@ -61,10 +61,16 @@ struct JobOverview {
   double min_busy_ratio = 1, max_busy_ratio = 1, max_waited_for_ms = 0;
 };
 
-// Expands the viewer's inputs: a folder becomes the .moesummary files in it (sorted); files
-// are kept. True when the result holds a summary (the viewer then opens the job overview).
-bool expand_overview_inputs(const std::vector<std::string>& inputs, std::vector<std::string>& files,
-                            std::string& error);
+// The viewer's inputs with folders expanded (analysis/recorded_files.h). Rank summaries open
+// the job overview: a folder holding .moesummary files stands for them, and trace files given
+// with them join them. Otherwise everything is traces for the timeline: a folder stands for its
+// .moetrace files, else for its PyTorch profiler traces (tensorboard_trace_handler's folder).
+struct ViewerInputs {
+  std::vector<std::string> summaries;  // not empty: open the job overview
+  std::vector<std::string> traces;     // else: load these
+  std::string error;                   // a folder with nothing to open
+};
+ViewerInputs expand_viewer_inputs(const std::vector<std::string>& inputs);
 
 // Reads the summaries (traces without a summary are summarised on the fly, with a note) and
 // computes the overview. Never throws: JobOverview::error says what was wrong.
