@@ -5,6 +5,8 @@
 
 #include <imgui.h>
 
+#include "moescope/analysis/recorded_files.h"
+#include "moescope/analysis/trace_loader.h"
 #include "panel_drawing.h"
 
 namespace moescope::viewer {
@@ -14,11 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool looks_like_trace(const std::string& name) {
-  auto ends_with = [&](const char* suffix) {
-    std::string s(suffix);
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends_with(".moetrace") || ends_with(".json") || ends_with(".json.gz");
+  return analysis::is_moetrace_path(name) || analysis::is_chrome_json_path(name);
 }
 
 }  // namespace
