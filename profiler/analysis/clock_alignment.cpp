@@ -2,15 +2,15 @@
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/statistics.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "file_load.h"
 #include "moescope/trace/time_arithmetic.h"
+#include "recording_clock.h"
 
 namespace moescope::analysis {
 namespace {
@@ -147,15 +147,12 @@ ClockAlignment compute_clock_alignment(const TraceModel& model) {
       std::vector<TimeNs> to_unix(n, 0);
       bool known = true;
       for (size_t p = 0; p < n; ++p) {
-        auto meta = nlohmann::json::parse(model.processes[p].metadata_json, nullptr, false);
-        if (!meta.is_object() || !meta.contains("start_unix_ns") || !meta.contains("start_ns") ||
-            !meta["start_unix_ns"].is_number_integer() || !meta["start_ns"].is_number_integer()) {
+        const std::optional<TimeNs> offset = moetrace_unix_offset(model.processes[p]);
+        if (!offset) {
           known = false;
           break;
         }
-        // Saturating: hostile metadata at the int64 limits gives an offset align_clocks refuses.
-        to_unix[p] = trace::saturating_sub(meta["start_unix_ns"].get<int64_t>(),
-                                           meta["start_ns"].get<int64_t>());
+        to_unix[p] = *offset;
       }
       if (!known) {
         result.method = ClockAlignmentMethod::kNone;

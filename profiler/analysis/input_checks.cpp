@@ -1,10 +1,10 @@
 // Refused inputs (see input_checks.h).
 #include "input_checks.h"
 
-#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -12,6 +12,9 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+
+#include "other_jobs.h"
+#include "recording_clock.h"
 
 namespace moescope::analysis {
 namespace {
@@ -61,44 +64,15 @@ bool has_main_thread_of(const ProcessTrack& kineto, const ProcessTrack& moetrace
   return moetrace.pid > 0 && thread_ids(kineto).count(static_cast<uint32_t>(moetrace.pid)) > 0;
 }
 
-// torch.profiler's "baseTimeNanoseconds" (wall clock that its ts count from), read from the
-// head of the file, where torch writes it before the events; nullopt when absent.
-std::optional<int64_t> kineto_base_time_ns(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (!file) return std::nullopt;
-  std::string head(1 << 20, '\0');
-  const int got = gzread(file, head.data(), static_cast<unsigned>(head.size()));
-  gzclose(file);
-  if (got <= 0) return std::nullopt;
-  head.resize(size_t(got));
-  const size_t key = head.find("\"baseTimeNanoseconds\"");
-  if (key == std::string::npos) return std::nullopt;
-  const size_t digits = head.find_first_of("0123456789", key + 21);
-  if (digits == std::string::npos) return std::nullopt;
-  return std::strtoll(head.c_str() + digits, nullptr, 10);
-}
-
-// Wall-clock (unix ns) range of a .moetrace process, from its metadata's clock pair.
-std::optional<std::pair<int64_t, int64_t>> wall_range(const ProcessTrack& process) {
-  auto meta = nlohmann::json::parse(process.metadata_json, nullptr, false);
-  if (!meta.is_object() || !meta.contains("start_unix_ns") || !meta.contains("start_ns") ||
-      !meta["start_unix_ns"].is_number() || !meta["start_ns"].is_number()) {
-    return std::nullopt;
-  }
-  const int64_t offset = meta["start_unix_ns"].get<int64_t>() - meta["start_ns"].get<int64_t>();
-  return std::make_pair(process.begin + offset, process.end + offset);
-}
-
 // The same process: the Kineto trace has the .moetrace process's main thread, and when both
 // clocks are known their wall-clock ranges overlap (pids are reused only after a process ends).
-bool same_process(const std::string& kineto_path, const ProcessTrack& kineto,
-                  const ProcessTrack& moetrace) {
+bool same_process(const ProcessTrack& kineto, const ProcessTrack& moetrace) {
   if (!has_main_thread_of(kineto, moetrace)) return false;
-  const auto base = kineto_base_time_ns(kineto_path);
-  const auto range = wall_range(moetrace);
-  if (!base || !range) return true;
+  const auto kineto_range = recorded_wall_range(kineto);
+  const auto range = recorded_wall_range(moetrace);
+  if (!kineto_range || !range) return true;
   const int64_t slack = 1'000'000'000;  // wall clocks read at different moments
-  return kineto.begin + *base < range->second + slack && range->first < kineto.end + *base + slack;
+  return kineto_range->first < range->second + slack && range->first < kineto_range->second + slack;
 }
 
 // Ranks that the files state and that differ are never one process (containers reuse pids).
@@ -110,8 +84,7 @@ bool stated_ranks_differ(const FileLoad& first, const FileLoad& second) {
 // [begin, end] on a clock both files of one format share: a .moetrace's own (CLOCK_MONOTONIC,
 // one per host), a Kineto trace's wall clock where its base is known.
 std::pair<TimeNs, TimeNs> shared_clock_range(const ProcessTrack& process) {
-  const TimeNs base =
-      process.source_format == "kineto" ? kineto_base_time_ns(process.file).value_or(0) : 0;
+  const TimeNs base = process.source_format == "kineto" ? unix_offset(process).value_or(0) : 0;
   return {process.begin + base, process.end + base};
 }
 
@@ -188,12 +161,28 @@ void refuse_repeated_processes(std::vector<FileLoad>& files) {
   }
 }
 
+// Files of another job than the first file's (other_jobs.h).
+void refuse_other_jobs(std::vector<FileLoad>& files) {
+  std::vector<OfferedRank> offered;
+  std::vector<size_t> offered_file;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!files[i].opened) continue;
+    offered.push_back({&files[i].process, files[i].metadata_rank, files[i].process.file});
+    offered_file.push_back(i);
+  }
+  for (OtherJobRank& other : ranks_of_other_jobs(offered)) {
+    FileLoad& file = files[offered_file[other.index]];
+    refuse(file, file.process.file, std::move(other.message));
+  }
+}
+
 }  // namespace
 
 void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
   for (FileLoad& file : files) refuse_if_no_trace(file);
   if (!together) return;
   refuse_repeated_processes(files);
+  refuse_other_jobs(files);
   std::vector<const FileLoad*> moetraces;
   for (const FileLoad& file : files) {
     if (file.opened && file.process.source_format == "moetrace") moetraces.push_back(&file);
@@ -204,7 +193,7 @@ void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
     const std::string path = file.process.file;
     const FileLoad* same = nullptr;
     for (const FileLoad* moetrace : moetraces) {
-      if (same_process(path, file.process, moetrace->process)) {
+      if (same_process(file.process, moetrace->process)) {
         same = moetrace;
         break;
       }

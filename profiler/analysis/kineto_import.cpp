@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "file_load.h"
 #include "kineto_fields.h"
@@ -43,10 +45,12 @@ class KinetoLoader {
 
   void load(const nlohmann::json& root) {
     const nlohmann::json* events = nullptr;
+    std::optional<int64_t> base_time_ns;
     if (root.is_object()) {
       auto found = root.find("traceEvents");
       if (found != root.end() && found->is_array()) events = &*found;
       read_distributed_info(root);
+      base_time_ns = read_base_time(root);
     } else if (root.is_array()) {
       events = &root;
     }
@@ -57,6 +61,7 @@ class KinetoLoader {
     }
     nlohmann::json metadata = {
         {"format", "kineto"}, {"rank", out_.metadata_rank}, {"world_size", process_.world_size}};
+    if (base_time_ns) metadata[kKinetoBaseTimeKey] = *base_time_ns;
     process_.metadata_json = metadata.dump();
     for (size_t index = 0; index < events->size(); ++index) {
       const nlohmann::json& event = (*events)[index];
@@ -88,6 +93,18 @@ class KinetoLoader {
                                  ": the rank is taken from the file's position"});
       out_.metadata_rank = -1;
       process_.world_size = 0;
+    }
+  }
+
+  // baseTimeNanoseconds: the unix time (ns) that newer torch.profiler versions count ts from;
+  // an unusable value is reported and ignored (the recording's wall clock is then unknown).
+  std::optional<int64_t> read_base_time(const nlohmann::json& root) {
+    try {
+      return kineto::integer_field(root, "baseTimeNanoseconds", 0,
+                                   std::numeric_limits<int64_t>::max());
+    } catch (const kineto::BadField& bad) {
+      out_.errors.push_back({process_.file, 0, std::string("baseTimeNanoseconds: ") + bad.what()});
+      return std::nullopt;
     }
   }
 

@@ -13,6 +13,7 @@
 #include "file_load.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/rank_summary.h"
+#include "other_jobs.h"
 #include "worker_threads.h"
 
 namespace moescope::analysis {
@@ -164,6 +165,15 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
                        input->loaded.run_id;
       return result;
     }
+  }
+  // Ranks of another job (other_jobs.h): refused as the traces' loader refuses them.
+  std::vector<OfferedRank> offered;
+  for (const RankInput* input : usable) {
+    offered.push_back({&input->loaded.process, input->loaded.metadata_rank, input->trace});
+  }
+  if (const auto other = ranks_of_other_jobs(offered); !other.empty()) {
+    result.refused = usable[other.front().index]->trace + ": " + other.front().message;
+    return result;
   }
   // One recording given twice (or by its summary and its trace): the traces' loader refuses it,
   // naming both files. Indexed by what identifies a recording, so that thousands of ranks are

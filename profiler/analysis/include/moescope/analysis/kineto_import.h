@@ -14,6 +14,10 @@
 
 namespace moescope::analysis {
 
+// The key of ProcessTrack::metadata_json under which an imported trace keeps its
+// baseTimeNanoseconds (the unix time its timestamps count from), where the file has one.
+inline constexpr const char* kKinetoBaseTimeKey = "base_time_ns";
+
 // Loads one Kineto JSON file as a model of one process (same as load_traces({path})).
 TraceModel import_kineto_json(const std::string& path);
 

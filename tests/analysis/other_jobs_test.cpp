@@ -1,0 +1,186 @@
+// Files of two jobs are never read as one: traces of different world sizes, one rank recorded at
+// two times, or recordings hours apart (a torch.profiler folder written on several days) are
+// refused, naming the first file's job; ranks of one job, recorded together, are not.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moescope/analysis/rank_summary.h"
+#include "moescope/analysis/summary_load.h"
+#include "moescope/analysis/trace_loader.h"
+#include "synthetic_moe_trace.h"
+
+namespace moescope::analysis {
+namespace {
+
+constexpr int64_t kSecondNs = 1'000'000'000;
+constexpr int64_t kDayNs = 86'400 * kSecondNs;
+constexpr int64_t kUnixNs = 1'700'000'000 * kSecondNs;  // November 2023
+
+struct KinetoFile {
+  std::string name;
+  int thread = 0;  // each file's own OS thread: the files are different processes
+  std::optional<int> rank, world_size;
+  std::optional<int64_t> base_time_ns;  // newer torch: ts count from it
+  double first_ts_us = 1'000;           // older torch: unix time in us, no base
+};
+
+KinetoFile unranked(std::string name, int thread, std::optional<int64_t> base_time_ns = {}) {
+  KinetoFile file;
+  file.name = std::move(name);
+  file.thread = thread;
+  file.base_time_ns = base_time_ns;
+  return file;
+}
+
+KinetoFile ranked(std::string name, int thread, int rank, int world_size, int64_t base_time_ns) {
+  KinetoFile file = unranked(std::move(name), thread, base_time_ns);
+  file.rank = rank;
+  file.world_size = world_size;
+  return file;
+}
+
+// A torch.profiler trace of two 10 ms steps on one thread.
+std::string write(const std::string& directory, const KinetoFile& file) {
+  nlohmann::json events = nlohmann::json::array();
+  for (int step = 0; step < 2; ++step) {
+    events.push_back({{"ph", "X"},
+                      {"cat", "user_annotation"},
+                      {"name", "ProfilerStep#" + std::to_string(step)},
+                      {"pid", file.thread},
+                      {"tid", file.thread},
+                      {"ts", file.first_ts_us + step * 10'000.0},
+                      {"dur", 9'000.0}});
+  }
+  nlohmann::json trace = {{"schemaVersion", 1}, {"traceEvents", events}};
+  if (file.rank)
+    trace["distributedInfo"] = {{"rank", *file.rank}, {"world_size", *file.world_size}};
+  if (file.base_time_ns) trace["baseTimeNanoseconds"] = *file.base_time_ns;
+  const std::string path = directory + "/" + file.name;
+  std::ofstream(path) << trace.dump();
+  return path;
+}
+
+// The message of each refused file, by path ("" when not refused).
+std::vector<std::string> refusals(const TraceModel& model, const std::vector<std::string>& paths) {
+  std::vector<std::string> messages(paths.size());
+  for (const LoadError& error : model.errors) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (error.refused && error.file == paths[i]) messages[i] = error.message;
+    }
+  }
+  return messages;
+}
+
+TEST(OtherJobs, DifferentWorldSizesAreTwoJobs) {
+  const std::string directory = testing::test_directory("other_jobs_world");
+  const std::vector<std::string> paths = {
+      write(directory, ranked("a.json", 11, 0, 2, kUnixNs)),
+      write(directory, ranked("b.json", 12, 1, 2, kUnixNs)),
+      write(directory, ranked("c.json", 13, 1, 128, kUnixNs)),
+  };
+  const TraceModel model = load_traces(paths);
+  EXPECT_EQ(model.processes.size(), 2u);
+  const auto messages = refusals(model, paths);
+  EXPECT_EQ(messages[0], "");
+  EXPECT_EQ(messages[1], "");
+  EXPECT_NE(messages[2].find("rank 1 of 128 here, rank 0 of 2 in " + paths[0] +
+                             ": not one job (the world sizes differ)"),
+            std::string::npos)
+      << messages[2];
+  EXPECT_NE(messages[2].find("moescope diff BASE --against NEW"), std::string::npos);
+}
+
+TEST(OtherJobs, OneRankAtTwoTimesIsTwoRuns) {
+  const std::string directory = testing::test_directory("other_jobs_rank");
+  // A minute apart: not far enough for the gap rule, but rank 0 cannot run twice in one job.
+  const std::vector<std::string> paths = {
+      write(directory, ranked("first.json", 21, 0, 2, kUnixNs)),
+      write(directory, ranked("again.json", 22, 0, 2, kUnixNs + 60 * kSecondNs)),
+  };
+  const auto messages = refusals(load_traces(paths), paths);
+  EXPECT_EQ(messages[0], "");
+  EXPECT_NE(messages[1].find("rank 0 of 2 again (" + paths[0] +
+                             " is rank 0 too), recorded at another time: two runs"),
+            std::string::npos)
+      << messages[1];
+  // At the same time, two processes stating one rank (ranks from LOCAL_RANK on two nodes) are
+  // kept: the loader numbers them by position.
+  const std::vector<std::string> together = {
+      write(directory, ranked("node0.json", 23, 0, 2, kUnixNs)),
+      write(directory, ranked("node1.json", 24, 0, 2, kUnixNs + 2'000'000)),
+  };
+  const TraceModel both = load_traces(together);
+  EXPECT_EQ(both.processes.size(), 2u);
+  EXPECT_EQ(refusals(both, together), std::vector<std::string>(2));
+}
+
+TEST(OtherJobs, RecordingsHoursApartAreAnotherRun) {
+  const std::string directory = testing::test_directory("other_jobs_gap");
+  KinetoFile later = unranked("later.json", 32, kUnixNs + kDayNs);
+  // Older torch.profiler versions: ts are unix times in microseconds, no baseTimeNanoseconds.
+  KinetoFile unix_ts = unranked("unix.json", 34);
+  unix_ts.first_ts_us = double(kUnixNs + 3 * kDayNs) / 1e3;
+  const std::vector<std::string> paths = {
+      write(directory, unranked("first.json", 31, kUnixNs)),
+      write(directory, later),
+      write(directory, unranked("soon_after.json", 33, kUnixNs + 300 * kSecondNs)),
+      write(directory, unix_ts),
+  };
+  const TraceModel model = load_traces(paths);
+  EXPECT_EQ(model.processes.size(), 2u);
+  const auto messages = refusals(model, paths);
+  EXPECT_EQ(messages[0], "");
+  EXPECT_NE(messages[1].find("recorded 24 hours apart from " + paths[0] +
+                             " (the ranks of one run are recorded together): another run, or "
+                             "another moment of this one"),
+            std::string::npos)
+      << messages[1];
+  EXPECT_EQ(messages[2], "") << "5 minutes after the first: the same run";
+  EXPECT_NE(messages[3].find("recorded 3 days apart from " + paths[0]), std::string::npos)
+      << messages[3];
+  // Without a wall clock (ts from 0, no base), nothing says when a file was recorded: kept.
+  const std::vector<std::string> unknown = {
+      write(directory, unranked("x.json", 35)),
+      write(directory, unranked("y.json", 36)),
+  };
+  EXPECT_EQ(load_traces(unknown).processes.size(), 2u);
+}
+
+// Rank summaries say the same: a summary of another run is refused before any is merged.
+TEST(OtherJobs, SummariesOfAnotherRunAreRefusedToo) {
+  const std::string directory = testing::test_directory("other_jobs_summaries");
+  const std::vector<std::string> paths = {
+      write(directory, ranked("rank0.json", 41, 0, 2, kUnixNs)),
+      write(directory, ranked("rank1.json", 42, 1, 2, kUnixNs)),
+      write(directory, ranked("rank1_next_day.json", 43, 1, 2, kUnixNs + kDayNs)),
+  };
+  for (const std::string& path : paths) {
+    const TraceModel model = load_traces({path});
+    ASSERT_EQ(model.processes.size(), 1u) << path;
+    std::string error;
+    ASSERT_TRUE(write_rank_summary(summary_path_for(path),
+                                   summarize_process(model, 0, std::filesystem::file_size(path)),
+                                   error))
+        << error;
+  }
+  const SummaryLoad one_run = load_rank_summaries({paths[0], paths[1]});
+  EXPECT_EQ(one_run.refused, "");
+  EXPECT_FALSE(one_run.needs_traces);
+  EXPECT_EQ(one_run.model.processes.size(), 2u);
+  const SummaryLoad two_runs = load_rank_summaries(paths);
+  EXPECT_NE(two_runs.refused.find(paths[2] + ": refused: rank 1 of 2 again (" + paths[1]),
+            std::string::npos)
+      << two_runs.refused;
+}
+
+}  // namespace
+}  // namespace moescope::analysis
