@@ -1,11 +1,7 @@
 // Refused inputs (see input_checks.h).
 #include "input_checks.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>

@@ -7,8 +7,12 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
+#include "command_output.h"
 #include "commands.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/trace/record_kinds.h"
 #include "moescope/trace/trace_format.h"
@@ -140,16 +144,21 @@ void add_info_command(CLI::App& app) {
   auto* command = app.add_subcommand("info", "Summarise what trace files hold");
   auto paths = std::make_shared<std::vector<std::string>>();
   auto as_json = std::make_shared<bool>(false);
-  command->add_option("traces", *paths, "Trace files (.moetrace, Kineto .json[.gz])")->required();
+  command
+      ->add_option("traces", *paths,
+                   "Trace files (.moetrace, Kineto .json[.gz]), or folders of them")
+      ->required();
   command->add_flag("--json", *as_json, "Print JSON instead of text");
   command->callback([paths, as_json] {
+    std::vector<std::string> files;
+    run_reporting_errors("info", [&] { files = analysis::recorded_trace_files(*paths); });
     analysis::LoadOptions options;
     options.align_clocks = false;  // info shows each file as written
     options.detect_steps = false;
-    analysis::TraceModel model = analysis::load_traces(*paths, options);
+    analysis::TraceModel model = analysis::load_traces(files, options);
     bool any_unreadable = false;
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& path : *paths) {
+    for (const auto& path : files) {
       TraceInfo info = describe(model, path);
       any_unreadable |= info.process == nullptr;
       if (*as_json) {

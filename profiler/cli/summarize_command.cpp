@@ -1,4 +1,4 @@
-// `moescope summarize [-q] TRACE...`: writes each trace's rank summary beside it
+// `moescope summarize [-q] TRACE|FOLDER...`: writes each trace's rank summary beside it
 // (run.3.moetrace -> run.3.moesummary; rank_summary.h). One file at a time and independent of
 // the others, so a job's traces fan out with `xargs -P`, `srun` or a Dask cluster.
 #include <CLI/CLI.hpp>
@@ -6,9 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "moescope/analysis/rank_summary.h"
+#include "moescope/analysis/recorded_files.h"
 #include "moescope/analysis/trace_loader.h"
 
 namespace moescope::cli {
@@ -63,12 +67,23 @@ void add_summarize_command(CLI::App& app) {
       "summarize",
       "Write each trace's rank summary beside it (TRACE.moesummary), which report reads instead "
       "of the events");
-  command->add_option("traces", options->traces, "Trace files (.moetrace, Kineto .json[.gz])")
+  command
+      ->add_option("traces", options->traces,
+                   "Trace files (.moetrace, Kineto .json[.gz]), or folders of them")
       ->required();
   command->add_flag("-q,--quiet", options->quiet, "Print nothing on success");
   command->callback([options] {
     bool all = true;
-    for (const std::string& trace : options->traces) all &= summarize_one(trace, options->quiet);
+    for (const std::string& given : options->traces) {
+      std::vector<std::string> traces;
+      try {
+        traces = analysis::recorded_trace_files({given});
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "moescope summarize: %s\n", error.what());
+        all = false;
+      }
+      for (const std::string& trace : traces) all &= summarize_one(trace, options->quiet);
+    }
     if (!all) throw CLI::RuntimeError(1);
   });
 }

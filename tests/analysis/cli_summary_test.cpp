@@ -34,7 +34,13 @@ TEST(CliSummary, SummarizeThenReportMatchesTheTracesAndNotesFallbacks) {
   const std::vector<std::string> traces = moescope::testing::write_moe_job(config, dir.string());
   ASSERT_EQ(traces.size(), 8u);
 
-  auto summarized = run_cli("summarize" + joined(traces));
+  // The job's folder stands for its traces, in `info` and `summarize` too.
+  auto listed = run_cli("info '" + dir.string() + "'");
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  for (const std::string& trace : traces) {
+    EXPECT_NE(listed.out.find(trace + "\n  process"), std::string::npos) << listed.out;
+  }
+  auto summarized = run_cli("summarize '" + dir.string() + "'");
   ASSERT_EQ(summarized.exit_code, 0) << summarized.out;
   EXPECT_NE(summarized.out.find("job.5.moesummary"), std::string::npos) << summarized.out;
   for (int r = 0; r < 8; ++r) {
@@ -58,6 +64,16 @@ TEST(CliSummary, SummarizeThenReportMatchesTheTracesAndNotesFallbacks) {
   ASSERT_EQ(fallback.exit_code, 0) << fallback.out;
   EXPECT_NE(fallback.out.find("note: no summary"), std::string::npos) << fallback.out;
   EXPECT_NE(fallback.out.find("job.2.moetrace"), std::string::npos) << fallback.out;
+
+  // A folder with no trace in it: named, for both.
+  fs::create_directories(dir / "empty");
+  for (const char* command : {"info", "summarize"}) {
+    auto empty = run_cli(std::string(command) + " '" + (dir / "empty").string() + "'");
+    EXPECT_EQ(empty.exit_code, 1) << command;
+    EXPECT_NE(empty.out.find((dir / "empty").string() + ": no .moetrace file in this folder"),
+              std::string::npos)
+        << empty.out;
+  }
 
   // Not a trace: a clear error, no summary.
   auto refused = run_cli("summarize '" + (dir / "job.0.moesummary").string() + "'");
