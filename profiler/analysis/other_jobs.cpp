@@ -48,7 +48,7 @@ bool disjoint(const std::pair<TimeNs, TimeNs>& a, const std::pair<TimeNs, TimeNs
 }
 
 // Why `rank` is not of the job of the ranks before it ("" when it may be): another world size
-// than the first stating one, or a rank stated before at another time.
+// than the first stating one, or a rank stated before (or no rank, as before) at another time.
 class JobTally {
  public:
   explicit JobTally(const std::vector<OfferedRank>& offered, const std::vector<WallRange>& wall)
@@ -61,14 +61,20 @@ class JobTally {
       return "refused: " + place_in_job(rank) + " here, " + place_in_job(offered_[*sized_]) +
              " in " + offered_[*sized_].file + ": not one job (the world sizes differ)" + kWhatToDo;
     }
-    if (rank.stated_rank >= 0) {
-      const auto [first, added] = by_rank_.try_emplace(rank.stated_rank, i);
-      if (!added && wall_[i] && wall_[first->second] &&
-          disjoint(*wall_[i], *wall_[first->second])) {
-        return "refused: " + place_in_job(rank) + " again (" + offered_[first->second].file +
-               " is rank " + std::to_string(rank.stated_rank) +
-               " too), recorded at another time: two runs" + kWhatToDo;
+    // Files that state no rank count as one rank: a program that is not distributed runs once
+    // per recording, so two of its recordings at different times are two runs.
+    const int32_t stated = std::max(rank.stated_rank, -1);
+    const auto [first, added] = by_rank_.try_emplace(stated, i);
+    if (!added && wall_[i] && wall_[first->second] && disjoint(*wall_[i], *wall_[first->second])) {
+      const std::string& other = offered_[first->second].file;
+      if (stated < 0) {
+        return "refused: recorded at another time than " + other +
+               " (no overlap), and neither states a rank: two runs of a program that is not "
+               "distributed" +
+               kWhatToDo;
       }
+      return "refused: " + place_in_job(rank) + " again (" + other + " is rank " +
+             std::to_string(stated) + " too), recorded at another time: two runs" + kWhatToDo;
     }
     if (world > 0 && !sized_) sized_ = i;
     return "";
@@ -78,7 +84,7 @@ class JobTally {
   const std::vector<OfferedRank>& offered_;
   const std::vector<WallRange>& wall_;
   std::optional<size_t> sized_;        // the first rank stating its world size
-  std::map<int32_t, size_t> by_rank_;  // each stated rank's first process
+  std::map<int32_t, size_t> by_rank_;  // each stated rank's first process (-1: no rank)
 };
 
 }  // namespace

@@ -301,10 +301,13 @@ TEST(CliDiff, ARunsFolderStandsForItsTraces) {
 TEST(CliDiff, APyTorchProfilerFolderStandsForItsTraces) {
   const std::string directory = testing::test_directory("cli_profiler_folder");
   const std::string folder = directory + "/log";
+  // Two ranks of one Gloo job, running together as ranks do.
   const std::string command =
       "python3 " + testing::helper_script("write_kineto_trace.py") + " --handler " + folder;
-  ASSERT_EQ(std::system((command + " worker_a").c_str()), 0) << command;
-  ASSERT_EQ(std::system((command + " worker_b").c_str()), 0) << command;
+  const std::string job = " 1 --world 2 --store " + directory + "/store --rank ";
+  const std::string both = command + " worker_a" + job + "0 & a=$!; " + command + " worker_b" +
+                           job + "1 & b=$!; wait $a && wait $b";
+  ASSERT_EQ(std::system(both.c_str()), 0) << both;
   std::vector<std::string> traces;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     traces.push_back(entry.path().string());

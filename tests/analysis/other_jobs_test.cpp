@@ -125,14 +125,14 @@ TEST(OtherJobs, OneRankAtTwoTimesIsTwoRuns) {
 
 TEST(OtherJobs, RecordingsHoursApartAreAnotherRun) {
   const std::string directory = testing::test_directory("other_jobs_gap");
-  KinetoFile later = unranked("later.json", 32, kUnixNs + kDayNs);
   // Older torch.profiler versions: ts are unix times in microseconds, no baseTimeNanoseconds.
-  KinetoFile unix_ts = unranked("unix.json", 34);
+  KinetoFile unix_ts = ranked("unix.json", 34, 3, 4, 0);
+  unix_ts.base_time_ns.reset();
   unix_ts.first_ts_us = double(kUnixNs + 3 * kDayNs) / 1e3;
   const std::vector<std::string> paths = {
-      write(directory, unranked("first.json", 31, kUnixNs)),
-      write(directory, later),
-      write(directory, unranked("soon_after.json", 33, kUnixNs + 300 * kSecondNs)),
+      write(directory, ranked("first.json", 31, 0, 4, kUnixNs)),
+      write(directory, ranked("later.json", 32, 1, 4, kUnixNs + kDayNs)),
+      write(directory, ranked("soon_after.json", 33, 2, 4, kUnixNs + 300 * kSecondNs)),
       write(directory, unix_ts),
   };
   const TraceModel model = load_traces(paths);
@@ -147,10 +147,32 @@ TEST(OtherJobs, RecordingsHoursApartAreAnotherRun) {
   EXPECT_EQ(messages[2], "") << "5 minutes after the first: the same run";
   EXPECT_NE(messages[3].find("recorded 3 days apart from " + paths[0]), std::string::npos)
       << messages[3];
+}
+
+TEST(OtherJobs, TwoRecordingsOfAProgramThatIsNotDistributedAreTwoRuns) {
+  const std::string directory = testing::test_directory("other_jobs_unranked");
+  // A script profiled twice into one folder, a minute apart: each run is one process, no rank.
+  const std::vector<std::string> paths = {
+      write(directory, unranked("run1.json", 51, kUnixNs)),
+      write(directory, unranked("run2.json", 52, kUnixNs + 60 * kSecondNs)),
+  };
+  const auto messages = refusals(load_traces(paths), paths);
+  EXPECT_EQ(messages[0], "");
+  EXPECT_NE(messages[1].find("recorded at another time than " + paths[0] +
+                             " (no overlap), and neither states a rank: two runs of a program "
+                             "that is not distributed"),
+            std::string::npos)
+      << messages[1];
+  // Processes recorded at the same time are kept (ranks launched without a rank variable).
+  const std::vector<std::string> together = {
+      write(directory, unranked("worker1.json", 53, kUnixNs)),
+      write(directory, unranked("worker2.json", 54, kUnixNs + 5'000'000)),
+  };
+  EXPECT_EQ(load_traces(together).processes.size(), 2u);
   // Without a wall clock (ts from 0, no base), nothing says when a file was recorded: kept.
   const std::vector<std::string> unknown = {
-      write(directory, unranked("x.json", 35)),
-      write(directory, unranked("y.json", 36)),
+      write(directory, unranked("x.json", 55)),
+      write(directory, unranked("y.json", 56)),
   };
   EXPECT_EQ(load_traces(unknown).processes.size(), 2u);
 }
