@@ -172,13 +172,9 @@ void refuse_other_jobs(std::vector<FileLoad>& files) {
   }
 }
 
-}  // namespace
-
-void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
-  for (FileLoad& file : files) refuse_if_no_trace(file);
-  if (!together) return;
-  refuse_repeated_processes(files);
-  refuse_other_jobs(files);
+// Kineto traces given with .moetrace files: the same process's own profiler trace, or another
+// process's, whose clock cannot be related to theirs. Either way the Kineto trace is refused.
+void refuse_kineto_with_moetraces(std::vector<FileLoad>& files) {
   std::vector<const FileLoad*> moetraces;
   for (const FileLoad& file : files) {
     if (file.opened && file.process.source_format == "moetrace") moetraces.push_back(&file);
@@ -210,6 +206,18 @@ void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
              "files separately");
     }
   }
+}
+
+}  // namespace
+
+void refuse_unusable_inputs(std::vector<FileLoad>& files, bool together) {
+  for (FileLoad& file : files) refuse_if_no_trace(file);
+  if (!together) return;
+  refuse_repeated_processes(files);
+  // Before the job checks: a Kineto trace and a .moetrace are never one job's ranks, and the
+  // reason given is the specific one.
+  refuse_kineto_with_moetraces(files);
+  refuse_other_jobs(files);
 }
 
 }  // namespace moescope::analysis

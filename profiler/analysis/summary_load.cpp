@@ -166,13 +166,16 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
       return result;
     }
   }
-  // Ranks of another job (other_jobs.h): refused as the traces' loader refuses them.
+  // Ranks of another job (other_jobs.h): the traces' loader refuses them, with the same
+  // precedence among its checks (a recording given twice, a Kineto trace with .moetrace files).
   std::vector<OfferedRank> offered;
   for (const RankInput* input : usable) {
     offered.push_back({&input->loaded.process, input->loaded.metadata_rank, input->trace});
   }
   if (const auto other = ranks_of_other_jobs(offered); !other.empty()) {
-    result.refused = usable[other.front().index]->trace + ": " + other.front().message;
+    result.needs_traces = true;
+    result.notes.push_back(usable[other.front().index]->trace +
+                           " may be of another run: read from the traces");
     return result;
   }
   // One recording given twice (or by its summary and its trace): the traces' loader refuses it,
