@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "moescope/trace/time_arithmetic.h"
 #include "other_jobs.h"
 #include "recording_clock.h"
 
@@ -68,7 +69,8 @@ bool same_process(const ProcessTrack& kineto, const ProcessTrack& moetrace) {
   const auto range = recorded_wall_range(moetrace);
   if (!kineto_range || !range) return true;
   const int64_t slack = 1'000'000'000;  // wall clocks read at different moments
-  return kineto_range->first < range->second + slack && range->first < kineto_range->second + slack;
+  return kineto_range->first < trace::saturating_add(range->second, slack) &&
+         range->first < trace::saturating_add(kineto_range->second, slack);
 }
 
 // Ranks that the files state and that differ are never one process (containers reuse pids).
@@ -80,8 +82,10 @@ bool stated_ranks_differ(const FileLoad& first, const FileLoad& second) {
 // [begin, end] on a clock both files of one format share: a .moetrace's own (CLOCK_MONOTONIC,
 // one per host), a Kineto trace's wall clock where its base is known.
 std::pair<TimeNs, TimeNs> shared_clock_range(const ProcessTrack& process) {
-  const TimeNs base = process.source_format == "kineto" ? unix_offset(process).value_or(0) : 0;
-  return {process.begin + base, process.end + base};
+  if (process.source_format == "kineto") {
+    if (const auto range = recorded_wall_range(process)) return *range;
+  }
+  return {process.begin, process.end};
 }
 
 // The earlier files that may come from the same process as a file, as far as files tell: a

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "moescope/trace/time_arithmetic.h"
 #include "recording_clock.h"
 
 namespace moescope::analysis {
@@ -114,14 +115,17 @@ std::vector<OtherJobRank> ranks_of_other_jobs(const std::vector<OfferedRank>& of
   TimeNs reach = wall[timed.front()]->second;
   for (size_t k = 1; k < timed.size(); ++k) {
     const auto [begin, end] = *wall[timed[k]];
-    group[timed[k]] = group[timed[k - 1]] + (begin > reach + kRunGapNs ? 1 : 0);
+    group[timed[k]] =
+        group[timed[k - 1]] + (begin > trace::saturating_add(reach, kRunGapNs) ? 1 : 0);
     reach = std::max(reach, end);
   }
   for (size_t i : timed) {
     if (group[i] == group[reference]) continue;
-    const double apart_s = double(std::max(wall[i]->first - wall[reference]->second,
-                                           wall[reference]->first - wall[i]->second)) /
-                           1e9;
+    // Saturating: hostile clock pairs at the int64 limits must not overflow.
+    const double apart_s =
+        double(std::max(trace::saturating_sub(wall[i]->first, wall[reference]->second),
+                        trace::saturating_sub(wall[reference]->first, wall[i]->second))) /
+        1e9;
     refused.push_back({i, "refused: recorded " + duration_in_words(apart_s) + " apart from " +
                               offered[reference].file +
                               " (the ranks of one run are recorded together): another run, or "

@@ -19,6 +19,14 @@ std::optional<int64_t> integer_at(const nlohmann::json& meta, const char* key) {
   return found->get<int64_t>();
 }
 
+// A Kineto trace's offset to unix time: its base time, or 0 where its ts are unix times.
+std::optional<TimeNs> kineto_unix_offset(const ProcessTrack& process) {
+  const auto meta = nlohmann::json::parse(process.metadata_json, nullptr, false);
+  if (const auto base = integer_at(meta, kKinetoBaseTimeKey)) return *base;
+  if (process.begin > kUnixTimesFrom) return 0;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<TimeNs> moetrace_unix_offset(const ProcessTrack& process) {
@@ -29,16 +37,9 @@ std::optional<TimeNs> moetrace_unix_offset(const ProcessTrack& process) {
   return trace::saturating_sub(*unix_start, *trace_start);
 }
 
-std::optional<TimeNs> unix_offset(const ProcessTrack& process) {
-  if (process.source_format != "kineto") return moetrace_unix_offset(process);
-  const auto meta = nlohmann::json::parse(process.metadata_json, nullptr, false);
-  if (const auto base = integer_at(meta, kKinetoBaseTimeKey)) return *base;
-  if (process.begin > kUnixTimesFrom) return 0;
-  return std::nullopt;
-}
-
 std::optional<std::pair<TimeNs, TimeNs>> recorded_wall_range(const ProcessTrack& process) {
-  const auto offset = unix_offset(process);
+  const auto offset = process.source_format == "kineto" ? kineto_unix_offset(process)
+                                                        : moetrace_unix_offset(process);
   if (!offset) return std::nullopt;
   return std::make_pair(trace::saturating_add(process.begin, *offset),
                         trace::saturating_add(process.end, *offset));

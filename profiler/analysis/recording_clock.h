@@ -13,11 +13,9 @@ namespace moescope::analysis {
 // at the int64 limits give an offset clock alignment refuses); nullopt without one.
 std::optional<TimeNs> moetrace_unix_offset(const ProcessTrack& process);
 
-// Any trace: a .moetrace's clock pair; a Kineto trace's baseTimeNanoseconds (the unix time its ts
-// count from), or 0 where its timestamps are unix times already (older torch.profiler).
-std::optional<TimeNs> unix_offset(const ProcessTrack& process);
-
-// [begin, end] of the recording in unix ns, where unix_offset is known.
+// [begin, end] of the recording in unix ns (saturating), where the file tells it: a .moetrace by
+// its clock pair; a Kineto trace by its baseTimeNanoseconds (the unix time its ts count from),
+// or by its timestamps where they are unix times already (older torch.profiler).
 std::optional<std::pair<TimeNs, TimeNs>> recorded_wall_range(const ProcessTrack& process);
 
 }  // namespace moescope::analysis

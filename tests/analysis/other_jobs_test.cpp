@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -175,6 +176,23 @@ TEST(OtherJobs, TwoRecordingsOfAProgramThatIsNotDistributedAreTwoRuns) {
       write(directory, unranked("y.json", 56)),
   };
   EXPECT_EQ(load_traces(unknown).processes.size(), 2u);
+}
+
+// Hostile clocks (a base time at the int64 limit) are compared without overflow (UBSan in CI):
+// such a file is only ever another run's, far in the future.
+TEST(OtherJobs, ClocksAtTheInt64LimitAreComparedWithoutOverflow) {
+  const std::string directory = testing::test_directory("other_jobs_hostile");
+  const std::vector<std::string> paths = {
+      write(directory, ranked("first.json", 61, 0, 2, kUnixNs)),
+      write(directory, ranked("far.json", 62, 1, 2, std::numeric_limits<int64_t>::max())),
+      write(directory, unranked("alone.json", 63, std::numeric_limits<int64_t>::max())),
+  };
+  const TraceModel model = load_traces(paths);
+  EXPECT_EQ(model.processes.size(), 1u);
+  const auto messages = refusals(model, paths);
+  EXPECT_EQ(messages[0], "");
+  EXPECT_NE(messages[1].find("days apart from " + paths[0]), std::string::npos) << messages[1];
+  EXPECT_NE(messages[2].find("days apart from " + paths[0]), std::string::npos) << messages[2];
 }
 
 // Rank summaries say the same: summaries of two runs are not merged; their traces are read, and
