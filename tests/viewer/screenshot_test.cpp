@@ -475,8 +475,8 @@ TEST_F(ViewerScreenshots, FileBrowserOpensTickedRanks) {
   EXPECT_EQ(layout["ranks"].get<int>(), 2);
 }
 
-// Two runs (`moescope view BASE --against NEW_FOLDER`): the base's hot expert moved to another expert
-// in the new run. The Compare tab shows both heatmaps on one scale and their difference (the
+// Two runs (`moescope view BASE --against NEW_FOLDER`): the base's hot expert moved to another
+// expert in the new run. The Compare tab shows both heatmaps on one scale and their difference (the
 // new hot cell red, the old one blue), and both runs' step times on one chart; every number
 // drawn is the analysis library's.
 TEST_F(ViewerScreenshots, CompareTabShowsBothRunsAndTheirDifference) {
