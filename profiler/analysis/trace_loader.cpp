@@ -9,6 +9,10 @@
 #include <set>
 #include <thread>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "file_load.h"
 #include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
@@ -133,6 +137,41 @@ std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
   return ranks;
 }
 
+// Bytes a file's sample arrays hold: what the merge copies out and then frees.
+size_t sample_array_bytes(const FileLoad& file) {
+  size_t bytes = 0;
+  for_each_sample_array([&](const auto& array) {
+    const auto& samples = file.*array.samples;
+    bytes += samples.capacity() * sizeof(samples[0]);
+    if constexpr (std::decay_t<decltype(array)>::kHasTail) {
+      const auto& tail = file.*array.tail;
+      bytes += tail.capacity() * sizeof(tail[0]);
+    }
+  });
+  return bytes;
+}
+
+// The files were loaded on worker threads, so their freed arrays sit in those threads' malloc
+// arenas while the model's arrays are new pages: without handing the freed pages back, the
+// merge's peak is the events twice over.
+class FreedMemoryReturn {
+ public:
+  void freed(size_t bytes) {
+#if defined(__GLIBC__)
+    pending_ += bytes;
+    if (pending_ < kEvery) return;
+    pending_ = 0;
+    malloc_trim(0);
+#else
+    (void)bytes;
+#endif
+  }
+
+ private:
+  static constexpr size_t kEvery = size_t(64) << 20;
+  size_t pending_ = 0;
+};
+
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
   std::vector<int32_t> ranks = choose_ranks(files);
   // The model-wide arrays are filled file by file: reserved once, each page is touched once.
@@ -149,6 +188,7 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return ranks[a] < ranks[b]; });
+  FreedMemoryReturn freed_memory;
   for (size_t i : order) {
     FileLoad& file = files[i];
     for (auto& error : file.errors) model.errors.push_back(std::move(error));
@@ -182,7 +222,9 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     }
     model.total_events += file.process.events;
     model.processes.push_back(std::move(file.process));
+    const size_t copied_bytes = sample_array_bytes(file);
     file = FileLoad();  // free the file's memory as soon as it is merged
+    freed_memory.freed(copied_bytes);
   }
   update_model_time_range(model);
 }

@@ -9,6 +9,37 @@ namespace {
 // (crafted or damaged files).
 constexpr uint32_t kDenseIds = 1u << 16;
 
+// Arrays up to this size come from the malloc heap (glibc's mmap threshold starts at 128 KiB
+// and rises to 32 MiB as large blocks are freed).
+constexpr size_t kHeapArrayBytes = size_t(1) << 20;
+
+// Every array of a process's tracks that grows with the events: reserved ahead by
+// reserve_projected, trimmed by finish.
+template <typename Visit>
+void for_each_track_array(ProcessTrack& process, Visit&& visit) {
+  for (auto& thread : process.threads) {
+    visit(thread.spans);
+    visit(thread.instants);
+    visit(thread.api_calls);
+    for (auto& depth : thread.spans_by_depth) visit(depth);
+  }
+  for (auto& stream : process.gpu_streams) {
+    visit(stream.ops);
+    visit(stream.max_end);
+    visit(stream.kernel_details);
+  }
+  for (auto& comm : process.communicators) {
+    visit(comm.ops);
+    visit(comm.max_end);
+    visit(comm.split_bytes);
+  }
+  for (auto& counter : process.counters) {
+    visit(counter.times);
+    visit(counter.values);
+  }
+  for_each_process_event_array([&](const auto& array) { visit(process.*array.events); });
+}
+
 }  // namespace
 
 uint32_t TrackAppender::thread_of(uint32_t stream) {
@@ -116,27 +147,7 @@ void TrackAppender::reserve_projected(uint64_t bytes_read, uint64_t file_bytes) 
     const size_t wanted = static_cast<size_t>(double(items.size()) * scale);
     if (wanted > items.capacity()) items.reserve(wanted);
   };
-  for (auto& thread : process_.threads) {
-    grow(thread.spans);
-    grow(thread.instants);
-    grow(thread.api_calls);
-    for (auto& depth : thread.spans_by_depth) grow(depth);
-  }
-  for (auto& stream : process_.gpu_streams) {
-    grow(stream.ops);
-    grow(stream.max_end);
-    grow(stream.kernel_details);
-  }
-  for (auto& comm : process_.communicators) {
-    grow(comm.ops);
-    grow(comm.max_end);
-    grow(comm.split_bytes);
-  }
-  for (auto& counter : process_.counters) {
-    grow(counter.times);
-    grow(counter.values);
-  }
-  for_each_process_event_array([&](const auto& array) { grow(process_.*array.events); });
+  for_each_track_array(process_, grow);
   for_each_sample_array([&](const auto& array) {
     grow(out_.*array.samples);
     if constexpr (std::decay_t<decltype(array)>::kHasTail) grow(out_.*array.tail);
@@ -183,6 +194,16 @@ void TrackAppender::finish(const std::vector<std::pair<uint32_t, uint32_t>>& ope
   index.end = begin_ <= end_ ? end_ : 0;
   index.max_name = max_name_;
   index.made_up_names_only_on_gpu_ops = true;
+  // The tracks move into the model and stay for the whole session. An array small enough to
+  // live in the malloc heap holds its unused capacity on pages other allocations touched: give
+  // it back now (a file of a 4,096-rank job had a third of its heap so). A large array is its
+  // own mapping whose unused tail was never touched: copying it would cost time and memory.
+  for_each_track_array(process_, [](auto& items) {
+    const size_t unused = items.capacity() - items.size();
+    if (items.capacity() * sizeof(items[0]) <= kHeapArrayBytes && unused > items.size() / 16) {
+      items.shrink_to_fit();
+    }
+  });
 }
 
 }  // namespace moescope::analysis
