@@ -167,7 +167,8 @@ void refuse_other_jobs(std::vector<FileLoad>& files) {
   std::vector<size_t> offered_file;
   for (size_t i = 0; i < files.size(); ++i) {
     if (!files[i].opened) continue;
-    offered.push_back({&files[i].process, files[i].metadata_rank, files[i].process.file});
+    offered.push_back(
+        offered_rank(files[i].process, files[i].metadata_rank, files[i].process.file));
     offered_file.push_back(i);
   }
   for (OtherJobRank& other : ranks_of_other_jobs(offered)) {

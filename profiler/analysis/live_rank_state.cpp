@@ -11,7 +11,9 @@
 #include "file_load.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/trace/record_kinds.h"
+#include "moescope/trace/time_arithmetic.h"
 #include "moescope/trace/trace_reader.h"
+#include "recording_clock.h"
 
 namespace moescope::analysis {
 namespace {
@@ -156,6 +158,9 @@ void LiveRankState::start_over() {
   steps_.clear();
   loads_.clear();
   window_ = std::make_unique<Window>();
+  recording_ = ProcessTrack();
+  recording_started_ = false;
+  unix_offset_.reset();
   errors_.clear();
 }
 
@@ -207,6 +212,7 @@ bool LiveRankState::read_appended() {
     readable_ = true;
     metadata_json_ = reader.metadata_json();
     metadata_rank_ = rank_in_metadata(metadata_json_);
+    note_header();
     device_ = uint64_t(info.st_dev);
     inode_ = info.st_ino;
     offset_ = reader.chunks_begin();
@@ -259,6 +265,7 @@ void LiveRankState::load_window() {
   TraceModel model = model_of_files(files, options);
   if (model.processes.empty()) return;
   const ProcessTrack& process = model.processes.front();
+  note_window(process);
   if (process.steps.empty()) return;
   has_steps_ = true;
   step_source_ = model.step_source;
@@ -299,6 +306,37 @@ void LiveRankState::load_window() {
     load.tokens.assign(tokens.begin(), tokens.end());
     loads_[number].push_back(std::move(load));
   }
+}
+
+// The recording as far as which run it is of, from the header: the metadata's rank, world
+// size, host and clock pair, and its start (start_ns), so that a file whose events are not
+// written yet already counts for the newest run.
+void LiveRankState::note_header() {
+  FileLoad header = load_moetrace_chunks(path_, metadata_json_, {}, false);
+  recording_ = std::move(header.process);
+  recording_.file = path_;
+  recording_.begin = recording_.end = header.start_ns;
+  recording_started_ = header.start_ns != 0;
+  unix_offset_ = moetrace_unix_offset(recording_);
+}
+
+std::optional<std::pair<TimeNs, TimeNs>> LiveRankState::recorded_wall_range() const {
+  if (!readable_ || !unix_offset_) return std::nullopt;
+  return std::make_pair(trace::saturating_add(recording_.begin, *unix_offset_),
+                        trace::saturating_add(recording_.end, *unix_offset_));
+}
+
+// Each window moves the recording's end; without a start in the metadata, the first window
+// with events (which starts at the file's start) gives it.
+void LiveRankState::note_window(const ProcessTrack& window) {
+  if (window.events == 0) return;  // definitions only: no time yet
+  if (!recording_started_) {
+    recording_started_ = true;
+    recording_.begin = window.begin;
+    recording_.end = window.end;
+  }
+  recording_.begin = std::min(recording_.begin, window.begin);
+  recording_.end = std::max(recording_.end, window.end);
 }
 
 // Lets go of the steps before `keep` and starts the window at it.

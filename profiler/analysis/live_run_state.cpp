@@ -1,5 +1,5 @@
-// The growing files of one run (live_rank_state.h): refreshed together, and told which steps a
-// frame still needs.
+// The growing files of one run (live_rank_state.h): refreshed together, sorted from an earlier
+// run's, and told which steps a frame still needs.
 #include <algorithm>
 #include <atomic>
 #include <set>
@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "moescope/analysis/live_rank_state.h"
+#include "other_jobs.h"
 #include "worker_threads.h"
 
 namespace moescope::analysis {
@@ -32,10 +33,11 @@ void LiveRunState::refresh(const std::vector<std::string>& paths, unsigned threa
     }
   };
   run_worker_threads(static_cast<unsigned>(std::min<size_t>(budget, files_.size())), worker);
+  choose_newest_run();
   // The latest step every file with steps finished.
   common_step_ = -1;
   bool first = true;
-  for (const auto& file : files_) {
+  for (const LiveRankState* file : run_) {
     if (!file->has_steps()) continue;
     const LiveStep* last = file->last_step();
     if (!last) {
@@ -50,11 +52,51 @@ void LiveRunState::refresh(const std::vector<std::string>& paths, unsigned threa
   }
 }
 
+void LiveRunState::choose_newest_run() {
+  // Offered newest recording first, so that it is the reference the others are judged by;
+  // recordings that do not say when they were made after them, in the order given.
+  std::vector<OfferedRank> offered;
+  std::vector<size_t> file_of;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const LiveRankState& file = *files_[i];
+    if (!file.recording()) continue;
+    offered.push_back(
+        {file.recording(), file.metadata_rank(), file.path(), file.recorded_wall_range()});
+    file_of.push_back(i);
+  }
+  std::vector<size_t> order(offered.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const WallRange& first = offered[a].wall;
+    const WallRange& second = offered[b].wall;
+    if (first.has_value() != second.has_value()) return first.has_value();
+    return first && first->first > second->first;
+  });
+  std::vector<OfferedRank> newest_first;
+  for (size_t k : order) newest_first.push_back(offered[k]);
+  std::vector<bool> left_out(files_.size(), false);
+  std::vector<std::string> why(files_.size());
+  for (OtherJobRank& other : ranks_of_other_jobs(newest_first)) {
+    const size_t file = file_of[order[other.index]];
+    left_out[file] = true;
+    why[file] = std::move(other.message);
+  }
+  run_.clear();
+  other_runs_.clear();
+  for (size_t i = 0; i < files_.size(); ++i) {
+    if (left_out[i]) {
+      other_runs_.push_back({files_[i]->path(), 0, std::move(why[i]), true});
+    } else {
+      run_.push_back(files_[i].get());
+    }
+  }
+}
+
 std::vector<int32_t> LiveRunState::ranks() const {
   std::vector<int32_t> ranks;
   std::set<int32_t> seen;
   bool usable = true;
-  for (const auto& file : files_) {
+  for (const LiveRankState* file : run_) {
     const int32_t rank = file->metadata_rank();
     usable = usable && rank >= 0 && seen.insert(rank).second;
     ranks.push_back(rank);

@@ -13,8 +13,6 @@
 namespace moescope::analysis {
 namespace {
 
-using WallRange = std::optional<std::pair<TimeNs, TimeNs>>;
-
 // Ranks of one job are recorded together: recordings further apart than this, with none
 // between them, are two runs (a folder that torch.profiler wrote into on several days).
 constexpr TimeNs kRunGapNs = TimeNs{600} * 1'000'000'000;
@@ -90,9 +88,13 @@ class JobTally {
 
 }  // namespace
 
+OfferedRank offered_rank(const ProcessTrack& process, int32_t stated_rank, std::string file) {
+  return {&process, stated_rank, std::move(file), recorded_wall_range(process)};
+}
+
 std::vector<OtherJobRank> ranks_of_other_jobs(const std::vector<OfferedRank>& offered) {
   std::vector<WallRange> wall(offered.size());
-  for (size_t i = 0; i < offered.size(); ++i) wall[i] = recorded_wall_range(*offered[i].process);
+  for (size_t i = 0; i < offered.size(); ++i) wall[i] = offered[i].wall;
   std::vector<OtherJobRank> refused;
   std::vector<bool> kept(offered.size(), true);
   JobTally tally(offered, wall);

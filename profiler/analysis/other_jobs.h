@@ -5,19 +5,28 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
 
+// When a recording was made, [begin, end] in unix ns, where its file says (recording_clock.h).
+using WallRange = std::optional<std::pair<TimeNs, TimeNs>>;
+
 // A process offered as a rank of one run.
 struct OfferedRank {
   const ProcessTrack* process = nullptr;
   int32_t stated_rank = -1;  // the rank its file states, -1 when none
   std::string file;          // the trace it stands for, named in messages
+  WallRange wall;            // recorded_wall_range(*process)
 };
+
+// `process` offered as a rank, with its wall range read from its file's metadata.
+OfferedRank offered_rank(const ProcessTrack& process, int32_t stated_rank, std::string file);
 
 struct OtherJobRank {
   size_t index = 0;     // into the offered ranks

@@ -170,7 +170,8 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
   // precedence among its checks (a recording given twice, a Kineto trace with .moetrace files).
   std::vector<OfferedRank> offered;
   for (const RankInput* input : usable) {
-    offered.push_back({&input->loaded.process, input->loaded.metadata_rank, input->trace});
+    offered.push_back(
+        offered_rank(input->loaded.process, input->loaded.metadata_rank, input->trace));
   }
   if (const auto other = ranks_of_other_jobs(offered); !other.empty()) {
     result.needs_traces = true;

@@ -1,6 +1,7 @@
 // `moescope top [--once] [--interval S] RUN_FOLDER | TRACES...`: a live terminal view of a
 // running job from its growing traces (top_frame.h says what a frame shows). A folder stands for
-// the .moetrace files in it, found again at each refresh (ranks that start late appear).
+// the .moetrace files in it, found again at each refresh (ranks that start late appear); where
+// it also holds an earlier run's files, the view follows the newest run (live_rank_state.h).
 // --once prints one frame and exits, like `top -b -n 1`; otherwise the frame is redrawn every
 // interval until `q` (or Ctrl-C).
 //
@@ -50,6 +51,13 @@ std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
       }
       errors += "\n";
     }
+  }
+  // An earlier run's files in the folder: said in one line, the first one's reason in full.
+  const auto& left_out = run.other_runs();
+  if (!left_out.empty()) {
+    errors += "moescope top: following the newest run; left out " +
+              std::to_string(left_out.size()) + " file(s) of another run, first " +
+              left_out.front().file + ": " + left_out.front().message + "\n";
   }
   if (readable == 0) return errors + "moescope top: nothing readable yet\n";
   return render_top_frame(run) + errors;

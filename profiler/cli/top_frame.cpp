@@ -161,7 +161,7 @@ std::string render_top_frame(const analysis::LiveRunState& run) {
     // A process of the run without steps (the launcher, a helper) is not a rank of the job.
     if (!files[i]->has_steps()) continue;
     if (rows.empty()) source = files[i]->step_source();
-    rows.push_back({numbers[i], files[i].get()});
+    rows.push_back({numbers[i], files[i]});
     running += files[i]->complete() ? 0 : 1;
   }
   std::stable_sort(rows.begin(), rows.end(),

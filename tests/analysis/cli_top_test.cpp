@@ -67,3 +67,44 @@ TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
   EXPECT_EQ(text.find("moescope top: ", 5), std::string::npos) << text;
   if (!getenv("S6KEEP")) fs::remove_all(dir);
 }
+
+// A folder the job wrote into before: the earlier run's traces (other names, an hour earlier)
+// are left out with one line, and the frame is the newest run's alone.
+TEST(CliTop, AFolderWithAnEarlierRunShowsTheNewestRun) {
+  const fs::path dir = fs::temp_directory_path() / ("cli_top_runs_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  moescope::testing::MoeJobConfig config;
+  config.ranks = 4;
+  config.steps = 6;
+  config.layers = 2;
+  config.experts = 8;
+  config.kernels_per_layer = 1;
+  config.slow_host = -1;
+  config.hot_layer = 1;
+  config.hot_expert = 3;
+  config.slow_rank = 2;
+  config.slow_from_step = 1;
+  config.slow_factor = 1.5;
+  config.start_unix_ns -= int64_t(3600) * 1'000'000'000;
+  const auto earlier = moescope::testing::write_moe_job(config, (dir / "earlier").string());
+  ASSERT_EQ(earlier.size(), 4u);
+  for (size_t r = 0; r < earlier.size(); ++r) {
+    fs::rename(earlier[r], dir / ("a_earlier." + std::to_string(r) + ".moetrace"));
+  }
+  config.start_unix_ns += int64_t(3600) * 1'000'000'000;
+  config.steps = 9;
+  config.slow_rank = 1;
+  ASSERT_EQ(moescope::testing::write_moe_job(config, dir.string()).size(), 4u);
+  auto frame = run_cli("top --once '" + dir.string() + "'");
+  ASSERT_EQ(frame.exit_code, 0) << frame.out;
+  const std::string& text = frame.out;
+  EXPECT_NE(text.find("moescope top: 4 ranks"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 8 (finished on every rank): slowest rank 1,"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("moescope top: following the newest run; left out 4 file(s) of another "
+                      "run, first " +
+                      (dir / "a_earlier.0.moetrace").string() + ": refused: rank 0 of 4 again"),
+            std::string::npos)
+      << text;
+  if (!getenv("S6KEEP")) fs::remove_all(dir);
+}

@@ -235,6 +235,69 @@ TEST_P(GrowingTraces, MatchAFullLoadAndReadOnlyWhatIsNew) {
 INSTANTIATE_TEST_SUITE_P(LiveRankState, GrowingTraces, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Markers" : "Ranges"; });
 
+// A folder a job writes into again (trace names with %p, or fewer ranks than before) also holds
+// an earlier run's files. The view follows the newest run from its first header on: the earlier
+// run's ranks are left out, each with why, and do not hold the common step back.
+TEST(LiveRunState, AnEarlierRunsFilesAreLeftOut) {
+  const std::string directory = testing::test_directory("live_run_state_two_runs");
+  testing::MoeJobConfig earlier_config = small_job(2, 4);
+  earlier_config.start_unix_ns -= int64_t(3600) * 1'000'000'000;  // an hour before
+  const auto earlier = testing::write_moe_job(earlier_config, directory + "/earlier");
+  testing::MoeJobConfig bigger_config = small_job(4, 4);  // another world size
+  bigger_config.start_unix_ns -= int64_t(7200) * 1'000'000'000;
+  const auto bigger = testing::write_moe_job(bigger_config, directory + "/bigger");
+  const auto sources = testing::write_moe_job(small_job(2, 10), directory + "/written");
+  ASSERT_EQ(earlier.size(), 2u);
+  ASSERT_EQ(bigger.size(), 4u);
+  ASSERT_EQ(sources.size(), 2u);
+  std::vector<WrittenTrace> written;
+  for (const auto& path : sources) written.push_back(written_trace(path));
+  std::vector<GrowingCopy> copies;
+  std::vector<std::string> newest;
+  for (size_t r = 0; r < written.size(); ++r) {
+    copies.push_back({&written[r], directory + "/live." + std::to_string(r) + ".moetrace", 0});
+    newest.push_back(copies.back().path);
+    std::filesystem::remove(newest.back());
+  }
+  // As a folder lists them: the earlier runs' files first.
+  std::vector<std::string> paths = {earlier[0], earlier[1], bigger[3], newest[0], newest[1]};
+  LiveRunState run;
+  // Only the earlier runs' files can be read yet: the larger world size is the other run.
+  run.refresh(paths, 1);
+  ASSERT_EQ(run.files().size(), 4u);
+  ASSERT_EQ(run.other_runs().size(), 1u);
+  EXPECT_EQ(run.other_runs()[0].file, bigger[3]);
+  EXPECT_NE(run.other_runs()[0].message.find("(the world sizes differ)"), std::string::npos)
+      << run.other_runs()[0].message;
+  // The newest run's headers: its ranks are the run from now on, though no event is written.
+  for (auto& copy : copies) copy.grow_to(copy.source->chunks_begin);
+  run.refresh(paths, 1);
+  ASSERT_EQ(run.files().size(), 2u);
+  EXPECT_EQ(run.files()[0]->path(), newest[0]);
+  EXPECT_EQ(run.files()[1]->path(), newest[1]);
+  ASSERT_EQ(run.other_runs().size(), 3u);
+  EXPECT_EQ(run.other_runs()[0].file, earlier[0]);
+  EXPECT_NE(run.other_runs()[0].message.find("refused: rank 0 of 2 again (" + newest[0] +
+                                             " is rank 0 too), recorded at another time"),
+            std::string::npos)
+      << run.other_runs()[0].message;
+  EXPECT_EQ(run.other_runs()[2].file, bigger[3]);
+  EXPECT_EQ(run.common_step(), -1);
+  // Half the newest run, then all of it: the same as a full load of its files alone, and the
+  // common step is its own (the earlier run finished at step 3).
+  for (auto& copy : copies)
+    copy.grow_to(copy.source->chunk_ends[copy.source->chunk_ends.size() / 2]);
+  run.refresh(paths, 1);
+  EXPECT_EQ(run.other_runs().size(), 3u);
+  expect_same_as_full_load(run, newest);
+  EXPECT_GT(run.common_step(), 3);
+  for (auto& copy : copies) copy.grow_to(copy.source->bytes.size());
+  run.refresh(paths, 1);
+  expect_same_as_full_load(run, newest);
+  EXPECT_EQ(run.common_step(), 9);
+  EXPECT_EQ(run.ranks(), (std::vector<int32_t>{0, 1}));
+}
+
 TEST(LiveRankState, APartialLastChunkIsRetriedAndAReplacedFileIsReadAgain) {
   const std::string directory = testing::test_directory("live_rank_state_replaced");
   const auto long_run = testing::write_moe_job(small_job(1, 12), directory + "/long");

@@ -126,9 +126,10 @@ std::string metadata(const MoeJobConfig& c, int rank) {
   std::snprintf(text, sizeof(text),
                 "{\"rank\": %d, \"world_size\": %d, \"local_rank\": %d, \"host\": \"%s\", "
                 "\"run_id\": \"%s\", \"command_line\": \"moe_job_traces\", \"start_ns\": "
-                "1000000000, \"start_unix_ns\": 1700000000000000000}",
+                "1000000000, \"start_unix_ns\": %lld}",
                 rank, c.ranks, rank % c.ranks_per_host,
-                moe_job_host_name(rank / c.ranks_per_host).c_str(), c.run_id.c_str());
+                moe_job_host_name(rank / c.ranks_per_host).c_str(), c.run_id.c_str(),
+                static_cast<long long>(c.start_unix_ns));
   return text;
 }
 

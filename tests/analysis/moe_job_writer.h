@@ -38,7 +38,8 @@ struct MoeJobConfig {
   int hot_expert = 17;
   double hot_factor = 3.0;
   std::string run_id = "synthetic-moe-job";
-  unsigned threads = 0;  // writer threads, 0 = hardware concurrency
+  int64_t start_unix_ns = 1'700'000'000'000'000'000;  // when the recording started (metadata)
+  unsigned threads = 0;                               // writer threads, 0 = hardware concurrency
   // A stream's records go to a chunk of about this many bytes (the recorder's flush size);
   // smaller chunks stand in for a long run's many flushes (tests of partial reads).
   size_t chunk_bytes = size_t(1) << 20;

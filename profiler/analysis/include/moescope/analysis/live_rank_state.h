@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moescope/analysis/trace_model.h"
@@ -80,6 +82,11 @@ class LiveRankState {
   const LiveStep* step(int64_t step) const;
   // The expert-load samples of a finished step still kept (empty when none).
   const std::vector<LiveExpertLoad>& loads(int64_t step) const;
+  // The recording as far as which run it is of (other_jobs.h): its metadata (rank, world size,
+  // clock pair) and the time range read so far, no events; nullptr before its header is read.
+  const ProcessTrack* recording() const { return readable_ ? &recording_ : nullptr; }
+  // The recording's [begin, end] in unix ns, from its clock pair (read once); nullopt without.
+  std::optional<std::pair<TimeNs, TimeNs>> recorded_wall_range() const;
   // Damage found in the file (a partial last chunk is not damage).
   const std::vector<LoadError>& errors() const { return errors_; }
   const LiveReadCounters& counters() const { return counters_; }
@@ -91,6 +98,8 @@ class LiveRankState {
   bool read_appended();
   void start_over();
   void load_window();
+  void note_header();
+  void note_window(const ProcessTrack& window);
   void let_go_steps_before(int64_t keep);
   void let_go_before(TimeNs keep_from);
 
@@ -109,27 +118,40 @@ class LiveRankState {
   std::map<int64_t, LiveStep> steps_;
   std::map<int64_t, std::vector<LiveExpertLoad>> loads_;
   std::unique_ptr<Window> window_;
+  ProcessTrack recording_;
+  bool recording_started_ = false;  // recording_.begin is known
+  std::optional<TimeNs> unix_offset_;
   std::vector<LoadError> errors_;
   LiveReadCounters counters_;
 };
 
-// The growing files of one run.
+// The growing files of one run. A folder a job writes into again also holds the files of its
+// earlier runs: the view follows the newest run, and the files of any other are left out by
+// the rules that keep two jobs from being read as one (other_jobs.h), with the newest
+// recording as the reference instead of the first file.
 class LiveRunState {
  public:
   // Refreshes every file of `paths` (in this order; new ones join, missing ones leave), on up to
   // `threads` threads (0 = hardware concurrency), then tells each which steps are still needed.
   void refresh(const std::vector<std::string>& paths, unsigned threads = 0);
 
-  const std::vector<std::unique_ptr<LiveRankState>>& files() const { return files_; }
+  // The newest run's files, in the order given.
+  const std::vector<const LiveRankState*>& files() const { return run_; }
+  // The files left out as another run's: each with why ("refused: ..."), in the order given.
+  const std::vector<LoadError>& other_runs() const { return other_runs_; }
   // Rank of files()[i]: the metadata's when every file has a distinct one, else i (as
   // load_traces numbers processes).
   std::vector<int32_t> ranks() const;
-  // The latest step every file with steps finished; -1 when one has none finished yet.
+  // The latest step every file of the run with steps finished; -1 when one has none finished.
   int64_t common_step() const { return common_step_; }
   uint64_t last_refresh_bytes() const;
 
  private:
-  std::vector<std::unique_ptr<LiveRankState>> files_;
+  void choose_newest_run();
+
+  std::vector<std::unique_ptr<LiveRankState>> files_;  // every file given, read as it grows
+  std::vector<const LiveRankState*> run_;
+  std::vector<LoadError> other_runs_;
   int64_t common_step_ = -1;
 };
 
