@@ -2,12 +2,12 @@
 // run's, and told which steps a frame still needs.
 #include <algorithm>
 #include <atomic>
-#include <set>
 #include <thread>
 #include <unordered_map>
 
 #include "moescope/analysis/live_rank_state.h"
 #include "other_jobs.h"
+#include "rank_numbering.h"
 #include "worker_threads.h"
 
 namespace moescope::analysis {
@@ -93,18 +93,13 @@ void LiveRunState::choose_newest_run() {
 }
 
 std::vector<int32_t> LiveRunState::ranks() const {
-  std::vector<int32_t> ranks;
-  std::set<int32_t> seen;
-  bool usable = true;
+  std::vector<int32_t> stated;
+  std::vector<std::string> paths;
   for (const LiveRankState* file : run_) {
-    const int32_t rank = file->metadata_rank();
-    usable = usable && rank >= 0 && seen.insert(rank).second;
-    ranks.push_back(rank);
+    stated.push_back(file->metadata_rank());
+    paths.push_back(file->path());
   }
-  if (!usable) {
-    for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<int32_t>(i);
-  }
-  return ranks;
+  return number_ranks(stated, paths).ranks;
 }
 
 uint64_t LiveRunState::last_refresh_bytes() const {

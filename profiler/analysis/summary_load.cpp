@@ -14,6 +14,7 @@
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/rank_summary.h"
 #include "other_jobs.h"
+#include "rank_numbering.h"
 #include "worker_threads.h"
 
 namespace moescope::analysis {
@@ -77,20 +78,6 @@ void read_rank(RankInput& input, const LoadOptions& options) {
   }
   input.loaded = summarize_process(model, 0, size_of(input.trace));
   input.ok = true;
-}
-
-std::vector<int32_t> choose_ranks(const std::vector<RankInput*>& inputs) {
-  std::vector<int32_t> ranks(inputs.size());
-  std::set<int32_t> seen;
-  bool usable = true;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ranks[i] = inputs[i]->loaded.metadata_rank;
-    if (ranks[i] < 0 || !seen.insert(ranks[i]).second) usable = false;
-  }
-  if (!usable) {
-    for (size_t i = 0; i < inputs.size(); ++i) ranks[i] = int32_t(i);
-  }
-  return ranks;
 }
 
 void set_rank(RankFacts& facts, int32_t rank) {
@@ -226,7 +213,17 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
   }
 
   const StepSource step_source = usable.front()->loaded.step_source;
-  const std::vector<int32_t> ranks = choose_ranks(usable);
+  std::vector<int32_t> stated;
+  std::vector<std::string> traces;
+  for (const RankInput* input : usable) {
+    stated.push_back(input->loaded.metadata_rank);
+    traces.push_back(input->trace);
+  }
+  const RankNumbering numbering = number_ranks(stated, traces);
+  if (!numbering.why_by_position.empty()) {
+    result.notes.push_back(numbering.file + ": " + numbering.why_by_position);
+  }
+  const std::vector<int32_t>& ranks = numbering.ranks;
   std::vector<size_t> order(usable.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #if defined(__GLIBC__)
@@ -17,6 +16,7 @@
 #include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/step_detection.h"
+#include "rank_numbering.h"
 #include "worker_threads.h"
 
 namespace moescope::analysis {
@@ -121,18 +121,23 @@ void remap_made_up_gpu_names(ProcessTrack& process, StringRemap& remap) {
   }
 }
 
-// Ranks from the metadata when every file has a distinct one, else the files' positions.
-std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files) {
-  std::vector<int32_t> ranks(files.size());
-  std::set<int32_t> seen;
-  bool usable = true;
-  for (size_t i = 0; i < files.size(); ++i) {
-    int32_t rank = files[i].metadata_rank;
-    if (rank < 0 || !seen.insert(rank).second) usable = false;
-    ranks[i] = rank;
+// The ranks of the files read (rank_numbering.h); a note in the model's errors when the files'
+// positions number them.
+std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files, TraceModel& model) {
+  std::vector<int32_t> stated;
+  std::vector<std::string> names;
+  for (const FileLoad& file : files) {
+    if (!file.opened) continue;
+    stated.push_back(file.metadata_rank);
+    names.push_back(file.process.file);
   }
-  if (!usable) {
-    for (size_t i = 0; i < files.size(); ++i) ranks[i] = static_cast<int32_t>(i);
+  RankNumbering numbering = number_ranks(stated, names);
+  if (!numbering.why_by_position.empty()) {
+    model.errors.push_back({numbering.file, 0, std::move(numbering.why_by_position)});
+  }
+  std::vector<int32_t> ranks(files.size(), -1);
+  for (size_t i = 0, k = 0; i < files.size(); ++i) {
+    if (files[i].opened) ranks[i] = numbering.ranks[k++];
   }
   return ranks;
 }
@@ -173,7 +178,7 @@ class FreedMemoryReturn {
 };
 
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
-  std::vector<int32_t> ranks = choose_ranks(files);
+  std::vector<int32_t> ranks = choose_ranks(files, model);
   // The model-wide arrays are filled file by file: reserved once, each page is touched once.
   for_each_sample_array([&](const auto& array) {
     size_t samples = 0, tail = 0;

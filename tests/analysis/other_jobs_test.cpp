@@ -17,6 +17,7 @@
 #include "moescope/analysis/rank_summary.h"
 #include "moescope/analysis/summary_load.h"
 #include "moescope/analysis/trace_loader.h"
+#include "rank_numbering.h"
 #include "synthetic_moe_trace.h"
 
 namespace moescope::analysis {
@@ -122,6 +123,34 @@ TEST(OtherJobs, OneRankAtTwoTimesIsTwoRuns) {
   const TraceModel both = load_traces(together);
   EXPECT_EQ(both.processes.size(), 2u);
   EXPECT_EQ(refusals(both, together), std::vector<std::string>(2));
+  // ... and said so, naming both files.
+  ASSERT_EQ(both.errors.size(), 1u);
+  EXPECT_FALSE(both.errors[0].refused);
+  EXPECT_EQ(both.errors[0].file, together[1]);
+  EXPECT_EQ(both.errors[0].message, "states rank 0 as " + together[0] +
+                                        " does (a local rank on two nodes?): ranks numbered by "
+                                        "file order");
+}
+
+// One rule numbers the ranks for the traces' loader, the summaries and `moescope top`.
+TEST(RankNumbering, StatedRanksWhenDistinctElseFileOrderWithWhy) {
+  const std::vector<std::string> files = {"a", "b", "c"};
+  const RankNumbering distinct = number_ranks({2, 0, 1}, files);
+  EXPECT_EQ(distinct.ranks, (std::vector<int32_t>{2, 0, 1}));
+  EXPECT_EQ(distinct.why_by_position, "");
+  const RankNumbering repeated = number_ranks({0, 1, 0}, files);
+  EXPECT_EQ(repeated.ranks, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(repeated.file, "c");
+  EXPECT_EQ(repeated.why_by_position,
+            "states rank 0 as a does (a local rank on two nodes?): ranks numbered by file order");
+  const RankNumbering mixed = number_ranks({-1, 4, 5}, files);
+  EXPECT_EQ(mixed.ranks, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(mixed.file, "a");
+  EXPECT_EQ(mixed.why_by_position, "states no rank, b states rank 4: ranks numbered by file order");
+  // A program that is not distributed states none: numbered by position, nothing to say.
+  const RankNumbering none = number_ranks({-1, -1, -1}, files);
+  EXPECT_EQ(none.ranks, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(none.why_by_position, "");
 }
 
 TEST(OtherJobs, RecordingsHoursApartAreAnotherRun) {
