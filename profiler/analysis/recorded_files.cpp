@@ -30,7 +30,9 @@ std::vector<std::string> files_in_folder(const std::string& folder,
                                          bool (*matches)(const std::string& path)) {
   std::vector<std::string> found;
   std::error_code code;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, code)) {
+  std::filesystem::directory_iterator entries(folder, code);
+  if (code) throw UnlistableFolder(folder + ": cannot list: " + code.message());
+  for (const auto& entry : entries) {
     std::error_code type_code;
     if (entry.is_regular_file(type_code) && matches(entry.path().string())) {
       found.push_back(entry.path().string());

@@ -35,7 +35,12 @@ struct TopOptions {
 };
 
 std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
-  std::vector<std::string> files = analysis::trace_files_of(options.paths);
+  std::vector<std::string> files;
+  try {
+    files = analysis::trace_files_of(options.paths);
+  } catch (const analysis::UnlistableFolder& failure) {
+    return std::string("moescope top: ") + failure.what() + "\n";  // said at every refresh
+  }
   if (files.empty()) return "moescope top: no .moetrace file yet in the given folder(s)\n";
   run.refresh(files);
   // Damage is said once per file (its first problem), a partial last chunk never: the writer

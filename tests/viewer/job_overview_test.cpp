@@ -4,6 +4,7 @@
 // window of steps, from its trace, within the detail's bounds.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <algorithm>
 #include <filesystem>
@@ -149,6 +150,24 @@ TEST_F(JobOverviewTest, ClickLoadsExactlyThatRanksWindow) {
   EXPECT_FALSE(detail_request_for(overview_, 64, 0).error.empty());
 }
 
+// While it lives, no file can be opened (the soft RLIMIT_NOFILE at the lowest free
+// descriptor): a folder that cannot be listed even by root, as the tests run in CI.
+class NoFreeDescriptor {
+ public:
+  NoFreeDescriptor() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    const int lowest = dup(0);
+    close(lowest);
+    rlimit none = saved_;
+    none.rlim_cur = rlim_t(lowest);
+    setrlimit(RLIMIT_NOFILE, &none);
+  }
+  ~NoFreeDescriptor() { setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
+
 TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesElseTheirTracesAndBadInputSaysWhatIsWrong) {
   ViewerInputs inputs = expand_viewer_inputs({directory_ + "/job"});
   ASSERT_TRUE(inputs.error.empty()) << inputs.error;
@@ -196,6 +215,13 @@ TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesElseTheirTracesAndBadInputS
   std::ofstream(directory_ + "/run/run.json") << "{}";
   inputs = expand_viewer_inputs({directory_ + "/traces", directory_ + "/run"});
   EXPECT_NE(inputs.error.find(directory_ + "/run holds no"), std::string::npos) << inputs.error;
+
+  // A folder that cannot be listed says so, not that it holds nothing.
+  {
+    NoFreeDescriptor no_descriptor;
+    inputs = expand_viewer_inputs({directory_ + "/traces"});
+  }
+  EXPECT_EQ(inputs.error, directory_ + "/traces: cannot list: Too many open files");
 
   // A summary alone (no trace beside it) shows, but has no detail to load.
   fs::create_directories(directory_ + "/alone");

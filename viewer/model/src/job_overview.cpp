@@ -105,15 +105,18 @@ ViewerInputs expand_viewer_inputs(const std::vector<std::string>& inputs) {
       (analysis::is_summary_path(input) ? expanded.summaries : traces).push_back(input);
       continue;
     }
-    const std::vector<std::string> summaries =
-        analysis::files_in_folder(input, analysis::is_summary_path);
-    if (!summaries.empty()) {
-      expanded.summaries.insert(expanded.summaries.end(), summaries.begin(), summaries.end());
-      continue;
-    }
     try {
+      const std::vector<std::string> summaries =
+          analysis::files_in_folder(input, analysis::is_summary_path);
+      if (!summaries.empty()) {
+        expanded.summaries.insert(expanded.summaries.end(), summaries.begin(), summaries.end());
+        continue;
+      }
       const std::vector<std::string> found = analysis::recorded_trace_files({input});
       traces.insert(traces.end(), found.begin(), found.end());
+    } catch (const analysis::UnlistableFolder& failure) {
+      expanded.error = failure.what();
+      return expanded;
     } catch (const std::exception&) {
       expanded.error = input +
                        " holds no .moesummary, .moetrace or PyTorch profiler .json/.json.gz file "
