@@ -294,30 +294,6 @@ LayoutSearchResult plan_layer(std::span<const double> loads, const Hierarchy& h,
 
 }  // namespace
 
-std::string_view placement_policy_name(PlacementPolicy policy) {
-  switch (policy) {
-    case PlacementPolicy::kAuto:
-      return "auto";
-    case PlacementPolicy::kHierarchical:
-      return "hierarchical";
-    case PlacementPolicy::kGlobal:
-      return "global";
-  }
-  return "unknown";
-}
-
-std::string_view placement_search_name(PlacementSearch search) {
-  switch (search) {
-    case PlacementSearch::kNone:
-      return "none";
-    case PlacementSearch::kAuto:
-      return "auto";
-    case PlacementSearch::kExhaustive:
-      return "exhaustive";
-  }
-  return "unknown";
-}
-
 std::span<const int32_t> ExpertPlacement::phy2log(int layer) const {
   return std::span<const int32_t>(physical_to_logical)
       .subspan(static_cast<size_t>(layer) * num_physical_experts,

@@ -84,18 +84,12 @@ balancer::ExpertLoads expert_loads_of_model(const analysis::TraceModel& model,
 
 namespace {
 
-balancer::PlacementPolicy parse_policy(const std::string& name) {
-  if (name == "auto") return balancer::PlacementPolicy::kAuto;
-  if (name == "hierarchical") return balancer::PlacementPolicy::kHierarchical;
-  if (name == "global") return balancer::PlacementPolicy::kGlobal;
-  throw std::invalid_argument("--policy must be auto, hierarchical or global, got '" + name + "'");
-}
-
-balancer::PlacementSearch parse_search(const std::string& name) {
-  if (name == "none") return balancer::PlacementSearch::kNone;
-  if (name == "auto") return balancer::PlacementSearch::kAuto;
-  if (name == "exhaustive") return balancer::PlacementSearch::kExhaustive;
-  throw std::invalid_argument("--search must be none, auto or exhaustive, got '" + name + "'");
+// The names of a balancer enum's name table, for CLI11's IsMember.
+template <typename Table>
+std::vector<std::string> names_of(const Table& table) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : table) names.emplace_back(name);
+  return names;
 }
 
 void run_plan(const PlanOptions& options) {
@@ -125,9 +119,10 @@ void run_plan(const PlanOptions& options) {
   config.num_gpus = options.num_gpus;
   config.num_nodes = options.num_nodes;
   config.num_groups = options.num_groups;
-  config.policy = parse_policy(options.policy);
+  // Checked against the tables by CLI11 (IsMember) already.
+  config.policy = balancer::value_in(balancer::kPlacementPolicyNames, options.policy).value();
   config.refine_packing = !options.greedy_only;
-  config.search = parse_search(options.search);
+  config.search = balancer::value_in(balancer::kPlacementSearchNames, options.search).value();
   config.search_seed = options.search_seed;
   config.incremental_max_over_mean = options.incremental_bound;
   std::optional<balancer::ExpertPlacement> current;
@@ -278,7 +273,7 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--policy", options->policy,
                    "auto (hierarchical when nodes > 1 and groups % nodes == 0), hierarchical "
                    "or global")
-      ->check(CLI::IsMember({"auto", "hierarchical", "global"}));
+      ->check(CLI::IsMember(names_of(balancer::kPlacementPolicyNames)));
   plan->add_flag("--greedy", options->greedy_only,
                  "greedy balanced packing only, exactly as published (no swap refinement, no "
                  "search)");
@@ -286,7 +281,7 @@ void add_plan_command(CLI::App& app) {
                    "after the greedy plan: none, auto (default: exact search on small layers, a "
                    "bounded local search on large ones) or exhaustive (exact search with a large "
                    "budget; slow on large layers)")
-      ->check(CLI::IsMember({"none", "auto", "exhaustive"}));
+      ->check(CLI::IsMember(names_of(balancer::kPlacementSearchNames)));
   plan->add_option("--search-seed", options->search_seed,
                    "seed of the search's random moves (default 0; same seed, same plan)");
   plan->add_option("--current", options->current_placement,

@@ -57,7 +57,7 @@ std::string placement_json(const PlanOptions& options, const balancer::ExpertPla
       {"num_nodes", options.num_nodes},
       {"num_groups", options.num_groups},
       {"max_replicas", plan.max_replicas},
-      {"policy", std::string(balancer::placement_policy_name(plan.policy))},
+      {"policy", std::string(balancer::name_in(balancer::kPlacementPolicyNames, plan.policy))},
       {"refine_packing", !options.greedy_only},
       {"search", options.greedy_only ? "none" : options.search},
       {"search_seed", options.search_seed},
@@ -130,8 +130,8 @@ void print_placement(std::ostream& out, const PlanOptions& options,
       << plan.num_gpus << " GPUs (" << plan.slots_per_gpu() << " per GPU), " << options.num_nodes
       << (options.num_nodes == 1 ? " node, " : " nodes, ") << options.num_groups
       << (options.num_groups == 1 ? " group" : " groups") << ", policy "
-      << balancer::placement_policy_name(plan.policy) << ", " << method_description(options)
-      << "\n";
+      << balancer::name_in(balancer::kPlacementPolicyNames, plan.policy) << ", "
+      << method_description(options) << "\n";
   if (options.current_placement.empty()) {
     out << "before: experts split contiguously over the GPUs, no replicas\n";
   } else {

@@ -9,9 +9,13 @@
 // Plain C++ (no torch): used by the runtime's rebalancer and by `moescope plan`.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "moescope/balancer/expert_loads.h"
@@ -24,7 +28,12 @@ enum class PlacementPolicy {
   kGlobal,        // one group, one node: replicate over all experts, pack onto all GPUs
 };
 
-std::string_view placement_policy_name(PlacementPolicy policy);
+/// Each policy by the name `moescope plan --policy` and the plan's JSON use.
+inline constexpr std::array<std::pair<std::string_view, PlacementPolicy>, 3> kPlacementPolicyNames{{
+    {"auto", PlacementPolicy::kAuto},
+    {"hierarchical", PlacementPolicy::kHierarchical},
+    {"global", PlacementPolicy::kGlobal},
+}};
 
 /// How hard the planner looks beyond the greedy plan (EPLB's heuristic plus swap refinement).
 /// Every search starts from the greedy plan and keeps it unless it finds a strictly lower
@@ -41,7 +50,32 @@ enum class PlacementSearch {
   kExhaustive,
 };
 
-std::string_view placement_search_name(PlacementSearch search);
+/// Each search by the name `moescope plan --search` and the plan's JSON use.
+inline constexpr std::array<std::pair<std::string_view, PlacementSearch>, 3> kPlacementSearchNames{{
+    {"none", PlacementSearch::kNone},
+    {"auto", PlacementSearch::kAuto},
+    {"exhaustive", PlacementSearch::kExhaustive},
+}};
+
+/// The name of `value` in one of the tables above ("unknown" for a value it lacks).
+template <typename Enum, size_t N>
+constexpr std::string_view name_in(const std::array<std::pair<std::string_view, Enum>, N>& table,
+                                   Enum value) {
+  for (const auto& [name, named] : table) {
+    if (named == value) return name;
+  }
+  return "unknown";
+}
+
+/// The value `name` stands for in one of the tables above; nullopt for another name.
+template <typename Enum, size_t N>
+constexpr std::optional<Enum> value_in(
+    const std::array<std::pair<std::string_view, Enum>, N>& table, std::string_view name) {
+  for (const auto& [named, value] : table) {
+    if (named == name) return value;
+  }
+  return std::nullopt;
+}
 
 struct PlacementConfig {
   int num_physical_experts = 0;  // slots over all GPUs ("num_replicas" in EPLB)
