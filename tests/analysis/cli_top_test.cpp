@@ -17,21 +17,33 @@
 namespace fs = std::filesystem;
 using moescope::testing::run_cli;
 
+namespace {
+
+// A job of 8 experts per layer with one slow rank (from `slow_from`) and one hot expert, e3 of
+// `hot_layer`; no slow host.
+moescope::testing::MoeJobConfig top_job(int ranks, int steps, int layers, int slow_rank,
+                                        int slow_from, double slow_factor, int hot_layer) {
+  moescope::testing::MoeJobConfig config;
+  config.ranks = ranks;
+  config.steps = steps;
+  config.layers = layers;
+  config.experts = 8;
+  config.kernels_per_layer = 1;
+  config.slow_rank = slow_rank;
+  config.slow_from_step = slow_from;
+  config.slow_factor = slow_factor;
+  config.slow_host = -1;
+  config.hot_layer = hot_layer;
+  config.hot_expert = 3;
+  return config;
+}
+
+}  // namespace
+
 TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
   const fs::path dir = fs::temp_directory_path() / ("cli_top_" + std::to_string(getpid()));
   fs::remove_all(dir);
-  moescope::testing::MoeJobConfig config;
-  config.ranks = 64;
-  config.steps = 12;
-  config.layers = 20;
-  config.experts = 8;
-  config.kernels_per_layer = 1;
-  config.slow_rank = 37;
-  config.slow_from_step = 2;
-  config.slow_factor = 1.6;
-  config.slow_host = -1;
-  config.hot_layer = 13;
-  config.hot_expert = 3;
+  moescope::testing::MoeJobConfig config = top_job(64, 12, 20, 37, 2, 1.6, 13);
   config.chunk_bytes = 1;
   config.strings_first = true;
   const auto traces = moescope::testing::write_moe_job(config, dir.string());
@@ -73,18 +85,7 @@ TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
 TEST(CliTop, AFolderWithAnEarlierRunShowsTheNewestRun) {
   const fs::path dir = fs::temp_directory_path() / ("cli_top_runs_" + std::to_string(getpid()));
   fs::remove_all(dir);
-  moescope::testing::MoeJobConfig config;
-  config.ranks = 4;
-  config.steps = 6;
-  config.layers = 2;
-  config.experts = 8;
-  config.kernels_per_layer = 1;
-  config.slow_host = -1;
-  config.hot_layer = 1;
-  config.hot_expert = 3;
-  config.slow_rank = 2;
-  config.slow_from_step = 1;
-  config.slow_factor = 1.5;
+  moescope::testing::MoeJobConfig config = top_job(4, 6, 2, 2, 1, 1.5, 1);
   config.start_unix_ns -= int64_t(3600) * 1'000'000'000;
   const auto earlier = moescope::testing::write_moe_job(config, (dir / "earlier").string());
   ASSERT_EQ(earlier.size(), 4u);
