@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "file_load.h"
+#include "freed_memory.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/rank_summary.h"
 #include "other_jobs.h"
@@ -229,7 +230,11 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return ranks[a] < ranks[b]; });
   TraceModel& model = result.model;
+  std::vector<const ModelSampleArrays*> parts;
+  for (const RankInput* input : usable) parts.push_back(&input->loaded.samples);
+  reserve_sample_arrays(model, parts);
   std::vector<LoadError> file_errors;
+  FreedMemoryReturn freed_memory;
   for (size_t i : order) {
     RankSummary& summary = usable[i]->loaded;
     const uint32_t process_index = uint32_t(model.processes.size());
@@ -248,27 +253,13 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
         comm.max_end[k] = latest;
       }
     }
-    for_each_sample_array([&](const auto& array) {
-      using Array = std::decay_t<decltype(array)>;
-      uint32_t tail_base = 0;
-      if constexpr (Array::kHasTail) {
-        auto& tail = model.*array.tail;
-        tail_base = uint32_t(tail.size());
-        const auto& source = summary.samples.*array.tail;
-        tail.insert(tail.end(), source.begin(), source.end());
-      }
-      auto& samples = model.*array.samples;
-      for (auto sample : summary.samples.*array.samples) {
-        if constexpr (Array::kHasTail) sample.offset += tail_base;
-        sample.process = process_index;
-        samples.push_back(sample);
-      }
-    });
+    append_sample_arrays(model, summary.samples, process_index);
     set_rank(summary.facts, ranks[i]);
     result.facts.push_back(std::move(summary.facts));
     model.total_events += process.events;
     model.processes.push_back(std::move(process));
     summary = RankSummary();  // free as soon as merged
+    freed_memory.part_freed();
   }
   // The full path lists load errors before the clock alignment's (trace_loader.cpp).
   file_errors.insert(file_errors.end(), model.errors.begin(), model.errors.end());

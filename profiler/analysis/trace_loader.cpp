@@ -8,11 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include "file_load.h"
+#include "freed_memory.h"
 #include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/step_detection.h"
@@ -142,53 +139,11 @@ std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files, TraceModel
   return ranks;
 }
 
-// Bytes a file's sample arrays hold: what the merge copies out and then frees.
-size_t sample_array_bytes(const FileLoad& file) {
-  size_t bytes = 0;
-  for_each_sample_array([&](const auto& array) {
-    const auto& samples = file.*array.samples;
-    bytes += samples.capacity() * sizeof(samples[0]);
-    if constexpr (std::decay_t<decltype(array)>::kHasTail) {
-      const auto& tail = file.*array.tail;
-      bytes += tail.capacity() * sizeof(tail[0]);
-    }
-  });
-  return bytes;
-}
-
-// The files were loaded on worker threads, so their freed arrays sit in those threads' malloc
-// arenas while the model's arrays are new pages: without handing the freed pages back, the
-// merge's peak is the events twice over.
-class FreedMemoryReturn {
- public:
-  void freed(size_t bytes) {
-#if defined(__GLIBC__)
-    pending_ += bytes;
-    if (pending_ < kEvery) return;
-    pending_ = 0;
-    malloc_trim(0);
-#else
-    (void)bytes;
-#endif
-  }
-
- private:
-  static constexpr size_t kEvery = size_t(64) << 20;
-  size_t pending_ = 0;
-};
-
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
   std::vector<int32_t> ranks = choose_ranks(files, model);
-  // The model-wide arrays are filled file by file: reserved once, each page is touched once.
-  for_each_sample_array([&](const auto& array) {
-    size_t samples = 0, tail = 0;
-    for (const FileLoad& file : files) {
-      samples += (file.*array.samples).size();
-      if constexpr (std::decay_t<decltype(array)>::kHasTail) tail += (file.*array.tail).size();
-    }
-    (model.*array.samples).reserve(samples);
-    if constexpr (std::decay_t<decltype(array)>::kHasTail) (model.*array.tail).reserve(tail);
-  });
+  std::vector<const ModelSampleArrays*> parts;
+  for (const FileLoad& file : files) parts.push_back(&file);
+  reserve_sample_arrays(model, parts);
   std::vector<size_t> order(files.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -206,20 +161,7 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
       remap_made_up_gpu_names(file.process, remap);
     }
     file.process.rank = ranks[i];
-    for_each_sample_array([&](const auto& array) {
-      uint32_t tail_base = 0;
-      if constexpr (std::decay_t<decltype(array)>::kHasTail) {
-        auto& tail = model.*array.tail;
-        tail_base = static_cast<uint32_t>(tail.size());
-        tail.insert(tail.end(), (file.*array.tail).begin(), (file.*array.tail).end());
-      }
-      auto& samples = model.*array.samples;
-      for (auto sample : file.*array.samples) {
-        if constexpr (std::decay_t<decltype(array)>::kHasTail) sample.offset += tail_base;
-        sample.process = process_index;
-        samples.push_back(sample);
-      }
-    });
+    append_sample_arrays(model, file, process_index);
     for (auto flow : file.flows) {
       flow.from.process = process_index;
       flow.to.process = process_index;
@@ -227,9 +169,8 @@ void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
     }
     model.total_events += file.process.events;
     model.processes.push_back(std::move(file.process));
-    const size_t copied_bytes = sample_array_bytes(file);
     file = FileLoad();  // free the file's memory as soon as it is merged
-    freed_memory.freed(copied_bytes);
+    freed_memory.part_freed();
   }
   update_model_time_range(model);
 }

@@ -449,6 +449,14 @@ void for_each_sample_array(Visit&& visit) {
   std::apply([&](const auto&... array) { (visit(array), ...); }, kSampleArrays);
 }
 
+// Reserves each of `to`'s sample arrays for what it holds and what `parts` add, so that the
+// merge fills them in place (each page touched once, no doubling).
+void reserve_sample_arrays(ModelSampleArrays& to,
+                           const std::vector<const ModelSampleArrays*>& parts);
+
+// Appends `from`'s samples to `to` as process `process`, their offsets moved past `to`'s tails.
+void append_sample_arrays(ModelSampleArrays& to, const ModelSampleArrays& from, uint32_t process);
+
 // A per-process array of events with a `time` (ProcessTrack): shifted with the process's clock,
 // reserved ahead by the loader, and where the row says so sorted, counted in the time range and
 // with a name (a string id the merge maps to the model's strings).
