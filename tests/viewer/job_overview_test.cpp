@@ -150,6 +150,18 @@ TEST_F(JobOverviewTest, ClickLoadsExactlyThatRanksWindow) {
   EXPECT_FALSE(detail_request_for(overview_, 64, 0).error.empty());
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MOESCOPE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOESCOPE_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef MOESCOPE_TEST_SANITIZED
+#define MOESCOPE_TEST_SANITIZED 0
+#endif
+
+#if !MOESCOPE_TEST_SANITIZED
 // While it lives, no file can be opened (the soft RLIMIT_NOFILE at the lowest free
 // descriptor): a folder that cannot be listed even by root, as the tests run in CI.
 class NoFreeDescriptor {
@@ -167,6 +179,7 @@ class NoFreeDescriptor {
  private:
   rlimit saved_{};
 };
+#endif
 
 TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesElseTheirTracesAndBadInputSaysWhatIsWrong) {
   ViewerInputs inputs = expand_viewer_inputs({directory_ + "/job"});
@@ -216,12 +229,16 @@ TEST_F(JobOverviewTest, FoldersExpandToTheirSummariesElseTheirTracesAndBadInputS
   inputs = expand_viewer_inputs({directory_ + "/traces", directory_ + "/run"});
   EXPECT_NE(inputs.error.find(directory_ + "/run holds no"), std::string::npos) << inputs.error;
 
-  // A folder that cannot be listed says so, not that it holds nothing.
+  // A folder that cannot be listed says so, not that it holds nothing. Not under the
+  // sanitizers: with no descriptor free, their own checks fail (UBSan's vptr check reads memory
+  // through a pipe) and report the exception's vtable as invalid.
+#if !MOESCOPE_TEST_SANITIZED
   {
     NoFreeDescriptor no_descriptor;
     inputs = expand_viewer_inputs({directory_ + "/traces"});
   }
   EXPECT_EQ(inputs.error, directory_ + "/traces: cannot list: Too many open files");
+#endif
 
   // A summary alone (no trace beside it) shows, but has no detail to load.
   fs::create_directories(directory_ + "/alone");
