@@ -55,39 +55,33 @@ void LiveRunState::refresh(const std::vector<std::string>& paths, unsigned threa
 void LiveRunState::choose_newest_run() {
   // Offered newest recording first, so that it is the reference the others are judged by;
   // recordings that do not say when they were made after them, in the order given.
-  std::vector<OfferedRank> offered;
-  std::vector<size_t> file_of;
+  std::vector<size_t> candidates;
+  std::vector<WallRange> wall(files_.size());
   for (size_t i = 0; i < files_.size(); ++i) {
-    const LiveRankState& file = *files_[i];
-    if (!file.recording()) continue;
-    offered.push_back(
-        {file.recording(), file.metadata_rank(), file.path(), file.recorded_wall_range()});
-    file_of.push_back(i);
+    if (!files_[i]->recording()) continue;
+    candidates.push_back(i);
+    wall[i] = files_[i]->recorded_wall_range();
   }
-  std::vector<size_t> order(offered.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const WallRange& first = offered[a].wall;
-    const WallRange& second = offered[b].wall;
-    if (first.has_value() != second.has_value()) return first.has_value();
-    return first && first->first > second->first;
+  std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+    if (wall[a].has_value() != wall[b].has_value()) return wall[a].has_value();
+    return wall[a] && wall[a]->first > wall[b]->first;
   });
-  std::vector<OfferedRank> newest_first;
-  for (size_t k : order) newest_first.push_back(offered[k]);
-  std::vector<bool> left_out(files_.size(), false);
-  std::vector<std::string> why(files_.size());
-  for (OtherJobRank& other : ranks_of_other_jobs(newest_first)) {
-    const size_t file = file_of[order[other.index]];
-    left_out[file] = true;
-    why[file] = std::move(other.message);
+  std::vector<OfferedRank> offered;
+  for (size_t i : candidates) {
+    const LiveRankState& file = *files_[i];
+    offered.push_back({file.recording(), file.metadata_rank(), file.path(), wall[i]});
+  }
+  std::vector<std::string> why(files_.size());  // "" for the newest run's files
+  for (OtherJobRank& other : ranks_of_other_jobs(offered)) {
+    why[candidates[other.index]] = std::move(other.message);
   }
   run_.clear();
   other_runs_.clear();
   for (size_t i = 0; i < files_.size(); ++i) {
-    if (left_out[i]) {
-      other_runs_.push_back({files_[i]->path(), 0, std::move(why[i]), true});
-    } else {
+    if (why[i].empty()) {
       run_.push_back(files_[i].get());
+    } else {
+      other_runs_.push_back({files_[i]->path(), 0, std::move(why[i]), true});
     }
   }
 }

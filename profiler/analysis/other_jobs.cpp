@@ -50,8 +50,7 @@ bool disjoint(const std::pair<TimeNs, TimeNs>& a, const std::pair<TimeNs, TimeNs
 // than the first stating one, or a rank stated before (or no rank, as before) at another time.
 class JobTally {
  public:
-  explicit JobTally(const std::vector<OfferedRank>& offered, const std::vector<WallRange>& wall)
-      : offered_(offered), wall_(wall) {}
+  explicit JobTally(const std::vector<OfferedRank>& offered) : offered_(offered) {}
 
   std::string why_not_of_the_job(size_t i) {
     const OfferedRank& rank = offered_[i];
@@ -64,7 +63,8 @@ class JobTally {
     // per recording, so two of its recordings at different times are two runs.
     const int32_t stated = std::max(rank.stated_rank, -1);
     const auto [first, added] = by_rank_.try_emplace(stated, i);
-    if (!added && wall_[i] && wall_[first->second] && disjoint(*wall_[i], *wall_[first->second])) {
+    const WallRange& earlier = offered_[first->second].wall;
+    if (!added && rank.wall && earlier && disjoint(*rank.wall, *earlier)) {
       const std::string& other = offered_[first->second].file;
       if (stated < 0) {
         return "refused: recorded at another time than " + other +
@@ -81,7 +81,6 @@ class JobTally {
 
  private:
   const std::vector<OfferedRank>& offered_;
-  const std::vector<WallRange>& wall_;
   std::optional<size_t> sized_;        // the first rank stating its world size
   std::map<int32_t, size_t> by_rank_;  // each stated rank's first process (-1: no rank)
 };
@@ -93,11 +92,9 @@ OfferedRank offered_rank(const ProcessTrack& process, int32_t stated_rank, std::
 }
 
 std::vector<OtherJobRank> ranks_of_other_jobs(const std::vector<OfferedRank>& offered) {
-  std::vector<WallRange> wall(offered.size());
-  for (size_t i = 0; i < offered.size(); ++i) wall[i] = offered[i].wall;
   std::vector<OtherJobRank> refused;
   std::vector<bool> kept(offered.size(), true);
-  JobTally tally(offered, wall);
+  JobTally tally(offered);
   for (size_t i = 0; i < offered.size(); ++i) {
     std::string why = tally.why_not_of_the_job(i);
     if (why.empty()) continue;
@@ -106,17 +103,18 @@ std::vector<OtherJobRank> ranks_of_other_jobs(const std::vector<OfferedRank>& of
   }
   // Runs apart in time: the recordings fall into groups with more than kRunGapNs between them;
   // the first rank's group is the run.
+  auto wall = [&](size_t i) -> const WallRange& { return offered[i].wall; };
   std::vector<size_t> timed;
   for (size_t i = 0; i < offered.size(); ++i) {
-    if (kept[i] && wall[i]) timed.push_back(i);
+    if (kept[i] && wall(i)) timed.push_back(i);
   }
   if (timed.size() < 2) return refused;
   const size_t reference = timed.front();
-  std::sort(timed.begin(), timed.end(), [&](size_t a, size_t b) { return wall[a] < wall[b]; });
+  std::sort(timed.begin(), timed.end(), [&](size_t a, size_t b) { return wall(a) < wall(b); });
   std::vector<size_t> group(offered.size(), 0);
-  TimeNs reach = wall[timed.front()]->second;
+  TimeNs reach = wall(timed.front())->second;
   for (size_t k = 1; k < timed.size(); ++k) {
-    const auto [begin, end] = *wall[timed[k]];
+    const auto [begin, end] = *wall(timed[k]);
     group[timed[k]] =
         group[timed[k - 1]] + (begin > trace::saturating_add(reach, kRunGapNs) ? 1 : 0);
     reach = std::max(reach, end);
@@ -125,8 +123,8 @@ std::vector<OtherJobRank> ranks_of_other_jobs(const std::vector<OfferedRank>& of
     if (group[i] == group[reference]) continue;
     // Saturating: hostile clock pairs at the int64 limits must not overflow.
     const double apart_s =
-        double(std::max(trace::saturating_sub(wall[i]->first, wall[reference]->second),
-                        trace::saturating_sub(wall[reference]->first, wall[i]->second))) /
+        double(std::max(trace::saturating_sub(wall(i)->first, wall(reference)->second),
+                        trace::saturating_sub(wall(reference)->first, wall(i)->second))) /
         1e9;
     refused.push_back({i, "refused: recorded " + duration_in_words(apart_s) + " apart from " +
                               offered[reference].file +
