@@ -3,7 +3,7 @@
 include(CMakePackageConfigHelpers)
 set(MOESCOPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/moescope)
 
-set(_moescope_install_targets moescope_warnings moescope_trace moescope_recorder)
+set(_moescope_install_targets moescope_warnings moescope_trace moescope_recorder_api moescope_recorder)
 foreach(t moescope_torch moescope_inject moescope_inject_no_nccl moescope_analysis moescope_balancer moescope_kernels moescope_runtime)
   if(TARGET ${t})
     list(APPEND _moescope_install_targets ${t})

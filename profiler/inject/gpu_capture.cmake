@@ -52,13 +52,12 @@ add_library(moescope_nccl_interposer OBJECT
   ${CMAKE_CURRENT_LIST_DIR}/nccl_capture.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose.cpp)
 foreach(part moescope_gpu_capture moescope_nccl_interposer)
-  target_include_directories(${part} PUBLIC
-    ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/profiler/recorder/include
-  ${PROJECT_SOURCE_DIR}/profiler/trace/include)
+  target_include_directories(${part} PUBLIC ${CMAKE_CURRENT_LIST_DIR})
   target_include_directories(${part} SYSTEM PUBLIC ${MOESCOPE_CUPTI_INCLUDE_DIR})
   set_target_properties(${part} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   # Only the interposed nccl* / cupti* functions and InitializeInjection are exported (marked
   # default).
   target_compile_options(${part} PRIVATE -fvisibility=hidden)
-  target_link_libraries(${part} PUBLIC Threads::Threads ${CMAKE_DL_LIBS} PRIVATE moescope_warnings)
+  target_link_libraries(${part} PUBLIC moescope_recorder_api Threads::Threads ${CMAKE_DL_LIBS}
+                        PRIVATE moescope_warnings)
 endforeach()

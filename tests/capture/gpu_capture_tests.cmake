@@ -116,10 +116,9 @@ set_target_properties(nccl_interpose_program PROPERTIES RUNTIME_OUTPUT_DIRECTORY
 
 moescope_add_test(NAME nccl_interpose_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/nccl_interpose_test.cpp
-  LIBS trace_test_reading LABELS capture)
+  LIBS trace_test_reading moescope_recorder_api LABELS capture)
 target_include_directories(nccl_interpose_test PRIVATE
-  ${PROJECT_SOURCE_DIR}/profiler/inject ${PROJECT_SOURCE_DIR}/profiler/recorder/include
-  ${PROJECT_SOURCE_DIR}/profiler/trace/include)
+  ${PROJECT_SOURCE_DIR}/profiler/inject)
 target_include_directories(nccl_interpose_test SYSTEM PRIVATE
   ${MOESCOPE_TEST_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(nccl_interpose_test PRIVATE
