@@ -321,9 +321,14 @@ void LiveRankState::note_header() {
 }
 
 std::optional<std::pair<TimeNs, TimeNs>> LiveRankState::recorded_wall_range() const {
+  const std::optional<TimeNs> begin = wall_time(recording_.begin);
+  if (!begin) return std::nullopt;
+  return std::make_pair(*begin, *wall_time(recording_.end));
+}
+
+std::optional<TimeNs> LiveRankState::wall_time(TimeNs file_time) const {
   if (!readable_ || !unix_offset_) return std::nullopt;
-  return std::make_pair(trace::saturating_add(recording_.begin, *unix_offset_),
-                        trace::saturating_add(recording_.end, *unix_offset_));
+  return trace::saturating_add(file_time, *unix_offset_);
 }
 
 // Each window moves the recording's end; without a start in the metadata, the first window

@@ -14,6 +14,7 @@
 #include <termios.h>
 #include <unistd.h>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -65,7 +66,9 @@ std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
               left_out.front().file + ": " + left_out.front().message + "\n";
   }
   if (readable == 0) return errors + "moescope top: nothing readable yet\n";
-  return render_top_frame(run) + errors;
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return render_top_frame(run, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
+         errors;
 }
 
 // Terminal input without line buffering while the view runs (restored on exit).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ namespace {
 
 using analysis::LiveRankState;
 using analysis::LiveStep;
+using analysis::TimeNs;
 
 std::string format(const char* pattern, auto... values) {
   char line[512];
@@ -86,6 +88,89 @@ std::string rank_rows(const std::vector<RankRow>& rows) {
   return text;
 }
 
+// When a rank's last finished step ended, in unix ns; nullopt without one or without a clock.
+std::optional<TimeNs> last_step_end(const RankRow& row) {
+  const LiveStep* last = row.file->last_step();
+  if (!last) return std::nullopt;
+  return row.file->wall_time(last->start + TimeNs(last->step_ms * 1e6));
+}
+
+// The median step time (ms) of the ranks' last finished steps; 0 without any.
+double median_last_step_ms(const std::vector<RankRow>& rows) {
+  std::vector<double> step_ms;
+  for (const RankRow& row : rows) {
+    if (const LiveStep* last = row.file->last_step()) step_ms.push_back(last->step_ms);
+  }
+  return step_ms.empty() ? 0.0 : analysis::median(step_ms);
+}
+
+// The two ways a hang or a dead rank shows in growing traces, each a line when it is there.
+// Behind: ranks more than a step behind the newest step whose last step also ended a while
+// (kTopBehindSeconds, kTopLagSteps steps) before the newest one (a process that stopped while
+// the others went on, or a trace that stopped growing). The time matters as much as the count:
+// each recorder flushes every 100 ms, so a live rank's file can trail another's by several
+// short steps. Stalled: no rank still writing has finished a step for a while
+// (kTopStallSeconds, kTopLagSteps steps). In lockstep training a dead or hung rank soon holds
+// the others in a collective, so the second is the usual sign.
+std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns) {
+  const double step_s = median_last_step_ms(rows) * 1e-3;
+  int64_t newest = -1;
+  std::optional<TimeNs> newest_end, newest_running_end;
+  for (const RankRow& row : rows) {
+    const std::optional<TimeNs> ended = last_step_end(row);
+    if (!ended) continue;
+    newest = std::max(newest, row.file->last_step()->step);
+    newest_end = std::max(newest_end.value_or(*ended), *ended);
+    if (!row.file->complete()) {
+      newest_running_end = std::max(newest_running_end.value_or(*ended), *ended);
+    }
+  }
+  if (!newest_end) return "";
+  std::string text;
+  // A rank with no finished step counts as at step -1 that ended when its recording began.
+  const double lag_s = std::max(kTopBehindSeconds, kTopLagSteps * step_s);
+  std::vector<std::pair<RankRow, int64_t>> behind;
+  for (const RankRow& row : rows) {
+    const LiveStep* last = row.file->last_step();
+    const std::optional<TimeNs> ended =
+        last ? last_step_end(row) : row.file->wall_time(row.file->recording()->begin);
+    const int64_t step = last ? last->step : -1;
+    if (ended && step < newest - 1 && double(*newest_end - *ended) * 1e-9 > lag_s) {
+      behind.push_back({row, step});
+    }
+  }
+  std::stable_sort(behind.begin(), behind.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (!behind.empty()) {
+    text += format("behind: %zu rank(s) more than a step behind step %lld:", behind.size(),
+                   static_cast<long long>(newest));
+    for (size_t i = 0; i < behind.size() && i < 3; ++i) {
+      const auto& [row, step] = behind[i];
+      text += step < 0 ? format("%s rank %d with no step finished", i ? "," : "", row.rank)
+                       : format("%s rank %d at step %lld", i ? "," : "", row.rank,
+                                static_cast<long long>(step));
+      const std::optional<TimeNs> ended = last_step_end(row);
+      if (row.file->complete()) {
+        text += " (its process ended)";
+      } else if (ended && now_unix_ns > *ended) {
+        text += format(" (%.0f s ago)", double(now_unix_ns - *ended) * 1e-9);
+      }
+    }
+    if (behind.size() > 3) text += format(", +%zu more", behind.size() - 3);
+    text += "\n";
+  }
+  if (!newest_running_end || now_unix_ns <= *newest_running_end) return text;
+  const double idle_s = double(now_unix_ns - *newest_running_end) * 1e-9;
+  if (idle_s > std::max(kTopStallSeconds, kTopLagSteps * step_s)) {
+    text += format(
+        "stalled: no rank still writing has finished a step for %.0f s (a step took %.1f ms): "
+        "hung in a collective, paused (checkpoint, evaluation), or killed without closing its "
+        "traces?\n",
+        idle_s, step_s * 1e3);
+  }
+  return text;
+}
+
 struct LayerRow {
   uint32_t layer = 0;
   double max_over_mean = 0;
@@ -129,6 +214,7 @@ std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
                              analysis::coefficient_of_variation(load.tokens), dead,
                              experts.empty() ? "-" : experts.c_str())});
   }
+  if (layers.empty()) return "";  // no expert loads recorded: not an MoE model, or not yet
   std::string text = format("%-6s %9s %6s %5s  %s\n", "layer", "max/mean", "cv", "dead",
                             "hot experts (share of tokens)");
   if (layers.size() <= kTopLayerRows) {
@@ -149,7 +235,7 @@ std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
 
 }  // namespace
 
-std::string render_top_frame(const analysis::LiveRunState& run) {
+std::string render_top_frame(const analysis::LiveRunState& run, TimeNs now_unix_ns) {
   const auto& files = run.files();
   const std::vector<int32_t> numbers = run.ranks();
   std::vector<RankRow> rows;
@@ -171,7 +257,7 @@ std::string render_top_frame(const analysis::LiveRunState& run) {
   if (rows.size() < readable) {
     text += format("; %zu other process(es) without steps", readable - rows.size());
   }
-  text += "\n" + rank_rows(rows);
+  text += "\n" + rank_rows(rows) + progress_lines(rows, now_unix_ns);
   const int64_t common = run.common_step();
   if (common < 0) return text + "no step finished on every rank yet\n";
   // Busy time of `common` on each rank: the straggler is the busiest.

@@ -13,11 +13,21 @@ namespace moescope::cli {
 inline constexpr size_t kTopRankRows = 16;
 // MoE layers listed up to this many; beyond, the most imbalanced ones and the distribution.
 inline constexpr size_t kTopLayerRows = 12;
+// A rank is behind when it is more than a step behind the newest step and its last step ended
+// kTopBehindSeconds (and kTopLagSteps median steps) before the newest one; a job is stalled
+// when no rank still writing has finished a step for kTopStallSeconds (and kTopLagSteps
+// steps). Each recorder flushes every 100 ms, so live files trail each other by a flush and a
+// step at most; the margins cover slow steps and hosts' clocks a few seconds apart.
+inline constexpr double kTopBehindSeconds = 10.0;
+inline constexpr double kTopStallSeconds = 30.0;
+inline constexpr double kTopLagSteps = 20.0;
 
 // Per rank: steps finished, the last one's time, busy and exposed communication; the slowest
 // rank of the latest step every rank finished and its excess over the median of the others;
 // per MoE layer that step's max/mean, cv, dead experts and hot experts with their shares.
 // A rank whose trace is still being written has its last (unfinished) step left out.
-std::string render_top_frame(const analysis::LiveRunState& run);
+// Ranks more than a step behind, and a job whose still-writing ranks have finished no step for
+// a while (judged at `now_unix_ns`, the wall clock), each get a line.
+std::string render_top_frame(const analysis::LiveRunState& run, analysis::TimeNs now_unix_ns);
 
 }  // namespace moescope::cli

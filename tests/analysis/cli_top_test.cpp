@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "cli_test_support.h"
@@ -38,6 +40,27 @@ moescope::testing::MoeJobConfig top_job(int ranks, int steps, int layers, int sl
   return config;
 }
 
+// Where each chunk of `trace` ends (file offsets).
+std::vector<uint64_t> chunk_ends(const std::string& trace) {
+  moescope::trace::TraceReader reader;
+  std::vector<uint64_t> ends;
+  if (!reader.open(trace)) return ends;
+  moescope::trace::Chunk read;
+  while (reader.next_chunk(read)) ends.push_back(reader.position());
+  return ends;
+}
+
+// Cuts `trace` 10 bytes before `chunk_end`, as a writer still writing that chunk leaves it.
+void cut_before(const std::string& trace, uint64_t chunk_end) {
+  fs::resize_file(trace, chunk_end - 10);
+}
+
+int64_t unix_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
@@ -46,17 +69,14 @@ TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
   moescope::testing::MoeJobConfig config = top_job(64, 12, 20, 37, 2, 1.6, 13);
   config.chunk_bytes = 1;
   config.strings_first = true;
+  config.start_unix_ns = unix_now_ns();  // a live job: its steps end about now
   const auto traces = moescope::testing::write_moe_job(config, dir.string());
   ASSERT_EQ(traces.size(), 64u);
   // Every other rank is still writing: its file ends inside a chunk, which is not damage.
   for (size_t r = 0; r < traces.size(); r += 2) {
-    moescope::trace::TraceReader reader;
-    ASSERT_TRUE(reader.open(traces[r]));
-    std::vector<uint64_t> ends;
-    moescope::trace::Chunk chunk;
-    while (reader.next_chunk(chunk)) ends.push_back(reader.position());
+    const std::vector<uint64_t> ends = chunk_ends(traces[r]);
     ASSERT_GT(ends.size(), 4u);
-    fs::resize_file(traces[r], ends[ends.size() - 2] - 10);
+    cut_before(traces[r], ends[ends.size() - 2]);
   }
   auto frame = run_cli("top --once '" + dir.string() + "'");
   ASSERT_EQ(frame.exit_code, 0) << frame.out;
@@ -77,6 +97,61 @@ TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
   EXPECT_NE(text.find("+14 more layers; over all 20:\n  max/mean"), std::string::npos) << text;
   // No damage reported: a partial last chunk is only not written yet.
   EXPECT_EQ(text.find("moescope top: ", 5), std::string::npos) << text;
+  // Live and in step: no rank behind, not stalled.
+  EXPECT_EQ(text.find("behind:"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stalled:"), std::string::npos) << text;
+  if (!getenv("S6KEEP")) fs::remove_all(dir);
+}
+
+// A job whose files stopped growing an hour ago, two ranks' a minute before the others': the
+// ranks behind are named, the one that never finished a step first; the job is called stalled
+// with how long and its step time.
+TEST(CliTop, RanksBehindAndAStalledJobAreNamed) {
+  const fs::path dir = fs::temp_directory_path() / ("cli_top_stall_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  moescope::testing::MoeJobConfig config = top_job(5, 12, 2, 1, 20, 1.0, 1);
+  config.chunk_bytes = 256;
+  config.strings_first = true;
+  const int64_t second_ns = 1'000'000'000;
+  config.start_unix_ns = unix_now_ns() - 3600 * second_ns;
+  const auto traces = moescope::testing::write_moe_job(config, dir.string());
+  ASSERT_EQ(traces.size(), 5u);
+  // Ranks 2 and 4 of the same job started a minute earlier, so they stopped a minute before
+  // the others (the synthetic steps are short: their files' times say when).
+  config.start_unix_ns -= 60 * second_ns;
+  const auto earlier = moescope::testing::write_moe_job(config, (dir / "earlier").string());
+  ASSERT_EQ(earlier.size(), 5u);
+  for (int r : {2, 4}) fs::rename(earlier[r], traces[r]);
+  fs::remove_all(dir / "earlier");
+  for (size_t r = 0; r < traces.size(); ++r) {
+    const std::vector<uint64_t> ends = chunk_ends(traces[r]);
+    ASSERT_GT(ends.size(), 8u);
+    // Rank 2 stopped half way through the run, rank 4 inside its first step, the others in
+    // their last step. Rank 3's file ends half way too, but in the others' minute: its trace
+    // trails theirs by milliseconds (as live files do, a flush apart), so it is not behind.
+    cut_before(traces[r], r == 2 || r == 3 ? ends[ends.size() / 2]
+                          : r == 4         ? ends[2]
+                                           : ends[ends.size() - 2]);
+  }
+  auto frame = run_cli("top --once '" + dir.string() + "'");
+  ASSERT_EQ(frame.exit_code, 0) << frame.out;
+  const std::string& text = frame.out;
+  EXPECT_NE(text.find("moescope top: 5 ranks (5 still writing)"), std::string::npos) << text;
+  std::smatch behind;
+  ASSERT_TRUE(std::regex_search(
+      text, behind,
+      std::regex("behind: 2 rank\\(s\\) more than a step behind step (\\d+): rank 4 with no step "
+                 "finished, rank 2 at step (\\d+) \\((\\d+) s ago\\)\n")))
+      << text;
+  EXPECT_LT(std::stoll(behind[2]) + 1, std::stoll(behind[1])) << text;
+  EXPECT_NEAR(std::stod(behind[3]), 3660.0, 30.0) << text;
+  std::smatch stalled;
+  ASSERT_TRUE(std::regex_search(
+      text, stalled,
+      std::regex("stalled: no rank still writing has finished a step for (\\d+) s \\(a step "
+                 "took [0-9.]+ ms\\): hung in a collective")))
+      << text;
+  EXPECT_NEAR(std::stod(stalled[1]), 3600.0, 30.0) << text;
   if (!getenv("S6KEEP")) fs::remove_all(dir);
 }
 

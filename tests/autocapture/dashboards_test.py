@@ -9,7 +9,9 @@ loss to a dashboard and knows nothing of moescope:
 - wandb: the same with an offline wandb run, read back from the run's .wandb file;
 - top_once_torchrun: `moescope top --once` on a live 2-rank torchrun Gloo job shows both ranks
   progressing and layer 1 skewed toward the biased expert, while the traces are still written;
-- top_interactive_pty: the interactive `moescope top` driven through a pseudo-terminal.
+- top_interactive_pty: the interactive `moescope top` driven through a pseudo-terminal;
+- top_names_a_hang: a 2-rank torchrun Gloo loop whose rank 1 sleeps before a collective (the
+  flight recorder's test program): while it hangs, `moescope top --once` calls the job stalled.
 
 usage: dashboards_test.py --case NAME --moescope BIN --programs DIR --work DIR
 Exit 0 pass, 1 fail, 77 skipped (a Python package is missing), with the reason on stdout.
@@ -236,6 +238,8 @@ def top_once_torchrun(context):
     expect(seen, f"no frame with both ranks at >= 3 steps while the job ran:\n{frame}\n"
                  f"job exit {job.returncode}: {open(log.name).read()[-2000:]}")
     expect("(2 still writing)" in frame, f"the traces were not read while written:\n{frame}")
+    expect("stalled:" not in frame and "behind:" not in frame,
+           f"a job in step, going on, read as behind or stalled:\n{frame}")
     hot, experts = layers[1]
     # Top-2: expert 3 takes every token once; its partner varies (a tie is listed by index).
     share = re.search(r"\be3 (\d+)%", experts)
@@ -280,11 +284,56 @@ def top_interactive_pty(context):
     expect(after[3] == before[3], "the terminal's local modes were not restored")
 
 
+def top_names_a_hang(context):
+    """Rank 1 of a 2-rank Gloo loop sleeps 120 s before its 5th all_reduce, so rank 0 waits in
+    it: before the sleep ends, `moescope top --once` says no rank has finished a step for at
+    least 30 s, with both ranks still writing and neither behind (lockstep)."""
+    need("torch")
+    folder = fresh(os.path.join(context.work, "top_hang"))
+    log = open(os.path.join(context.work, "top_hang_job.log"), "w")
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flight",
+                           "programs", "gloo_steps.py")
+    job = subprocess.Popen(
+        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         program, "--steps", "10", "--stall-rank", "1", "--stall-at", "5", "--stall-seconds",
+         "120"],
+        env=context.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    frame, stalled = "", None
+    try:
+        deadline = time.monotonic() + 110  # the sleep ends at about 10 s + 120 s
+        while time.monotonic() < deadline and job.poll() is None:
+            time.sleep(2.0)
+            frame, ranks, _ = top_frame(context, folder)
+            stalled = re.search(r"^stalled: no rank still writing has finished a step for "
+                                r"(\d+) s", frame, re.M)
+            if stalled:
+                break
+    finally:
+        job_processes = descendants(job.pid)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        kill_all(job_processes)
+        log.close()
+    expect(stalled is not None, f"no stalled line while rank 1 slept:\n{frame}\n"
+                                f"job: {open(log.name).read()[-2000:]}")
+    expect(30 <= int(stalled.group(1)) <= 110, f"stalled for an unlikely time:\n{frame}")
+    expect("(2 still writing)" in frame and sorted(ranks) == [0, 1] and
+           min(ranks.values()) == 5, f"both ranks should have finished 5 steps:\n{frame}")
+    expect("behind:" not in frame, f"lockstep ranks read as behind:\n{frame}")
+
+
 CASES = {
     "dashboards_tensorboard": dashboards_tensorboard,
     "dashboards_wandb": dashboards_wandb,
     "top_once_torchrun": top_once_torchrun,
     "top_interactive_pty": top_interactive_pty,
+    "top_names_a_hang": top_names_a_hang,
 }
 
 

@@ -87,6 +87,8 @@ class LiveRankState {
   const ProcessTrack* recording() const { return readable_ ? &recording_ : nullptr; }
   // The recording's [begin, end] in unix ns, from its clock pair (read once); nullopt without.
   std::optional<std::pair<TimeNs, TimeNs>> recorded_wall_range() const;
+  // A time on the file's clock (LiveStep::start) in unix ns; nullopt without a clock pair.
+  std::optional<TimeNs> wall_time(TimeNs file_time) const;
   // Damage found in the file (a partial last chunk is not damage).
   const std::vector<LoadError>& errors() const { return errors_; }
   const LiveReadCounters& counters() const { return counters_; }
