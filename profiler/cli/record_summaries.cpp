@@ -2,7 +2,6 @@
 #include "record_summaries.h"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,13 +21,10 @@ struct Summarizer {
   std::FILE* errors = nullptr;  // the child's stderr, read when it has ended
 };
 
-std::string this_executable() {
-  char self[PATH_MAX];
-  const ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) return {};
-  self[length] = '\0';
-  return self;
-}
+// This very program, for the summarizing children: through /proc/self/exe, which stays this
+// binary after its file was replaced or deleted (a rebuild or an upgrade while a days-long job
+// ran), where the file's path would name the new binary or nothing.
+constexpr const char* kThisExecutable = "/proc/self/exe";
 
 // The first line the child wrote to stderr, without its "moescope summarize: " prefix.
 std::string first_error_line(std::FILE* errors) {
@@ -45,7 +41,7 @@ std::string first_error_line(std::FILE* errors) {
 
 // Starts `moescope summarize -q TRACE` with stdin and stdout on /dev/null (the terminal and the
 // pipes the user reads are the program's alone) and stderr into a temporary file.
-Summarizer start(const std::string& executable, const std::string& trace) {
+Summarizer start(const std::string& trace) {
   Summarizer child;
   child.trace = trace;
   child.errors = std::tmpfile();
@@ -60,9 +56,9 @@ Summarizer start(const std::string& executable, const std::string& trace) {
   ::dup2(child.errors ? fileno(child.errors) : null_device, STDERR_FILENO);
   // Terminal signals stay with `record`, which stops its children itself (record_command.cpp).
   ::setpgid(0, 0);
-  const char* argv[] = {executable.c_str(), "summarize", "-q", trace.c_str(), nullptr};
-  ::execv(argv[0], const_cast<char* const*>(argv));
-  std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+  const char* argv[] = {"moescope", "summarize", "-q", trace.c_str(), nullptr};
+  ::execv(kThisExecutable, const_cast<char* const*>(argv));
+  std::fprintf(stderr, "cannot run moescope (%s): %s\n", kThisExecutable, std::strerror(errno));
   ::_exit(127);
 }
 
@@ -96,8 +92,7 @@ void sleep_briefly() {
 size_t write_summaries_beside(const std::vector<std::string>& traces, unsigned parallel,
                               const volatile sig_atomic_t* stop) {
   if (traces.empty()) return 0;
-  const std::string executable = this_executable();
-  if (executable.empty()) {
+  if (::access(kThisExecutable, X_OK) != 0) {
     std::fprintf(stderr,
                  "moescope record: no summaries: cannot find the moescope executable "
                  "(/proc/self/exe); run `moescope summarize` on the traces\n");
@@ -126,7 +121,7 @@ size_t write_summaries_beside(const std::vector<std::string>& traces, unsigned p
       return written;
     }
     while (running.size() < parallel && next < traces.size()) {
-      Summarizer child = start(executable, traces[next++]);
+      Summarizer child = start(traces[next++]);
       if (child.pid < 0) {
         std::fprintf(stderr, "moescope record: no summary for %s: fork failed: %s\n",
                      child.trace.c_str(), std::strerror(errno));

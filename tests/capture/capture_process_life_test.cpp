@@ -142,6 +142,29 @@ TEST(CaptureProcessLife, SummaryBesideTheTraceUnlessNoSummary) {
   EXPECT_EQ(without.files(".moesummary"), std::vector<std::string>{});
 }
 
+// The moescope that started the run writes the summaries even when its file was deleted while
+// the program ran (a rebuild or an upgrade during a days-long job): the children run this very
+// binary, not whatever its path names by then.
+TEST(CaptureProcessLife, SummariesAfterTheMoescopeFileWasDeleted) {
+  TempDir dir;
+  // A moescope of its own, with the shim where it looks (bin/../lib), that the program deletes.
+  std::filesystem::create_directory(dir / "bin");
+  const std::string copy = dir / "bin/moescope";
+  std::filesystem::copy_file(moescope_binary(), copy);
+  std::filesystem::create_directory_symlink(build_dir() + "/lib", dir / "lib");
+  std::vector<std::string> argv = record_command(
+      dir / "run.%p.moetrace",
+      {"/bin/sh", "-c", "rm " + copy + " && " + life_program() + " exit-from-thread"});
+  argv[0] = copy;
+  RunResult run = run_program(argv);
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  EXPECT_EQ(count_occurrences(run.err, "no summary"), 0) << run.err;
+  const std::vector<std::string> traces = dir.files(".moetrace");
+  ASSERT_FALSE(traces.empty()) << run.err;
+  EXPECT_EQ(dir.files(".moesummary").size(), traces.size()) << run.err;
+}
+
 // A summary that cannot be written (a folder stands where it goes) is one line on stderr naming
 // the trace and why; the program's exit status and output stay its own.
 TEST(CaptureProcessLife, SummaryThatCannotBeWrittenIsOneLineOnStderr) {
