@@ -201,6 +201,22 @@ def kill_all(processes):
             pass
 
 
+def stop_job(job, log):
+    """Stops a recorded torchrun job started in a session of its own, and closes its log.
+    torchrun's workers may live in sessions of their own: every process of the job is listed
+    before the launcher is stopped, and whatever is left of it is killed after."""
+    job_processes = descendants(job.pid)
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGTERM)
+    try:
+        job.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    kill_all(job_processes)
+    log.close()
+
+
 def top_once_torchrun(context):
     """`moescope top --once` on a live 2-rank torchrun Gloo job: both ranks with finished
     steps, still being written, and layer 1 skewed toward its biased expert (e3)."""
@@ -223,18 +239,7 @@ def top_once_torchrun(context):
                 seen = job.poll() is None
                 break
     finally:
-        # torchrun's workers may live in sessions of their own: every process of the job is
-        # listed before the launcher is stopped, and whatever is left of it is killed after.
-        job_processes = descendants(job.pid)
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        kill_all(job_processes)
-        log.close()
+        stop_job(job, log)
     expect(seen, f"no frame with both ranks at >= 3 steps while the job ran:\n{frame}\n"
                  f"job exit {job.returncode}: {open(log.name).read()[-2000:]}")
     expect("(2 still writing)" in frame, f"the traces were not read while written:\n{frame}")
@@ -310,16 +315,7 @@ def top_names_a_hang(context):
             if stalled:
                 break
     finally:
-        job_processes = descendants(job.pid)
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        kill_all(job_processes)
-        log.close()
+        stop_job(job, log)
     expect(stalled is not None, f"no stalled line while rank 1 slept:\n{frame}\n"
                                 f"job: {open(log.name).read()[-2000:]}")
     expect(30 <= int(stalled.group(1)) <= 110, f"stalled for an unlikely time:\n{frame}")
