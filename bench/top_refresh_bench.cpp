@@ -31,7 +31,6 @@
 #include "moescope/analysis/live_rank_state.h"
 #include "moescope/analysis/time_breakdown.h"
 #include "moescope/analysis/trace_loader.h"
-#include "moescope/trace/trace_reader.h"
 
 namespace {
 
@@ -52,15 +51,6 @@ struct Source {
   std::string path;
   std::vector<uint64_t> chunk_ends;
 };
-
-std::vector<uint64_t> chunk_ends(const std::string& path) {
-  moescope::trace::TraceReader reader;
-  std::vector<uint64_t> ends;
-  if (!reader.open(path)) return ends;
-  moescope::trace::Chunk chunk;
-  while (reader.next_chunk(chunk)) ends.push_back(reader.position());
-  return ends;
-}
 
 bool copy_range(const std::string& from, const std::string& to, uint64_t begin, uint64_t end) {
   std::ifstream in(from, std::ios::binary);
@@ -133,7 +123,7 @@ int main(int argc, char** argv) {
   uint64_t total_bytes = 0;
   for (int r = 0; r < ranks; ++r) {
     Source source{written + "/job." + std::to_string(r) + ".moetrace", {}};
-    source.chunk_ends = chunk_ends(source.path);
+    source.chunk_ends = moescope::testing::trace_chunk_ends(source.path);
     if (source.chunk_ends.size() < size_t(2 * appends + 2)) {
       std::fprintf(stderr, "top_refresh_bench: %s has too few chunks\n", source.path.c_str());
       return 1;

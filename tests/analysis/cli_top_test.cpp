@@ -14,7 +14,6 @@
 
 #include "cli_test_support.h"
 #include "moe_job_writer.h"
-#include "moescope/trace/trace_reader.h"
 
 namespace fs = std::filesystem;
 using moescope::testing::run_cli;
@@ -38,16 +37,6 @@ moescope::testing::MoeJobConfig top_job(int ranks, int steps, int layers, int sl
   config.hot_layer = hot_layer;
   config.hot_expert = 3;
   return config;
-}
-
-// Where each chunk of `trace` ends (file offsets).
-std::vector<uint64_t> chunk_ends(const std::string& trace) {
-  moescope::trace::TraceReader reader;
-  std::vector<uint64_t> ends;
-  if (!reader.open(trace)) return ends;
-  moescope::trace::Chunk read;
-  while (reader.next_chunk(read)) ends.push_back(reader.position());
-  return ends;
 }
 
 // Cuts `trace` 10 bytes before `chunk_end`, as a writer still writing that chunk leaves it.
@@ -74,7 +63,7 @@ TEST(CliTop, OnceAtManyRanksPrintsABoundedFrame) {
   ASSERT_EQ(traces.size(), 64u);
   // Every other rank is still writing: its file ends inside a chunk, which is not damage.
   for (size_t r = 0; r < traces.size(); r += 2) {
-    const std::vector<uint64_t> ends = chunk_ends(traces[r]);
+    const std::vector<uint64_t> ends = moescope::testing::trace_chunk_ends(traces[r]);
     ASSERT_GT(ends.size(), 4u);
     cut_before(traces[r], ends[ends.size() - 2]);
   }
@@ -124,7 +113,7 @@ TEST(CliTop, RanksBehindAndAStalledJobAreNamed) {
   for (int r : {2, 4}) fs::rename(earlier[r], traces[r]);
   fs::remove_all(dir / "earlier");
   for (size_t r = 0; r < traces.size(); ++r) {
-    const std::vector<uint64_t> ends = chunk_ends(traces[r]);
+    const std::vector<uint64_t> ends = moescope::testing::trace_chunk_ends(traces[r]);
     ASSERT_GT(ends.size(), 8u);
     // Rank 2 stopped half way through the run, rank 4 inside its first step, the others in
     // their last step. Rank 3's file ends half way too, but in the others' minute: its trace

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "moescope/trace/trace_reader.h"
 #include "moescope/trace/trace_writer.h"
 
 namespace moescope::testing {
@@ -302,6 +303,15 @@ std::vector<std::string> write_moe_job(const MoeJobConfig& config, const std::st
   if (failed) return {};
   if (events) *events = total;
   return paths;
+}
+
+std::vector<uint64_t> trace_chunk_ends(const std::string& path) {
+  TraceReader reader;
+  std::vector<uint64_t> ends;
+  if (!reader.open(path)) return ends;
+  Chunk chunk;
+  while (reader.next_chunk(chunk)) ends.push_back(reader.position());
+  return ends;
 }
 
 }  // namespace moescope::testing

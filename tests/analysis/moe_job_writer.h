@@ -57,4 +57,8 @@ std::string moe_job_host_name(int host);
 std::vector<std::string> write_moe_job(const MoeJobConfig& config, const std::string& directory,
                                        uint64_t* events = nullptr);
 
+// Where each chunk of the trace at `path` ends (file offsets; empty when it cannot be opened):
+// to cut or grow a written trace as a writer still writing it leaves it.
+std::vector<uint64_t> trace_chunk_ends(const std::string& path);
+
 }  // namespace moescope::testing
