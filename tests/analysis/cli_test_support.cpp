@@ -7,9 +7,9 @@
 
 namespace moescope::testing {
 
-CommandResult run_cli(const std::string& arguments) {
+CommandResult run_cli(const std::string& arguments, const std::string& runner) {
   CommandResult result;
-  const std::string command = std::string(MOESCOPE_CLI_PATH) + " " + arguments + " 2>&1";
+  const std::string command = runner + MOESCOPE_CLI_PATH + " " + arguments + " 2>&1";
   std::FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;
   std::array<char, 4096> buffer;

@@ -144,6 +144,28 @@ TEST(CliTop, RanksBehindAndAStalledJobAreNamed) {
   if (!getenv("S6KEEP")) fs::remove_all(dir);
 }
 
+// A folder `top` may see but not list (no read permission) is said in one line naming it and
+// why, not taken for an empty folder. As root, the permission is checked as user nobody.
+TEST(CliTop, AFolderThatCannotBeListedIsSaid) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cli_top_unlistable_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const fs::path job = dir / "job";
+  ASSERT_EQ(moescope::testing::write_moe_job(top_job(2, 4, 1, 1, 2, 1.0, 0), job.string()).size(),
+            2u);
+  using fs::perms;
+  fs::permissions(dir, perms::owner_all | perms::group_exec | perms::others_exec);
+  fs::permissions(job, perms::owner_write | perms::owner_exec | perms::group_exec |
+                           perms::others_exec);  // see and enter, not list
+  const bool root = geteuid() == 0;
+  auto frame = run_cli("top --once '" + job.string() + "'",
+                       root ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "");
+  fs::permissions(job, perms::owner_all);
+  EXPECT_EQ(frame.exit_code, 0) << frame.out;
+  EXPECT_EQ(frame.out, "moescope top: " + job.string() + ": cannot list: Permission denied\n");
+  if (!getenv("S6KEEP")) fs::remove_all(dir);
+}
+
 // A folder the job wrote into before: the earlier run's traces (other names, an hour earlier)
 // are left out with one line, and the frame is the newest run's alone.
 TEST(CliTop, AFolderWithAnEarlierRunShowsTheNewestRun) {
