@@ -1,7 +1,7 @@
-// `moescope top [--once] [--interval S] RUN_FOLDER | TRACES...`: a live terminal view of a
-// running job from its growing traces (top_frame.h says what a frame shows). A folder stands for
-// the .moetrace files in it, found again at each refresh (ranks that start late appear); where
-// it also holds an earlier run's files, the view follows the newest run (live_rank_state.h).
+// `moescope top [--once] [--interval S] [--stall-after S] RUN_FOLDER | TRACES...`: a live terminal
+// view of a running job from its growing traces (top_frame.h says what a frame shows). A folder
+// stands for the .moetrace files in it, found again at each refresh (ranks that start late appear);
+// where it also holds an earlier run's files, the view follows the newest run (live_rank_state.h).
 // --once prints one frame and exits, like `top -b -n 1`; otherwise the frame is redrawn every
 // interval until `q` (or Ctrl-C).
 //
@@ -33,6 +33,7 @@ struct TopOptions {
   std::vector<std::string> paths;
   bool once = false;
   double interval_s = 1.0;
+  double stall_after_s = kTopStallSeconds;
 };
 
 std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
@@ -67,7 +68,8 @@ std::string frame_of(const TopOptions& options, analysis::LiveRunState& run) {
   }
   if (readable == 0) return errors + "moescope top: nothing readable yet\n";
   const auto now = std::chrono::system_clock::now().time_since_epoch();
-  return render_top_frame(run, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
+  return render_top_frame(run, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
+                          options.stall_after_s) +
          errors;
 }
 
@@ -128,6 +130,13 @@ void add_top_command(CLI::App& app) {
   command->add_option("--interval", options->interval_s, "Seconds between refreshes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  command
+      ->add_option("--stall-after", options->stall_after_s,
+                   "Call the job stalled when no rank still writing has finished a step for "
+                   "this many seconds (and 20 steps); raise it above the longest checkpoint "
+                   "save or evaluation")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e7));
   command->callback([options] { run_top(*options); });
 }
 

@@ -110,9 +110,10 @@ double median_last_step_ms(const std::vector<RankRow>& rows) {
 // the others went on, or a trace that stopped growing). The time matters as much as the count:
 // each recorder flushes every 100 ms, so a live rank's file can trail another's by several
 // short steps. Stalled: no rank still writing has finished a step for a while
-// (kTopStallSeconds, kTopLagSteps steps). In lockstep training a dead or hung rank soon holds
+// (`stall_after_s`, kTopLagSteps steps). In lockstep training a dead or hung rank soon holds
 // the others in a collective, so the second is the usual sign.
-std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns) {
+std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns,
+                           double stall_after_s) {
   const double step_s = median_last_step_ms(rows) * 1e-3;
   int64_t newest = -1;
   std::optional<TimeNs> newest_end, newest_running_end;
@@ -161,7 +162,7 @@ std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns)
   }
   if (!newest_running_end || now_unix_ns <= *newest_running_end) return text;
   const double idle_s = double(now_unix_ns - *newest_running_end) * 1e-9;
-  if (idle_s > std::max(kTopStallSeconds, kTopLagSteps * step_s)) {
+  if (idle_s > std::max(stall_after_s, kTopLagSteps * step_s)) {
     text += format(
         "stalled: no rank still writing has finished a step for %.0f s (a step took %.1f ms): "
         "hung in a collective, paused (checkpoint, evaluation), or killed without closing its "
@@ -235,7 +236,8 @@ std::string layer_rows(const std::vector<RankRow>& rows, int64_t step) {
 
 }  // namespace
 
-std::string render_top_frame(const analysis::LiveRunState& run, TimeNs now_unix_ns) {
+std::string render_top_frame(const analysis::LiveRunState& run, TimeNs now_unix_ns,
+                             double stall_after_s) {
   const auto& files = run.files();
   const std::vector<int32_t> numbers = run.ranks();
   std::vector<RankRow> rows;
@@ -257,7 +259,7 @@ std::string render_top_frame(const analysis::LiveRunState& run, TimeNs now_unix_
   if (rows.size() < readable) {
     text += format("; %zu other process(es) without steps", readable - rows.size());
   }
-  text += "\n" + rank_rows(rows) + progress_lines(rows, now_unix_ns);
+  text += "\n" + rank_rows(rows) + progress_lines(rows, now_unix_ns, stall_after_s);
   const int64_t common = run.common_step();
   if (common < 0) return text + "no step finished on every rank yet\n";
   // Busy time of `common` on each rank: the straggler is the busiest.

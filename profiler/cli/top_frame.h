@@ -15,9 +15,10 @@ inline constexpr size_t kTopRankRows = 16;
 inline constexpr size_t kTopLayerRows = 12;
 // A rank is behind when it is more than a step behind the newest step and its last step ended
 // kTopBehindSeconds (and kTopLagSteps median steps) before the newest one; a job is stalled
-// when no rank still writing has finished a step for kTopStallSeconds (and kTopLagSteps
-// steps). Each recorder flushes every 100 ms, so live files trail each other by a flush and a
-// step at most; the margins cover slow steps and hosts' clocks a few seconds apart.
+// when no rank still writing has finished a step for `stall_after_s` (`--stall-after`, by
+// default kTopStallSeconds) and kTopLagSteps steps. Each recorder flushes every 100 ms, so live
+// files trail each other by a flush and a step at most; the margins cover slow steps and hosts'
+// clocks a few seconds apart.
 inline constexpr double kTopBehindSeconds = 10.0;
 inline constexpr double kTopStallSeconds = 30.0;
 inline constexpr double kTopLagSteps = 20.0;
@@ -28,6 +29,7 @@ inline constexpr double kTopLagSteps = 20.0;
 // A rank whose trace is still being written has its last (unfinished) step left out.
 // Ranks more than a step behind, and a job whose still-writing ranks have finished no step for
 // a while (judged at `now_unix_ns`, the wall clock), each get a line.
-std::string render_top_frame(const analysis::LiveRunState& run, analysis::TimeNs now_unix_ns);
+std::string render_top_frame(const analysis::LiveRunState& run, analysis::TimeNs now_unix_ns,
+                             double stall_after_s = kTopStallSeconds);
 
 }  // namespace moescope::cli

@@ -141,6 +141,11 @@ TEST(CliTop, RanksBehindAndAStalledJobAreNamed) {
                  "took [0-9.]+ ms\\): hung in a collective")))
       << text;
   EXPECT_NEAR(std::stod(stalled[1]), 3600.0, 30.0) << text;
+  // A job whose pauses (a checkpoint save) last longer: --stall-after above the hour.
+  auto patient = run_cli("top --once --stall-after 7200 '" + dir.string() + "'");
+  ASSERT_EQ(patient.exit_code, 0) << patient.out;
+  EXPECT_EQ(patient.out.find("stalled:"), std::string::npos) << patient.out;
+  EXPECT_NE(patient.out.find("behind: 2 rank(s)"), std::string::npos) << patient.out;
   if (!getenv("S6KEEP")) fs::remove_all(dir);
 }
 
