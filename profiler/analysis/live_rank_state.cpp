@@ -157,6 +157,7 @@ void LiveRankState::start_over() {
   highest_finished_ = keep_from_step_ = -1;
   steps_.clear();
   loads_.clear();
+  collectives_.clear();
   window_ = std::make_unique<Window>();
   recording_ = ProcessTrack();
   recording_started_ = false;
@@ -266,6 +267,7 @@ void LiveRankState::load_window() {
   if (model.processes.empty()) return;
   const ProcessTrack& process = model.processes.front();
   note_window(process);
+  note_collectives(process);
   if (process.steps.empty()) return;
   has_steps_ = true;
   step_source_ = model.step_source;
@@ -342,6 +344,40 @@ void LiveRankState::note_window(const ProcessTrack& window) {
   }
   recording_.begin = std::min(recording_.begin, window.begin);
   recording_.end = std::max(recording_.end, window.end);
+}
+
+// The window's collectives on top of those of earlier windows: a later completion closes an
+// open collective; the window's own open one (its latest collective_open not completed in it)
+// replaces the one kept.
+void LiveRankState::note_collectives(const ProcessTrack& window) {
+  for (const CollectiveState& seen : collectives_at_end(window, window.end)) {
+    CollectiveState& kept = collectives_[seen.comm_id];
+    kept.comm_id = seen.comm_id;
+    kept.num_ranks = std::max(kept.num_ranks, seen.num_ranks);
+    if (seen.has_completed &&
+        (!kept.has_completed || seen.completed_sequence >= kept.completed_sequence)) {
+      kept.has_completed = true;
+      kept.completed_sequence = seen.completed_sequence;
+      kept.completed_kind = seen.completed_kind;
+      kept.completed_bytes = seen.completed_bytes;
+    }
+    if (seen.has_open) {
+      kept.has_open = true;
+      kept.open_sequence = seen.open_sequence;
+      kept.open_kind = seen.open_kind;
+      kept.open_bytes = seen.open_bytes;
+      kept.open_entered = seen.open_entered;
+    }
+    if (kept.has_open && kept.has_completed && kept.completed_sequence >= kept.open_sequence) {
+      kept.has_open = false;
+    }
+  }
+}
+
+std::vector<CollectiveState> LiveRankState::collectives() const {
+  std::vector<CollectiveState> states;
+  for (const auto& [comm_id, state] : collectives_) states.push_back(state);
+  return states;
 }
 
 // Lets go of the steps before `keep` and starts the window at it.

@@ -339,6 +339,14 @@ class MoetraceFileLoader {
     process_.triggers.push_back(event);
     tracks_.cover(event.time, event.time);
   }
+  void on(const trace::CollectiveOpenRecord& open_record, const RecordView&) {
+    CollectiveOpen open;
+    open.time = count_event(open_record.header);
+    MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_COLLECTIVE_OPEN, open, open_record);
+    open.name = open_record.header.name;
+    process_.collectives_open.push_back(open);
+    tracks_.cover(open.time, open.time);
+  }
 
  private:
   // Counts an event record, keeps its name and returns its time.

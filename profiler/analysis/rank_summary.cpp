@@ -8,6 +8,8 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "moescope/analysis/collective_mismatch.h"
+
 namespace moescope::analysis {
 namespace {
 
@@ -60,6 +62,9 @@ RankSummary summarize_process(const TraceModel& model, size_t index, uint64_t tr
   }
   summary.step_source = model.step_source;
   summary.triggers = process.triggers.size();
+  for (const CollectiveState& state : collectives_at_end(process, process.end)) {
+    summary.collectives_open_at_end += state.has_open ? 1 : 0;
+  }
   summary.errors = model.errors;
 
   ProcessTrack& skeleton = summary.process;

@@ -268,6 +268,8 @@ void visit(IO& io, RankSummary& summary) {
       io(s.domain), io(s.name), io.numbers(s.steps), io.numbers(s.ms);
     });
   }
+  // Version 4's, after it: none when the payload ends before.
+  if (!io.at_end()) io(summary.collectives_open_at_end);
 }
 
 // What the decoder cannot see field by field: indexes into the summary's own lists and times

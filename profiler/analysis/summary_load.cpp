@@ -204,6 +204,12 @@ SummaryLoad load_rank_summaries(const std::vector<std::string>& paths, const Loa
       result.notes.push_back(input->trace + " is a flight-recorder dump: reported from the traces");
       return result;
     }
+    if (input->loaded.collectives_open_at_end) {
+      result.needs_traces = true;
+      result.notes.push_back(input->trace +
+                             " ends inside a collective (a hang): reported from the traces");
+      return result;
+    }
   }
   if (usable.front()->loaded.step_source == StepSource::kRepeatingRange) {
     result.needs_traces = true;

@@ -19,6 +19,7 @@ namespace {
 using trace::TriggerReason;
 constexpr uint32_t kReasonPeer = static_cast<uint32_t>(TriggerReason::kPeer);
 constexpr size_t kMaxStackLines = 40;
+constexpr size_t kMaxRankStories = 16;  // ranks told one by one; beyond, only the ones named
 
 std::string hex_id(uint64_t id) {
   char text[24];
@@ -87,8 +88,8 @@ uint64_t parse_comm_id(const nlohmann::json& value) {
   return std::strtoull(value.get<std::string>().c_str(), nullptr, 16);
 }
 
-// From the dump's metadata (flight_monitor.cpp) when there; else from the completed ops of the
-// trace (a crash dump has no metadata about collectives).
+// From the dump's metadata (flight_monitor.cpp) when there; else from the trace's completed ops
+// and collective_open records (a crash dump has no metadata about collectives).
 void read_collectives(const ProcessTrack& process, const nlohmann::json& flight, RankStory& story) {
   if (flight.contains("collectives") && flight["collectives"].is_array()) {
     for (const auto& entry : flight["collectives"]) {
@@ -114,21 +115,8 @@ void read_collectives(const ProcessTrack& process, const nlohmann::json& flight,
     }
     return;
   }
-  for (const auto& comm : process.communicators) {
-    if (comm.ops.empty()) continue;
-    const CommOp* last = &comm.ops.front();
-    for (const auto& op : comm.ops) {
-      if (op.sequence >= last->sequence) last = &op;
-    }
-    CollectiveState state;
-    state.comm_id = comm.comm_id;
-    state.num_ranks = comm.num_ranks;
-    state.has_completed = true;
-    state.completed_sequence = last->sequence;
-    state.completed_kind = last->kind;
-    state.completed_bytes = last->bytes;
-    story.collectives.push_back(state);
-  }
+  const TimeNs fired = process.triggers.empty() ? process.end : process.triggers.front().time;
+  story.collectives = collectives_at_end(process, fired);
 }
 
 void read_open_spans(const TraceModel& model, const ProcessTrack& process, RankStory& story) {
@@ -148,16 +136,47 @@ void read_open_spans(const TraceModel& model, const ProcessTrack& process, RankS
   }
 }
 
-// Seconds between the last step or collective in the trace and the process's first trigger.
-double progress_gap_from_trace(const ProcessTrack& process) {
-  if (process.triggers.empty()) return -1;
+// The last step marker or collective of the trace (0 = none).
+TimeNs last_progress(const ProcessTrack& process) {
   TimeNs last = 0;
   for (const auto& marker : process.step_markers) last = std::max(last, marker.time);
   for (const auto& comm : process.communicators) {
     for (const auto& op : comm.ops) last = std::max(last, std::max(op.end, op.enqueue));
   }
-  TimeNs fired = process.triggers.front().time;
-  return last && fired > last ? (fired - last) * 1e-9 : -1;
+  return last;
+}
+
+// Seconds between the last step or collective in the trace and `until` (-1 unknown).
+double progress_gap(const ProcessTrack& process, TimeNs until) {
+  const TimeNs last = last_progress(process);
+  return last && until > last ? (until - last) * 1e-9 : -1;
+}
+
+// A regular recording (no trigger) whose ranks' traces end inside a collective: a job that hung
+// and was stopped. Each rank's collectives as its trace ends (collectives_at_end).
+WhatHappened explain_trace_end(const TraceModel& model) {
+  WhatHappened what;
+  bool inside = false;
+  for (const auto& process : model.processes) {
+    RankStory story;
+    story.rank = process.rank;
+    story.pid = process.pid;
+    story.file = process.file;
+    // Other threads may record on while the rank waits; with none, there is no gap to give.
+    const double gap_s = progress_gap(process, process.end);
+    story.since_progress_s = gap_s >= 0.05 ? gap_s : -1;
+    story.collectives = collectives_at_end(process, process.end);
+    if (story.collectives.empty()) continue;  // no collective at all (a launcher)
+    for (const CollectiveState& state : story.collectives) inside = inside || state.has_open;
+    read_open_spans(model, process, story);
+    what.ranks.push_back(std::move(story));
+  }
+  if (!inside) return {};
+  std::vector<RankCollectives> collectives;
+  for (const auto& story : what.ranks) collectives.push_back({story.rank, story.collectives});
+  what.mismatches = collective_mismatches(collectives);
+  what.any = true;
+  return what;
 }
 
 }  // namespace
@@ -181,7 +200,7 @@ WhatHappened explain_dump(const TraceModel& model) {
       story.origin_reason = flight["trigger"].value("origin_reason", 0u);
     story.since_progress_s = flight.contains("last_progress_ago_ns")
                                  ? flight["last_progress_ago_ns"].get<double>() * 1e-9
-                                 : progress_gap_from_trace(process);
+                                 : progress_gap(process, process.triggers.front().time);
     read_collectives(process, flight, story);
     read_open_spans(model, process, story);
     if (flight.contains("python_stacks") && flight["python_stacks"].is_string()) {
@@ -198,63 +217,16 @@ WhatHappened explain_dump(const TraceModel& model) {
     }
     what.ranks.push_back(std::move(story));
   }
-  if (!what.any) return what;
+  if (!what.any) return explain_trace_end(model);
   what.first = *first;
   what.first_detail = first->detail ? model.name(first->detail) : "";
-  // Mismatch: per communicator, the latest collective some rank entered; ranks behind it never
-  // entered it.
-  std::map<uint64_t, std::pair<uint32_t, uint32_t>> latest;  // comm -> (sequence, kind)
-  std::map<uint64_t, int32_t> comm_size;
-  for (const auto& story : what.ranks) {
-    for (const auto& state : story.collectives) {
-      comm_size[state.comm_id] = std::max(comm_size[state.comm_id], state.num_ranks);
-      if (!state.has_open) continue;
-      auto [entry, inserted] =
-          latest.try_emplace(state.comm_id, state.open_sequence, state.open_kind);
-      if (!inserted && state.open_sequence > entry->second.first) {
-        entry->second = {state.open_sequence, state.open_kind};
-      }
-    }
-  }
-  for (const auto& [comm_id, latest_op] : latest) {
-    CollectiveMismatch mismatch;
-    mismatch.comm_id = comm_id;
-    mismatch.sequence = latest_op.first;
-    mismatch.kind = latest_op.second;
-    std::set<int32_t> seen;
-    for (const auto& story : what.ranks) {
-      for (const auto& state : story.collectives) {
-        if (state.comm_id != comm_id) continue;
-        seen.insert(story.rank);
-        bool inside = state.has_open && state.open_sequence >= mismatch.sequence;
-        bool past = state.has_completed && state.completed_sequence >= mismatch.sequence;
-        if (inside) {
-          mismatch.waiting.push_back(story.rank);
-        } else if (!past) {
-          mismatch.never_entered.push_back(story.rank);
-        }
-      }
-    }
-    // Ranks of the job whose dump shows nothing of this communicator at all.
-    for (const auto& story : what.ranks) {
-      if (!seen.count(story.rank) && comm_size[comm_id] > 0) {
-        mismatch.never_entered.push_back(story.rank);
-      }
-    }
-    if (!mismatch.never_entered.empty() || !mismatch.waiting.empty()) {
-      what.mismatches.push_back(std::move(mismatch));
-    }
-  }
+  std::vector<RankCollectives> collectives;
+  for (const auto& story : what.ranks) collectives.push_back({story.rank, story.collectives});
+  what.mismatches = collective_mismatches(collectives);
   return what;
 }
 
 namespace {
-
-std::string rank_list(const std::vector<int32_t>& ranks) {
-  std::string text;
-  for (int32_t rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
-  return text;
-}
 
 std::string collective_words(uint32_t sequence, uint32_t kind, uint64_t bytes) {
   return std::string(comm_kind_name(kind)) + " #" + std::to_string(sequence) + " (" +
@@ -272,38 +244,58 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
   for (const auto& story : what.ranks) {
     if (story.rank == what.first_rank) origin = &story;
   }
-  out << (markdown ? "- " : "  ")
-      << "Trigger: " << trigger_words(what.first, what.first_detail, origin) << " on rank "
-      << what.first_rank << "\n";
+  if (what.first_rank >= 0) {
+    out << (markdown ? "- " : "  ")
+        << "Trigger: " << trigger_words(what.first, what.first_detail, origin) << " on rank "
+        << what.first_rank << "\n";
+  } else {
+    out << (markdown ? "- " : "  ")
+        << "No flight-recorder trigger: the traces end with ranks inside a collective (the job "
+           "hung, or was stopped while they waited)\n";
+  }
   for (const auto& mismatch : what.mismatches) {
     out << (markdown ? "- " : "  ") << "Collective " << comm_kind_name(mismatch.kind) << " #"
         << mismatch.sequence << " of comm " << hex_id(mismatch.comm_id) << ": ";
     if (!mismatch.never_entered.empty()) {
       out << "rank" << (mismatch.never_entered.size() > 1 ? "s " : " ")
-          << rank_list(mismatch.never_entered) << " never entered it";
+          << rank_runs(mismatch.never_entered) << " never entered it";
       if (!mismatch.waiting.empty()) out << "; ";
     }
     if (!mismatch.waiting.empty()) {
-      out << "rank" << (mismatch.waiting.size() > 1 ? "s " : " ") << rank_list(mismatch.waiting)
+      out << "rank" << (mismatch.waiting.size() > 1 ? "s " : " ") << rank_runs(mismatch.waiting)
           << " wait" << (mismatch.waiting.size() > 1 ? "" : "s") << " in it";
     }
     out << "\n";
   }
   out << (markdown ? "\n" : "  Per rank:\n");
+  // At many ranks, the story of the ranks named above (the one whose trigger fired first, those
+  // that never entered a collective) up to kMaxRankStories; the JSON has every rank.
+  std::set<int32_t> named = {what.first_rank};
+  for (const auto& mismatch : what.mismatches) {
+    named.insert(mismatch.never_entered.begin(), mismatch.never_entered.end());
+  }
+  const bool every_rank = what.ranks.size() <= kMaxRankStories;
+  size_t told = 0;
   for (const auto& story : what.ranks) {
+    if (!every_rank && (!named.count(story.rank) || told == kMaxRankStories)) continue;
+    ++told;
     out << (markdown ? "- **rank " : "    rank ") << story.rank << (markdown ? "**" : "")
         << " (pid " << story.pid << "): ";
-    const TriggerEvent& own = story.triggers.front();
-    out << trigger_words(own, "", &story);
-    if (own.reason == kReasonPeer) {
-      out << " (rank " << own.origin_rank;
-      if (story.origin_reason) out << ": " << trigger_reason_name(story.origin_reason);
-      out << ")";
+    if (story.triggers.empty()) {
+      out << "trace ends";
+    } else {
+      const TriggerEvent& own = story.triggers.front();
+      out << trigger_words(own, "", &story);
+      if (own.reason == kReasonPeer) {
+        out << " (rank " << own.origin_rank;
+        if (story.origin_reason) out << ": " << trigger_reason_name(story.origin_reason);
+        out << ")";
+      }
     }
     if (story.since_progress_s >= 0) {
-      char seconds[64];
-      std::snprintf(seconds, sizeof(seconds), "; last progress %.1f s before the dump",
-                    story.since_progress_s);
+      char seconds[80];
+      std::snprintf(seconds, sizeof(seconds), "; last progress %.1f s before %s",
+                    story.since_progress_s, story.triggers.empty() ? "its trace ends" : "the dump");
       out << seconds;
     }
     out << "\n";
@@ -314,8 +306,12 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
                                                      state.completed_bytes)
                                   : std::string("none"));
       if (state.has_open) {
-        char seconds[48];
-        std::snprintf(seconds, sizeof(seconds), ", for %.1f s", state.open_for_s);
+        // A regular trace ends with the record itself (nothing is written while the rank
+        // waits): no time to give then.
+        char seconds[48] = "";
+        if (state.open_for_s >= 0.05) {
+          std::snprintf(seconds, sizeof(seconds), ", for %.1f s", state.open_for_s);
+        }
         out << "; open: "
             << collective_words(state.open_sequence, state.open_kind, state.open_bytes) << seconds;
       } else {
@@ -334,6 +330,10 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
       }
     }
   }
+  if (told < what.ranks.size()) {
+    out << (markdown ? "- " : "    ") << what.ranks.size() - told
+        << " other ranks (`--format json` lists every rank)\n";
+  }
   out << "\n";
   return out.str();
 }
@@ -341,10 +341,14 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
 std::string what_happened_json(const WhatHappened& what) {
   if (!what.any) return "null";
   nlohmann::json out;
-  out["trigger"] = {{"reason", trigger_reason_name(what.first.reason)},
-                    {"rank", what.first_rank},
-                    {"code", what.first.code},
-                    {"detail", what.first_detail}};
+  if (what.first_rank >= 0) {
+    out["trigger"] = {{"reason", trigger_reason_name(what.first.reason)},
+                      {"rank", what.first_rank},
+                      {"code", what.first.code},
+                      {"detail", what.first_detail}};
+  } else {
+    out["trigger"] = nullptr;  // a regular recording that ends inside a collective
+  }
   nlohmann::json mismatches = nlohmann::json::array();
   for (const auto& mismatch : what.mismatches) {
     mismatches.push_back({{"comm_id", hex_id(mismatch.comm_id)},
@@ -356,11 +360,14 @@ std::string what_happened_json(const WhatHappened& what) {
   out["mismatches"] = mismatches;
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& story : what.ranks) {
-    nlohmann::json rank = {{"rank", story.rank},
-                           {"pid", story.pid},
-                           {"file", story.file},
-                           {"trigger", trigger_reason_name(story.triggers.front().reason)},
-                           {"open_spans", story.open_spans}};
+    nlohmann::json rank = {
+        {"rank", story.rank},
+        {"pid", story.pid},
+        {"file", story.file},
+        {"trigger", story.triggers.empty()
+                        ? nlohmann::json()
+                        : nlohmann::json(trigger_reason_name(story.triggers.front().reason))},
+        {"open_spans", story.open_spans}};
     if (story.since_progress_s >= 0) rank["since_progress_s"] = story.since_progress_s;
     nlohmann::json collectives = nlohmann::json::array();
     for (const auto& state : story.collectives) {

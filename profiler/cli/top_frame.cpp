@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/statistics.h"
 
@@ -104,6 +105,55 @@ double median_last_step_ms(const std::vector<RankRow>& rows) {
   return step_ms.empty() ? 0.0 : analysis::median(step_ms);
 }
 
+// "rank 3" or "ranks 0-36, 38-63" (collective_mismatch.h's runs).
+std::string rank_runs(const std::vector<int32_t>& ranks) {
+  return (ranks.size() > 1 ? "ranks " : "rank ") + analysis::rank_runs(ranks);
+}
+
+// Under the stalled line, per communicator some rank is stuck in: the collective, the ranks
+// inside it and for how long, and the ranks that never entered it (collective_mismatch.h, from
+// the collective_open records the recorder writes while a rank waits).
+std::string waiting_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns) {
+  std::vector<analysis::RankCollectives> ranks;
+  for (const RankRow& row : rows) ranks.push_back({row.rank, row.file->collectives()});
+  std::string text;
+  for (const analysis::CollectiveMismatch& stuck : analysis::collective_mismatches(ranks)) {
+    if (stuck.waiting.empty()) continue;
+    double longest_s = 0;
+    const RankRow* missing_row = nullptr;  // the one rank that never entered, when one
+    const analysis::CollectiveState* missing = nullptr;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const bool is_missing =
+          stuck.never_entered.size() == 1 && rows[i].rank == stuck.never_entered.front();
+      if (is_missing) missing_row = &rows[i];
+      for (const analysis::CollectiveState& state : ranks[i].collectives) {
+        if (state.comm_id != stuck.comm_id) continue;
+        if (is_missing) missing = &state;
+        const std::optional<TimeNs> entered = rows[i].file->wall_time(state.open_entered);
+        if (state.has_open && state.open_sequence >= stuck.sequence && entered &&
+            now_unix_ns > *entered) {
+          longest_s = std::max(longest_s, double(now_unix_ns - *entered) * 1e-9);
+        }
+      }
+    }
+    text += format("  in %s #%u of comm %016llx: %s waiting", analysis::comm_kind_name(stuck.kind),
+                   stuck.sequence, static_cast<unsigned long long>(stuck.comm_id),
+                   rank_runs(stuck.waiting).c_str());
+    if (longest_s > 0) text += format(" (up to %.0f s)", longest_s);
+    if (!stuck.never_entered.empty()) {
+      text += "; never entered it: " + rank_runs(stuck.never_entered);
+      if (missing && missing->has_completed) {
+        text +=
+            format(" (last completed %s #%u)", analysis::comm_kind_name(missing->completed_kind),
+                   missing->completed_sequence);
+      }
+      if (missing_row && missing_row->file->complete()) text += " (its process ended)";
+    }
+    text += "\n";
+  }
+  return text;
+}
+
 // The two ways a hang or a dead rank shows in growing traces, each a line when it is there.
 // Behind: ranks more than a step behind the newest step whose last step also ended a while
 // (kTopBehindSeconds, kTopLagSteps steps) before the newest one (a process that stopped while
@@ -168,6 +218,7 @@ std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns,
         "hung in a collective, paused (checkpoint, evaluation), or killed without closing its "
         "traces?\n",
         idle_s, step_s * 1e3);
+    text += waiting_lines(rows, now_unix_ns);
   }
   return text;
 }

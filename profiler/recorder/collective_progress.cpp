@@ -8,7 +8,7 @@ namespace moescope::recorder {
 
 CollectiveProgress::Op CollectiveProgress::op_seen(const moescope_comm_op_info& info,
                                                    uint64_t now_ns) {
-  return {info.sequence, info.kind, info.bytes, info.count, info.peer, now_ns, true};
+  return {info.sequence, info.kind, info.bytes, info.count, info.peer, info.name, now_ns, true};
 }
 
 void CollectiveProgress::reset() {
@@ -23,6 +23,7 @@ void CollectiveProgress::entered(const moescope_comm_op_info& op, uint64_t now_n
   comm.rank = op.rank;
   comm.num_ranks = op.num_ranks;
   comm.entered = op_seen(op, now_ns);
+  comm.entered_written = false;
   last_change_ns_ = now_ns;
 }
 
@@ -44,10 +45,7 @@ uint64_t CollectiveProgress::last_change_ns() const {
 bool CollectiveProgress::any_open() const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [comm_id, comm] : communicators_) {
-    if (comm.entered.valid &&
-        (!comm.completed.valid || comm.completed.sequence < comm.entered.sequence)) {
-      return true;
-    }
+    if (is_open(comm)) return true;
   }
   return false;
 }
@@ -67,11 +65,29 @@ std::string CollectiveProgress::describe_json(uint64_t now_ns) const {
     nlohmann::json entry = {{"comm_id", id}, {"rank", comm.rank}, {"num_ranks", comm.num_ranks}};
     if (comm.entered.valid) entry["last_entered"] = describe(comm.entered);
     if (comm.completed.valid) entry["last_completed"] = describe(comm.completed);
-    entry["open"] = comm.entered.valid &&
-                    (!comm.completed.valid || comm.completed.sequence < comm.entered.sequence);
+    entry["open"] = is_open(comm);
     list.push_back(std::move(entry));
   }
   return nlohmann::json{{"communicators", list}}.dump();
+}
+
+void CollectiveProgress::append_long_open(uint64_t now_ns, uint64_t min_open_ns,
+                                          trace::RecordBuffer& out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [comm_id, comm] : communicators_) {
+    if (comm.entered_written || !is_open(comm) || now_ns < comm.entered.time_ns + min_open_ns) {
+      continue;
+    }
+    comm.entered_written = true;
+    auto& record = out.append<trace::CollectiveOpenRecord>(trace::RecordKind::kCollectiveOpen,
+                                                           comm.entered.time_ns, comm.entered.name);
+    record.comm_id = comm_id;
+    record.bytes = comm.entered.bytes;
+    record.kind = comm.entered.kind;
+    record.sequence = comm.entered.sequence;
+    record.rank = comm.rank;
+    record.num_ranks = comm.num_ranks;
+  }
 }
 
 }  // namespace moescope::recorder

@@ -2,7 +2,9 @@
 // flight-recorder dump says about a hang ("rank 1 waits in all_reduce #5 of comm X; rank 0
 // never entered it"). A collective is written to the trace only once it completed, so the one a
 // rank is stuck in is known only from here: moescope_comm_op_enter() reports it when issued,
-// moescope_comm_op() when done.
+// moescope_comm_op() when done. Every recording keeps it: the flush thread writes a
+// `collective_open` record for a collective still open kCollectiveOpenRecordNs after it was
+// entered, which is how `moescope top` and `report` name what a hung job waits in.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,13 @@
 #include <unordered_map>
 
 #include "moescope/recorder.h"
+#include "moescope/trace/trace_writer.h"
 
 namespace moescope::recorder {
+
+// How long a collective stays open before its collective_open record is written: longer than
+// any healthy collective of a training step, short enough that a hang is named within seconds.
+inline constexpr uint64_t kCollectiveOpenRecordNs = 1'000'000'000;
 
 class CollectiveProgress {
  public:
@@ -26,6 +33,9 @@ class CollectiveProgress {
   // {"communicators": [{comm_id (hex), rank, num_ranks, last_entered {...}, last_completed
   // {...}, open: bool}]}; times as "ago_ns" before now_ns.
   std::string describe_json(uint64_t now_ns) const;
+  // Appends a collective_open record (time = when it was entered) for each collective entered
+  // at least `min_open_ns` before `now_ns` and still open; each is written once.
+  void append_long_open(uint64_t now_ns, uint64_t min_open_ns, trace::RecordBuffer& out);
 
  private:
   struct Op {
@@ -34,6 +44,7 @@ class CollectiveProgress {
     uint64_t bytes = 0;
     uint64_t count = 0;
     int32_t peer = -1;
+    uint32_t name = 0;
     uint64_t time_ns = 0;
     bool valid = false;
   };
@@ -43,7 +54,12 @@ class CollectiveProgress {
     int32_t rank = -1;
     int32_t num_ranks = 0;
     Op entered, completed;
+    bool entered_written = false;  // its collective_open record was written
   };
+  static bool is_open(const Communicator& comm) {
+    return comm.entered.valid &&
+           (!comm.completed.valid || comm.completed.sequence < comm.entered.sequence);
+  }
   mutable std::mutex mutex_;
   std::unordered_map<uint64_t, Communicator> communicators_;
   uint64_t last_change_ns_ = 0;

@@ -1,5 +1,5 @@
-// The C API of the flight recorder's collective progress (moescope/recorder.h), and the hook
-// moescope_trigger() takes under the flight recorder.
+// The C API of the collective progress (moescope/recorder.h, collective_progress.h), and the
+// hook moescope_trigger() takes under the flight recorder.
 #include "moescope/recorder.h"
 #include "recorder.h"
 
@@ -8,7 +8,7 @@ using moescope::recorder::Recorder;
 extern "C" void moescope_comm_op_enter(const moescope_comm_op_info* op) {
   if (!op || !moescope_recording) return;
   Recorder& recorder = Recorder::instance();
-  if (!recorder.flight_mode()) return;
+  if (!recorder.active()) return;
   recorder.collective_progress().entered(*op, moescope::recorder::monotonic_ns());
 }
 
@@ -26,9 +26,9 @@ bool flight_recorder_takes(const moescope_trigger_info* trigger) {
   return true;
 }
 
-void flight_recorder_saw_comm_op(const moescope_comm_op_info* op) {
+void collective_completed(const moescope_comm_op_info* op) {
   Recorder& recorder = Recorder::instance();
-  if (recorder.flight_mode()) recorder.collective_progress().completed(*op, monotonic_ns());
+  if (recorder.active()) recorder.collective_progress().completed(*op, monotonic_ns());
 }
 
 }  // namespace moescope::recorder

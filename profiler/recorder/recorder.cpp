@@ -386,6 +386,15 @@ void Recorder::drain_all(bool final) {
                                       strings_.intern(note));
     std::fprintf(stderr, "moescope: %s (%s)\n", note.c_str() + 10, path_.c_str());
   }
+  // What a hung rank waits in: written while it waits (the collective's own record comes only
+  // once it completed).
+  trace::RecordBuffer long_open;
+  collectives_.append_long_open(monotonic_ns(), kCollectiveOpenRecordNs, long_open);
+  if (flight_options_.enabled) {
+    ring_.append(0, long_open.bytes());
+  } else {
+    meta.bytes().insert(meta.bytes().end(), long_open.bytes().begin(), long_open.bytes().end());
+  }
   strings_.take_pending(meta);
   if (flight_options_.enabled) {
     // Kept in memory; the statistics are written with each dump.

@@ -198,7 +198,7 @@ class Recorder {
 // when there is no flight recorder (the trigger is then only recorded).
 bool flight_recorder_takes(const moescope_trigger_info* trigger);
 // moescope_comm_op(): the collective completed (collective_progress.h).
-void flight_recorder_saw_comm_op(const moescope_comm_op_info* op);
+void collective_completed(const moescope_comm_op_info* op);
 
 // Writes a fixed-size record of type Record on the calling thread's buffer; returns a pointer
 // to fill, or nullptr when the record is dropped. The caller must call commit_record.

@@ -298,7 +298,7 @@ void moescope_rebalance_decision(const moescope_rebalance_info* info,
 void moescope_comm_op(const moescope_comm_op_info* op) {
   ThreadBuffer* buffer = active_buffer();
   if (!buffer || !op) return;
-  moescope::recorder::flight_recorder_saw_comm_op(op);
+  moescope::recorder::collective_completed(op);
   uint32_t splits = op->split_bytes ? op->num_splits : 0;
   if (splits > (kMaxRecordBytes - sizeof(trace::CommOpRecord)) / 8) splits = 0;
   uint32_t bytes = sizeof(trace::CommOpRecord) + 8 * splits;

@@ -149,6 +149,50 @@ TEST(CliTop, RanksBehindAndAStalledJobAreNamed) {
   if (!getenv("S6KEEP")) fs::remove_all(dir);
 }
 
+// A job hung an hour ago in its last step's all-reduce: ranks 0, 1 and 3 wait in it, rank 2
+// never entered it. Under the stalled line, top names the collective, the ranks inside it and
+// for how long, and the rank missing with the last collective it completed on that
+// communicator. At 64 ranks the ranks inside are one run of rank numbers.
+TEST(CliTop, AHungCollectiveAndTheRankThatNeverEnteredItAreNamed) {
+  const fs::path dir = fs::temp_directory_path() / ("cli_top_hang_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  moescope::testing::MoeJobConfig config = top_job(4, 12, 2, 1, 20, 1.0, 1);
+  config.strings_first = true;
+  config.hang_missing_rank = 2;
+  config.start_unix_ns = unix_now_ns() - int64_t(3600) * 1'000'000'000;
+  ASSERT_EQ(moescope::testing::write_moe_job(config, (dir / "four").string()).size(), 4u);
+  auto frame = run_cli("top --once '" + (dir / "four").string() + "'");
+  ASSERT_EQ(frame.exit_code, 0) << frame.out;
+  std::smatch stuck;
+  ASSERT_TRUE(std::regex_search(
+      frame.out, stuck,
+      std::regex(R"re(stalled: [^\n]*\n  in all_reduce #11 of comm 0000000000000001: )re"
+                 R"re(ranks 0-1, 3 waiting \(up to (\d+) s\); never entered it: rank 2 )re"
+                 R"re(\(last completed all_reduce #10\)\n)re")))
+      << frame.out;
+  EXPECT_NEAR(std::stod(stuck[1]), 3600.0, 30.0) << frame.out;
+  // Lockstep: every rank stopped together, none is behind.
+  EXPECT_EQ(frame.out.find("behind:"), std::string::npos) << frame.out;
+
+  config.ranks = 64;
+  config.hang_missing_rank = 37;
+  ASSERT_EQ(moescope::testing::write_moe_job(config, (dir / "many").string()).size(), 64u);
+  auto many = run_cli("top --once '" + (dir / "many").string() + "'");
+  ASSERT_EQ(many.exit_code, 0) << many.out;
+  EXPECT_NE(many.out.find("  in all_reduce #11 of comm 0000000000000001: ranks 0-36, 38-63 "
+                          "waiting (up to "),
+            std::string::npos)
+      << many.out;
+  EXPECT_NE(many.out.find("never entered it: rank 37 (last completed all_reduce #10)\n"),
+            std::string::npos)
+      << many.out;
+  // With --stall-after above the hour the job is not called stalled, and the line goes with it.
+  auto patient = run_cli("top --once --stall-after 7200 '" + (dir / "four").string() + "'");
+  ASSERT_EQ(patient.exit_code, 0) << patient.out;
+  EXPECT_EQ(patient.out.find("  in all_reduce"), std::string::npos) << patient.out;
+  if (!getenv("S6KEEP")) fs::remove_all(dir);
+}
+
 // A folder `top` may see but not list (no read permission) is said in one line naming it and
 // why, not taken for an empty folder. As root, the permission is checked as user nobody.
 TEST(CliTop, AFolderThatCannotBeListedIsSaid) {

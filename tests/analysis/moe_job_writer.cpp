@@ -235,6 +235,20 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
     }
     const int64_t entry = sim.reduce_entry[size_t(rank) * c.steps + s];
     const int64_t done = sim.reduce_start[size_t(s)] + kAllReduceNs;
+    if (c.hang_missing_rank >= 0 && s == c.steps - 1) {
+      if (rank != c.hang_missing_rank) {
+        auto& open = gpu.append<CollectiveOpenRecord>(RecordKind::kCollectiveOpen,
+                                                      uint64_t(entry - 2 * kUs), kAllReduceName);
+        open.comm_id = 1;
+        open.bytes = 64ull << 20;
+        open.kind = 1;
+        open.sequence = uint32_t(s);
+        open.rank = rank;
+        open.num_ranks = c.ranks;
+        ++written;
+      }
+      break;
+    }
     auto& reduce =
         gpu.append<CommOpRecord>(RecordKind::kCommOp, uint64_t(entry - 2 * kUs), kAllReduceName);
     reduce.start_time = uint64_t(entry);
@@ -258,7 +272,8 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
   writer.write_chunk(2, gpu.bytes());
   RecordBuffer strings;
   for (uint32_t id = 1; id < kNameCount; ++id) strings.define_string(id, kNames[id]);
-  writer.write_chunk(0, strings.bytes(), ChunkType::kEnd);
+  writer.write_chunk(0, strings.bytes(),
+                     c.hang_missing_rank >= 0 ? ChunkType::kEvents : ChunkType::kEnd);
   writer.close();
   return written;
 }

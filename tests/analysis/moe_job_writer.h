@@ -47,6 +47,10 @@ struct MoeJobConfig {
   // has them), besides the end chunk.
   bool strings_first = false;
   bool step_markers = true;  // else the steps are the "train_step" spans (a guessed range)
+  // >= 0: the job hangs in its last step's data-parallel all-reduce. Every other rank enters it
+  // and waits (a collective_open record, as the recorder writes a second in, and no op); this
+  // rank never enters it. No step of the last ends and no file is closed (no end chunk).
+  int hang_missing_rank = -1;
 };
 
 // "node-005": the host name of host index 5.

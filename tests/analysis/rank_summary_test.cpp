@@ -262,6 +262,31 @@ TEST(RankSummary, ATraceOfAnotherRunWithoutSummaryGoesToTheTraces) {
   fs::remove_all(dir);
 }
 
+// Ranks whose traces end inside a collective (a job stopped while it hung) count it in their
+// summary, which keeps it through a round trip; report then reads the traces, where the
+// collective_open records name the hang, with a note.
+TEST(RankSummary, ARankThatEndsInsideACollectiveGoesToTheTraces) {
+  const fs::path dir = fresh_dir("hung");
+  moescope::testing::MoeJobConfig config;
+  config.hang_missing_rank = 6;
+  const std::vector<std::string> paths = write_job(dir, config);
+  summarize_all(paths);
+  RankSummary waiting, missing;
+  std::string error;
+  ASSERT_TRUE(read_rank_summary(summary_path_for(paths[5]), waiting, error)) << error;
+  ASSERT_TRUE(read_rank_summary(summary_path_for(paths[6]), missing, error)) << error;
+  EXPECT_EQ(waiting.collectives_open_at_end, 1u);
+  EXPECT_EQ(missing.collectives_open_at_end, 0u);
+  const SummaryLoad loaded = load_rank_summaries(paths);
+  EXPECT_EQ(loaded.refused, "");
+  EXPECT_TRUE(loaded.needs_traces);
+  ASSERT_FALSE(loaded.notes.empty());
+  EXPECT_NE(loaded.notes.back().find("job.0.moetrace ends inside a collective (a hang)"),
+            std::string::npos)
+      << loaded.notes.back();
+  fs::remove_all(dir);
+}
+
 // The header's checksum and sizes, recomputed around a plain `payload` (flags 0): the section
 // decoder sees it.
 std::string with_header(const std::string& valid, const std::string& payload) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "file_load.h"
+#include "moescope/analysis/collective_mismatch.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/visible_range.h"
@@ -366,6 +367,68 @@ TEST(TraceLoader, ReadsTriggersSortedWithTheirDetail) {
   shift_process_times(shifted, 1000);
   EXPECT_EQ(shifted.triggers[0].time, 1150);
   EXPECT_EQ(shifted.triggers[1].time, 1900);
+}
+
+// The `collective_open` kind (a collective a rank waits in): decoded into
+// ProcessTrack::collectives_open, sorted by time, its op name a model string, counted in the time
+// range and shifted with the clock; collectives_at_end keeps the one no op completed.
+TEST(TraceLoader, ReadsOpenCollectivesAndWhichOneStillWaits) {
+  std::string path = testing::test_directory("collective_open") + "/open.moetrace";
+  trace::TraceWriter writer;
+  ASSERT_TRUE(writer.open(path, R"({"rank": 3, "host": "h"})"));
+  trace::RecordBuffer records;
+  records.define_string(1, "all_reduce");
+  records.append<trace::SpanBeginRecord>(trace::RecordKind::kSpanBegin, 100, 1);
+  records.append<trace::SpanEndRecord>(trace::RecordKind::kSpanEnd, 200);
+  auto open_at = [&](uint64_t time, uint32_t sequence) {
+    auto& open =
+        records.append<trace::CollectiveOpenRecord>(trace::RecordKind::kCollectiveOpen, time, 1);
+    open.comm_id = 0x5a;
+    open.bytes = 4096;
+    open.kind = 1;
+    open.sequence = sequence;
+    open.rank = 1;
+    open.num_ranks = 4;
+  };
+  open_at(700, 9);  // never completed: the rank waits in it
+  open_at(300, 8);  // completed at 650 (its op below)
+  auto& done = records.append<trace::CommOpRecord>(trace::RecordKind::kCommOp, 300, 1);
+  done.start_time = 300;
+  done.end_time = 650;
+  done.comm_id = 0x5a;
+  done.kind = 1;
+  done.sequence = 8;
+  done.rank = 1;
+  done.num_ranks = 4;
+  ASSERT_TRUE(writer.write_chunk(1, records.bytes()));
+  writer.close();
+  TraceModel model = load_traces({path});
+  ASSERT_EQ(model.processes.size(), 1u);
+  const ProcessTrack& process = model.processes[0];
+  ASSERT_EQ(process.collectives_open.size(), 2u);
+  EXPECT_EQ(process.collectives_open[0].time, 300);
+  EXPECT_EQ(process.collectives_open[1].time, 700);
+  EXPECT_EQ(process.collectives_open[1].sequence, 9u);
+  EXPECT_EQ(process.collectives_open[1].comm_id, 0x5au);
+  EXPECT_EQ(process.collectives_open[1].bytes, 4096u);
+  EXPECT_EQ(process.collectives_open[1].rank, 1);
+  EXPECT_EQ(process.collectives_open[1].num_ranks, 4);
+  EXPECT_EQ(model.name(process.collectives_open[1].name), "all_reduce");
+  EXPECT_EQ(process.end, 700);
+  EXPECT_EQ(process.events_per_kind[static_cast<size_t>(trace::RecordKind::kCollectiveOpen)], 2u);
+
+  const std::vector<CollectiveState> states = collectives_at_end(process, 2'000'000'700);
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_TRUE(states[0].has_completed);
+  EXPECT_EQ(states[0].completed_sequence, 8u);
+  EXPECT_TRUE(states[0].has_open);
+  EXPECT_EQ(states[0].open_sequence, 9u);
+  EXPECT_EQ(states[0].open_entered, 700);
+  EXPECT_DOUBLE_EQ(states[0].open_for_s, 2.0);
+
+  ProcessTrack shifted = process;
+  shift_process_times(shifted, 1000);
+  EXPECT_EQ(shifted.collectives_open[1].time, 1700);
 }
 
 }  // namespace

@@ -1,9 +1,15 @@
 // "What happened" on flight-recorder dumps (what_happened.h): three ranks, rank 1 never entered
-// the all_reduce the others wait in; built as the loader would leave the model.
+// the all_reduce the others wait in; built as the loader would leave the model. And on a regular
+// recording whose traces end inside a collective (collective_open records, no trigger).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 
+#include "moe_job_writer.h"
+#include "moescope/analysis/trace_loader.h"
 #include "moescope/analysis/what_happened.h"
 
 namespace moescope::analysis {
@@ -71,6 +77,96 @@ TEST(WhatHappened, NothingWithoutTriggers) {
   EXPECT_FALSE(what.any);
   EXPECT_EQ(render_what_happened(what, ReportFormat::kText), "");
   EXPECT_EQ(what_happened_json(what), "null");
+}
+
+// A job recorded without the flight recorder hangs in its last all-reduce and is stopped: the
+// traces (written as the recorder writes them, collective_open records for the ranks waiting)
+// say which rank never entered it, with no trigger.
+TEST(WhatHappened, ARecordingThatEndsInsideACollectiveNamesTheRankMissing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("what_happened_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  testing::MoeJobConfig config;
+  config.ranks = 4;
+  config.steps = 6;
+  config.experts = 8;
+  config.expert_parallel = 4;
+  config.slow_host = -1;
+  config.hang_missing_rank = 2;
+  const std::vector<std::string> paths = testing::write_moe_job(config, dir.string());
+  ASSERT_EQ(paths.size(), 4u);
+  WhatHappened what = explain_dump(load_traces(paths));
+  fs::remove_all(dir);
+  ASSERT_TRUE(what.any);
+  EXPECT_EQ(what.first_rank, -1);
+  ASSERT_EQ(what.mismatches.size(), 1u);
+  EXPECT_EQ(what.mismatches[0].comm_id, 1u);
+  EXPECT_EQ(what.mismatches[0].sequence, 5u);
+  EXPECT_EQ(what.mismatches[0].never_entered, std::vector<int32_t>{2});
+  EXPECT_EQ(what.mismatches[0].waiting, (std::vector<int32_t>{0, 1, 3}));
+  ASSERT_EQ(what.ranks.size(), 4u);
+  ASSERT_FALSE(what.ranks[0].collectives.empty());
+  EXPECT_EQ(what.ranks[0].collectives.front().comm_id, 1u);  // sorted by communicator
+  EXPECT_TRUE(what.ranks[0].collectives.front().has_open);
+  std::string text = render_what_happened(what, ReportFormat::kText);
+  EXPECT_NE(text.find("No flight-recorder trigger: the traces end with ranks inside a collective"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Collective all_reduce #5 of comm 0000000000000001: rank 2 never entered "
+                      "it; ranks 0-1, 3 wait in it"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rank 2 (pid "), std::string::npos) << text;
+  EXPECT_NE(text.find("last completed all_reduce #4"), std::string::npos) << text;
+  const std::string json = what_happened_json(what);
+  EXPECT_NE(json.find("\"trigger\":null"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"never_entered\":[2]"), std::string::npos) << json;
+}
+
+// At 64 ranks the section stays short: the ranks waiting are runs of rank numbers, and only the
+// rank that never entered gets its story.
+TEST(WhatHappened, AtManyRanksOnlyTheRankMissingIsToldOneByOne) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("what_happened_64_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  testing::MoeJobConfig config;
+  config.ranks = 64;
+  config.steps = 4;
+  config.experts = 8;
+  config.slow_host = -1;
+  config.hang_missing_rank = 37;
+  const std::vector<std::string> paths = testing::write_moe_job(config, dir.string());
+  ASSERT_EQ(paths.size(), 64u);
+  const std::string text =
+      render_what_happened(explain_dump(load_traces(paths)), ReportFormat::kText);
+  fs::remove_all(dir);
+  EXPECT_NE(text.find("Collective all_reduce #3 of comm 0000000000000001: rank 37 never entered "
+                      "it; ranks 0-36, 38-63 wait in it\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    rank 37 (pid "), std::string::npos) << text;
+  EXPECT_EQ(text.find("    rank 36 (pid "), std::string::npos) << text;
+  EXPECT_NE(text.find("    63 other ranks (`--format json` lists every rank)\n"), std::string::npos)
+      << text;
+  EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 20) << text;
+}
+
+// A collective_open whose collective's end went unreported, followed by more steps, is no hang.
+TEST(WhatHappened, AnOpenCollectiveFollowedBySteppingIsNoHang) {
+  TraceModel model;
+  ProcessTrack process;
+  CollectiveOpen open;
+  open.time = 100;
+  open.comm_id = 7;
+  open.sequence = 3;
+  open.num_ranks = 2;
+  process.collectives_open.push_back(open);
+  process.step_markers.push_back({4, 500, false});
+  process.end = 600;
+  model.processes.push_back(process);
+  EXPECT_FALSE(explain_dump(model).any);
+  model.processes[0].step_markers.front().time = 50;  // the step began before: it hangs there
+  EXPECT_TRUE(explain_dump(model).any);
 }
 
 }  // namespace

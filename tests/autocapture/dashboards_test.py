@@ -292,7 +292,9 @@ def top_interactive_pty(context):
 def top_names_a_hang(context):
     """Rank 1 of a 2-rank Gloo loop sleeps 120 s before its 5th all_reduce, so rank 0 waits in
     it: before the sleep ends, `moescope top --once` says no rank has finished a step for at
-    least 30 s, with both ranks still writing and neither behind (lockstep)."""
+    least 30 s, with both ranks still writing and neither behind (lockstep), and names the
+    all_reduce rank 0 waits in and rank 1 as the rank that never entered it. Once the job is
+    stopped, `moescope report` on its traces says the same under "What happened"."""
     need("torch")
     folder = fresh(os.path.join(context.work, "top_hang"))
     log = open(os.path.join(context.work, "top_hang_job.log"), "w")
@@ -322,6 +324,19 @@ def top_names_a_hang(context):
     expect("(2 still writing)" in frame and sorted(ranks) == [0, 1] and
            min(ranks.values()) == 5, f"both ranks should have finished 5 steps:\n{frame}")
     expect("behind:" not in frame, f"lockstep ranks read as behind:\n{frame}")
+    stuck = re.search(r"^  in all_reduce #(\d+) of comm [0-9a-f]{16}: rank 0 waiting \(up to "
+                      r"(\d+) s\); never entered it: rank 1 \(last completed all_reduce "
+                      r"#(\d+)\)$", frame, re.M)
+    expect(stuck is not None, f"the collective rank 0 waits in is not named:\n{frame}")
+    expect(int(stuck.group(1)) == int(stuck.group(3)) + 1 and
+           25 <= int(stuck.group(2)) <= 110, f"unlikely collective or wait:\n{frame}")
+    report = subprocess.run([context.moescope, "report", folder], capture_output=True,
+                            text=True, timeout=300)
+    expect(report.returncode == 0, f"moescope report failed: {report.stderr}")
+    expect(report.stdout.startswith("What happened") and
+           f"Collective all_reduce #{stuck.group(1)} of comm " in report.stdout and
+           ": rank 1 never entered it; rank 0 waits in it" in report.stdout,
+           f"the report of the stopped job does not name the hang:\n{report.stdout[:3000]}")
 
 
 CASES = {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -405,6 +406,52 @@ TEST(RecorderApi, TriggerRecordsWhyAndWhen) {
   auto peer = triggers[1].as<trace::TriggerRecord>();
   EXPECT_EQ(peer.header.time, 42u);
   EXPECT_EQ(peer.reason, uint32_t{MOESCOPE_TRIGGER_PEER});
+}
+
+// A collective entered and not completed a second later gets one collective_open record (what a
+// hung rank waits in); one that completed in time gets none, and so does one still open for
+// less than a second when the recording stops.
+TEST(RecorderApi, ACollectiveStillOpenAfterASecondIsRecordedOnce) {
+  std::string path = temp_path("api_collective_open.moetrace");
+  ASSERT_EQ(moescope_recorder_start(path.c_str(), nullptr), 0);
+  moescope_comm_op_info stuck{};
+  stuck.kind = MOESCOPE_COMM_ALL_REDUCE;
+  stuck.bytes = 4096;
+  stuck.comm_id = 0xabc;
+  stuck.rank = 1;
+  stuck.num_ranks = 2;
+  stuck.sequence = 4;
+  stuck.name = moescope_intern("all_reduce");
+  moescope_comm_op_info quick = stuck;
+  quick.comm_id = 0xdef;
+  quick.sequence = 7;
+  const uint64_t before = moescope_now_ns();
+  moescope_comm_op_enter(&stuck);
+  const uint64_t entered = moescope_now_ns();
+  moescope_comm_op_enter(&quick);
+  moescope_comm_op(&quick);
+  // The flush thread looks every 100 ms; the record is due once the collective is 1 s old.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  moescope_comm_op(&stuck);
+  moescope_comm_op_info next = stuck;
+  next.sequence = 5;
+  moescope_comm_op_enter(&next);
+  moescope_recorder_stop();
+
+  auto trace = load_trace(path);
+  auto open = trace.of_kind(RecordKind::kCollectiveOpen);
+  ASSERT_EQ(open.size(), 1u);
+  auto record = open[0].as<trace::CollectiveOpenRecord>();
+  EXPECT_GE(record.header.time, before);
+  EXPECT_LE(record.header.time, entered);
+  EXPECT_EQ(trace.strings.at(record.header.name), "all_reduce");
+  EXPECT_EQ(record.comm_id, 0xabcu);
+  EXPECT_EQ(record.sequence, 4u);
+  EXPECT_EQ(record.kind, uint32_t{MOESCOPE_COMM_ALL_REDUCE});
+  EXPECT_EQ(record.bytes, 4096u);
+  EXPECT_EQ(record.rank, 1);
+  EXPECT_EQ(record.num_ranks, 2);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -104,6 +104,15 @@ RecordBuffer every_kind(std::mt19937_64& rng) {
     r.code = -7;
   }
   {
+    auto& r = buffer.append<CollectiveOpenRecord>(RecordKind::kCollectiveOpen, t(), 7);
+    r.comm_id = ~0ull;
+    r.bytes = 1ull << 40;
+    r.kind = 1;
+    r.sequence = 0xffffffffu;
+    r.rank = -1;
+    r.num_ranks = 1 << 30;
+  }
+  {
     auto& r = buffer.append_sized<ExpertLoadRecord>(RecordKind::kExpertLoad, t(), 0, 5 * 4);
     r.step = -1;
     r.layer = 11;

@@ -198,8 +198,9 @@ typedef struct moescope_comm_op_info {
   moescope_name_t name; /* e.g. "ncclAllReduce", "a2a.dispatch" */
 } moescope_comm_op_info;
 MOESCOPE_API void moescope_comm_op(const moescope_comm_op_info* op);
-/* A collective was issued (called before it runs; moescope_comm_op reports it once done). Only
-   the flight recorder uses it: a hang's dump names the collective each rank waits in. */
+/* A collective was issued (called before it runs; moescope_comm_op reports it once done). One
+   still open a second later gets a collective_open record, and a flight-recorder dump lists the
+   open ones: that is how a hang's rank and collective are named. */
 MOESCOPE_API void moescope_comm_op_enter(const moescope_comm_op_info* op);
 
 /* ---- memory ------------------------------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "moescope/analysis/collective_mismatch.h"
 #include "moescope/analysis/trace_model.h"
 
 namespace moescope::analysis {
@@ -89,6 +90,9 @@ class LiveRankState {
   std::optional<std::pair<TimeNs, TimeNs>> recorded_wall_range() const;
   // A time on the file's clock (LiveStep::start) in unix ns; nullopt without a clock pair.
   std::optional<TimeNs> wall_time(TimeNs file_time) const;
+  // Per communicator seen so far: the last completed collective and the one open (entered,
+  // with its collective_open record, and not completed), `open_entered` on the file's clock.
+  std::vector<CollectiveState> collectives() const;
   // Damage found in the file (a partial last chunk is not damage).
   const std::vector<LoadError>& errors() const { return errors_; }
   const LiveReadCounters& counters() const { return counters_; }
@@ -102,6 +106,7 @@ class LiveRankState {
   void load_window();
   void note_header();
   void note_window(const ProcessTrack& window);
+  void note_collectives(const ProcessTrack& window);
   void let_go_steps_before(int64_t keep);
   void let_go_before(TimeNs keep_from);
 
@@ -119,6 +124,7 @@ class LiveRankState {
   int64_t keep_from_step_ = -1;
   std::map<int64_t, LiveStep> steps_;
   std::map<int64_t, std::vector<LiveExpertLoad>> loads_;
+  std::map<uint64_t, CollectiveState> collectives_;  // by comm_id
   std::unique_ptr<Window> window_;
   ProcessTrack recording_;
   bool recording_started_ = false;  // recording_.begin is known

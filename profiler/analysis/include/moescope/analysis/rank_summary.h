@@ -27,7 +27,7 @@ namespace moescope::analysis {
 
 // 2: the facts end with the rank's time per step in named spans (`moescope diff` reads them).
 // 3: each rebalancing decision carries the numbers it was taken on (trace format 3).
-inline constexpr uint32_t kRankSummaryVersion = 3;
+inline constexpr uint32_t kRankSummaryVersion = 4;
 inline constexpr const char* kRankSummaryExtension = ".moesummary";
 
 struct RankSummary {
@@ -41,6 +41,9 @@ struct RankSummary {
   RankFacts facts;
   std::vector<LoadError> errors;  // what loading the trace reported (damage it read around)
   uint64_t triggers = 0;          // flight-recorder triggers: such dumps report from the trace
+  // Collectives the trace ends inside (collectives_at_end: a job stopped while it hung): such a
+  // rank reports from its trace too, whose collective_open records name the hang.
+  uint64_t collectives_open_at_end = 0;
 };
 
 // "x.moetrace" -> "x.moesummary"; any other name gets the extension appended.

@@ -243,6 +243,15 @@ struct TriggerEvent {
 // TriggerEvent::reason's name: trace::trigger_reason_name (trace/trigger_reason.h).
 using trace::trigger_reason_name;
 
+// A collective this rank entered (at `time`) and had not completed a second later (a
+// `collective_open` record). Whether it completed after all is told by the communicator's ops:
+// one with the same sequence (stuck_collectives.h).
+struct CollectiveOpen {
+  TimeNs time = 0;
+  MOESCOPE_FIELDS_COLLECTIVE_OPEN(MOESCOPE_MODEL_FIELD)  // comm_id, bytes, kind, sequence, ...
+  StringId name = 0;                                     // the op's name
+};
+
 struct ProcessTrack {
   int32_t rank = 0;  // from metadata, else the file's position
   int32_t world_size = 0;
@@ -270,8 +279,9 @@ struct ProcessTrack {
   std::vector<StepInterval> steps;  // sorted by start (step_detection.h)
   std::vector<StepMarker> step_markers;
   std::vector<ClockSyncPoint> clock_sync_points;
-  std::vector<TriggerEvent> triggers;  // sorted by time
-  TimeNs begin = 0, end = 0;           // this process's time range
+  std::vector<TriggerEvent> triggers;            // sorted by time
+  std::vector<CollectiveOpen> collectives_open;  // sorted by time
+  TimeNs begin = 0, end = 0;                     // this process's time range
 
   // Counts of what the loader repaired: span ends with no open span, spans never closed,
   // range ends with no start.
@@ -477,6 +487,8 @@ inline constexpr std::tuple kProcessEventArrays{
     ProcessEventArray<ClockSyncPoint>{&ProcessTrack::clock_sync_points, "clock_sync_points", false},
     ProcessEventArray<TriggerEvent>{&ProcessTrack::triggers, "triggers", true,
                                     &TriggerEvent::detail},
+    ProcessEventArray<CollectiveOpen>{&ProcessTrack::collectives_open, "collectives_open", true,
+                                      &CollectiveOpen::name},
 };
 
 // Calls visit(array) for every row of kProcessEventArrays.

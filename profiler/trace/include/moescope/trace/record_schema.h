@@ -21,7 +21,7 @@
  *
  * Adding a kind: its row in MOESCOPE_RECORD_KINDS with the next number (kMaxRecordKind follows),
  * its field list here, its encoder (moescope/recorder.h + recorder_api.cpp), its decoder (one
- * `on(const XRecord&, ...)` in profiler/analysis/record_decoders.cpp), its model struct in
+ * `on(const XRecord&, ...)` in profiler/analysis/moetrace_file_load.cpp), its model struct in
  * trace_model.h, its row in docs/trace-format.md.
  */
 #ifndef MOESCOPE_TRACE_RECORD_SCHEMA_H
@@ -119,6 +119,16 @@
   F(int32_t, origin_rank, , -1, "the rank whose trigger started the job-wide dump (-1 unknown)") \
   F(int32_t, code, , {}, "signal number (crash/signal), exit status (exit), else 0")
 
+/* A collective this rank entered and had not completed a second later (on disk and the model's
+ * CollectiveOpen): what a hung job waits in, since a collective is written once it completed. */
+#define MOESCOPE_FIELDS_COLLECTIVE_OPEN(F)                        \
+  F(uint64_t, comm_id, , {}, "communicator identity")             \
+  F(uint64_t, bytes, , {}, "bytes this rank sends")               \
+  F(uint32_t, kind, , {}, "moescope_comm_kind")                   \
+  F(uint32_t, sequence, , {}, "per-communicator sequence number") \
+  F(int32_t, rank, , -1, "this rank inside the communicator")     \
+  F(int32_t, num_ranks, , {}, "ranks of the communicator")
+
 /* ---- on-disk records: the fields after the header, in order --------------------------------- */
 
 #define MOESCOPE_RECORD_SPAN_BEGIN(F)                       \
@@ -204,6 +214,7 @@
 #define MOESCOPE_RECORD_TRIGGER(F) \
   MOESCOPE_FIELDS_TRIGGER(F)       \
   F(uint32_t, reserved, , {}, "0")
+#define MOESCOPE_RECORD_COLLECTIVE_OPEN(F) MOESCOPE_FIELDS_COLLECTIVE_OPEN(F)
 
 /* ---- the kinds ----------------------------------------------------------------------------
  * X(Enum, number, Struct, FIELDS, "name", size, end_time, tail_count, tail_bytes, "description")
@@ -258,6 +269,8 @@
   X(kStats, 23, StatsRecord, MOESCOPE_RECORD_STATS, "stats", 40, false, header, 0,                 \
     "running totals of what was lost")                                                             \
   X(kTrigger, 24, TriggerRecord, MOESCOPE_RECORD_TRIGGER, "trigger", 32, false, header, 0,         \
-    "the flight recorder wrote its ring: why and when")
+    "the flight recorder wrote its ring: why and when")                                            \
+  X(kCollectiveOpen, 25, CollectiveOpenRecord, MOESCOPE_RECORD_COLLECTIVE_OPEN, "collective_open", \
+    48, false, header, 0, "a collective entered and still not completed a second later")
 
 #endif /* MOESCOPE_TRACE_RECORD_SCHEMA_H */

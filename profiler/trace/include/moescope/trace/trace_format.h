@@ -21,8 +21,8 @@ namespace moescope::trace {
 
 inline constexpr char kFileMagic[8] = {'M', 'O', 'E', 'T', 'R', 'A', 'C', 'E'};
 // Version 2 added column-coded chunks (kChunkColumns); version 3 the rebalance record's tail
-// (RebalanceCosts). Readers still read version 1 and 2 files.
-inline constexpr uint32_t kFormatVersion = 3;
+// (RebalanceCosts); version 4 the collective_wait kind. Readers still read versions 1 to 3.
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr uint32_t kChunkMagic = 0x4b48434d;  // "MCHK"
 // Limits that tell a corrupt length from a real one.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
