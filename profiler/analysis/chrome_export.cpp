@@ -237,6 +237,26 @@ class Exporter {
         out_.end_event();
       }
     }
+    // A collective still open a second after its rank entered it (collective_open): a line
+    // across the rank where it started to wait; in a hung job, what it waits in.
+    for (const CollectiveOpen& open : process.collectives_open) {
+      head("i", pid, 0);
+      name_and_cat(std::string("waiting in ") + comm_kind_name(open.kind) + " #" +
+                       std::to_string(open.sequence),
+                   "collective_open");
+      out_.raw(", \"s\": \"p\", \"ts\": ");
+      out_.micros(open.time);
+      char id[32];
+      std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(open.comm_id));
+      out_.raw(", \"args\": {\"communicator\": ");
+      out_.string(id);
+      out_.raw(", \"sequence\": ");
+      out_.unsigned_integer(open.sequence);
+      out_.raw(", \"bytes\": ");
+      out_.unsigned_integer(open.bytes);
+      out_.raw("}");
+      out_.end_event();
+    }
     if (options_.counters) write_counters(index, process, pid);
   }
 

@@ -74,11 +74,13 @@ std::vector<CollectiveMismatch> collective_mismatches(const std::vector<RankColl
 std::vector<CollectiveState> collectives_at_end(const ProcessTrack& process, TimeNs end) {
   std::map<uint64_t, CollectiveState> by_comm;
   for (const auto& comm : process.communicators) {
-    if (comm.ops.empty()) continue;
-    const CommOp* last = &comm.ops.front();
+    // Completed: an op with a known end. One written with none may have been on the GPU still
+    // when the recording stopped (the NCCL completion tracker writes those so).
+    const CommOp* last = nullptr;
     for (const auto& op : comm.ops) {
-      if (op.sequence >= last->sequence) last = &op;
+      if (!(op.flags & kCommEndUnknown) && (!last || op.sequence >= last->sequence)) last = &op;
     }
+    if (!last) continue;
     CollectiveState& state = by_comm[comm.comm_id];
     state.comm_id = comm.comm_id;
     state.num_ranks = comm.num_ranks;

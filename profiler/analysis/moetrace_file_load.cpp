@@ -281,12 +281,9 @@ class MoetraceFileLoader {
     tracks_.add_comm_op(comm_index, op);
   }
   void on(const trace::ExpertLoadRecord& load, const RecordView& record) {
-    ExpertLoadSample sample;
-    sample.time = count_event(load.header);
+    ExpertLoadSample& sample = add_event(out_.expert_loads, load.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_EXPERT_LOAD, sample, load);
     take_expert_tail<trace::ExpertLoadRecord>(record, out_.expert_tokens, sample);
-    out_.expert_loads.push_back(sample);
-    tracks_.cover(sample.time, sample.time);
   }
   void on(const trace::ExpertValuesRecord& values, const RecordView& record) {
     ExpertValuesSample sample;
@@ -296,11 +293,8 @@ class MoetraceFileLoader {
     out_.expert_values.push_back(sample);
   }
   void on(const trace::LayerStatsRecord& stats, const RecordView&) {
-    LayerStatsSample sample;
-    sample.time = count_event(stats.header);
+    LayerStatsSample& sample = add_event(out_.layer_stats, stats.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_LAYER_STATS, sample, stats);
-    out_.layer_stats.push_back(sample);
-    tracks_.cover(sample.time, sample.time);
   }
   void on(const trace::StepRecord& step, const RecordView&) {
     const TimeNs time = count_event(step.header);
@@ -332,23 +326,26 @@ class MoetraceFileLoader {
     process_.clock_sync_points.push_back({sync.sync_id, count_event(sync.header)});
   }
   void on(const trace::TriggerRecord& trigger, const RecordView&) {
-    TriggerEvent event;
-    event.time = count_event(trigger.header);
+    TriggerEvent& event = add_event(process_.triggers, trigger.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_TRIGGER, event, trigger);
     event.detail = trigger.header.name;
-    process_.triggers.push_back(event);
-    tracks_.cover(event.time, event.time);
   }
   void on(const trace::CollectiveOpenRecord& open_record, const RecordView&) {
-    CollectiveOpen open;
-    open.time = count_event(open_record.header);
+    CollectiveOpen& open = add_event(process_.collectives_open, open_record.header);
     MOESCOPE_COPY_FIELDS(MOESCOPE_FIELDS_COLLECTIVE_OPEN, open, open_record);
     open.name = open_record.header.name;
-    process_.collectives_open.push_back(open);
-    tracks_.cover(open.time, open.time);
   }
 
  private:
+  // Appends an event (a ProcessTrack array's, or a sample counted in the time range) at the
+  // record's time, counted and in the time range; the caller fills the rest.
+  template <typename Event>
+  Event& add_event(std::vector<Event>& events, const trace::RecordHeader& header) {
+    Event& event = events.emplace_back();
+    event.time = count_event(header);
+    tracks_.cover(event.time, event.time);
+    return event;
+  }
   // Counts an event record, keeps its name and returns its time.
   TimeNs count_event(const trace::RecordHeader& header) {
     ++process_.events;

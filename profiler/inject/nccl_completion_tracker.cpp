@@ -105,6 +105,8 @@ NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi:
 }
 
 void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Mark end) {
+  std::vector<moescope_comm_op_info> waiting;  // entered once they are pending
+  for (const NcclOpRecord& op : ops) waiting.push_back(op.info);
   PendingOp pending{std::move(ops), std::move(start), std::move(end)};
   bool emit_now = false;
   bool note_full = false;
@@ -136,7 +138,17 @@ void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Ma
                " NCCL ops wait for the GPU (the program does not synchronize?): later ops are "
                "written without GPU times until the queue drains");
   }
-  if (emit_now) emit_resolved(pending, false);
+  if (emit_now) {
+    emit_resolved(pending, false);
+    return;
+  }
+  for (const moescope_comm_op_info& info : waiting) {
+    if (options_.entered) {
+      options_.entered(info);
+    } else {
+      moescope_comm_op_enter(&info);
+    }
+  }
 }
 
 void NcclCompletionTracker::write_note(const std::string& text) {

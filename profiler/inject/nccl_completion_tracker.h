@@ -65,12 +65,16 @@ class NcclCompletionTracker {
   // A line for the trace about ops written without GPU times (default: an instant in the
   // "NCCL" domain).
   using Note = std::function<void(const std::string&)>;
+  // An op now waits for the GPU (default: moescope_comm_op_enter, so that one still pending a
+  // second later gets a collective_open record: what a rank hung in NCCL waits in).
+  using Entered = std::function<void(const moescope_comm_op_info&)>;
 
   struct Options {
     uint32_t poll_interval_ms = 2;
     uint64_t reference_lifetime_ns = 10'000'000'000ull;
     size_t max_pending = 1u << 16;  // beyond it ops are emitted at once without GPU times
     Note note;                      // empty: moescope_instant in the "NCCL" domain
+    Entered entered;                // empty: moescope_comm_op_enter
   };
 
   NcclCompletionTracker(GpuEventApi& events, Clock host_clock, Emit emit, Options options);

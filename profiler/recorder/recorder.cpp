@@ -183,6 +183,8 @@ void Recorder::abandon_after_fork() {
   new (&flush_wakeup_) std::condition_variable;
   new (&flush_done_) std::condition_variable;
   new (&flush_thread_) std::thread;  // the parent's flush thread does not exist here
+  // A collective completing on another thread may hold its mutex (its map is left behind).
+  new (&collectives_) CollectiveProgress;
   if (!active_.load()) return;
   new (&strings_) StringTable;
   writer_.abandon();  // the file belongs to the parent; never flush its buffered bytes here

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "moe_job_writer.h"
 #include "moescope/analysis/chrome_export.h"
 #include "moescope/analysis/trace_loader.h"
 #include "synthetic_moe_trace.h"
@@ -120,6 +121,37 @@ TEST(ChromeExport, EveryEventSurvivesWithValidNesting) {
 
 // Counters: memory in use per category after every allocation/free, tokens per expert for
 // every expert-load sample, and the recorder's own counters, each on its rank's process.
+// A job that hung in its last all-reduce: each rank waiting in it gets a process-wide instant
+// where it started to wait (its collective_open record); the rank that never entered, none.
+TEST(ChromeExport, WhereEachRankStartedToWaitInACollective) {
+  testing::MoeJobConfig config;
+  config.ranks = 4;
+  config.steps = 6;
+  config.experts = 8;
+  config.slow_host = -1;
+  config.hang_missing_rank = 2;
+  const std::string directory = testing::test_directory("export_hang");
+  TraceModel model = load_traces(testing::write_moe_job(config, directory + "/job"));
+  ASSERT_EQ(model.processes.size(), 4u);
+  const std::string path = directory + "/out.json";
+  ASSERT_TRUE(export_chrome_trace(model, path).ok);
+  const nlohmann::json json = read_json(path);
+  std::set<int> ranks;
+  for (const auto& event : json["traceEvents"]) {
+    if (event.value("cat", "") != "collective_open") continue;
+    EXPECT_EQ(event["name"], "waiting in all_reduce #5");
+    EXPECT_EQ(event["ph"], "i");
+    EXPECT_EQ(event["s"], "p");
+    EXPECT_EQ(event["args"]["communicator"], "1");
+    EXPECT_EQ(event["args"]["sequence"], 5);
+    const ProcessTrack& process = model.processes[event["pid"].get<size_t>()];
+    ASSERT_EQ(process.collectives_open.size(), 1u);
+    EXPECT_EQ(to_ns(event["ts"]), process.collectives_open[0].time);
+    ranks.insert(event["pid"].get<int>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 3}));
+}
+
 TEST(ChromeExport, CountersForMemoryAndExpertLoad) {
   testing::SyntheticOptions options;
   options.num_ranks = 2;

@@ -43,7 +43,8 @@ struct Harness {
   std::vector<moescope_comm_op_info> ops;
   std::vector<std::vector<uint64_t>> op_splits;
   std::vector<moescope_comm_op_info> comm_events;
-  std::vector<std::string> notes;  // the tracker's notes for the trace
+  std::vector<std::string> notes;              // the tracker's notes for the trace
+  std::vector<moescope_comm_op_info> entered;  // ops reported waiting for the GPU
   NcclCompletionTracker tracker;
   NcclOpRecorder recorder;
 
@@ -55,7 +56,7 @@ struct Harness {
               ops.push_back(op.info);
               op_splits.push_back(op.split_bytes);
             },
-            with_notes(options)),
+            collecting(options)),
         recorder(
             queries, tracker, [this] { return host_now; },
             [this](const moescope_comm_op_info& info) { comm_events.push_back(info); }) {}
@@ -65,10 +66,14 @@ struct Harness {
     return ops.size();
   }
 
-  NcclCompletionTracker::Options with_notes(NcclCompletionTracker::Options options) {
+  NcclCompletionTracker::Options collecting(NcclCompletionTracker::Options options) {
     options.note = [this](const std::string& text) {
       std::lock_guard<std::mutex> lock(emitted_mutex);
       notes.push_back(text);
+    };
+    options.entered = [this](const moescope_comm_op_info& info) {
+      std::lock_guard<std::mutex> lock(emitted_mutex);
+      entered.push_back(info);
     };
     return options;
   }
@@ -260,6 +265,36 @@ TEST(NcclCompletion, MarksRunInRelaxedCaptureModeAndRestoreTheProgramsMode) {
   EXPECT_EQ(h.gpu.capture_modes_set, (std::vector<int>{2, 0, 2, 0}));
   EXPECT_EQ(h.gpu.capture_mode, 0);
   EXPECT_EQ(h.gpu.reference_records, 0);  // and no synchronization there
+}
+
+// An op that waits for the GPU is reported entered (the recorder writes a collective_open record
+// for one still pending a second later: a rank hung in NCCL); its completion is its emit. An op
+// written at once (no CUDA runtime) is never reported entered.
+TEST(NcclCompletion, AnOpWaitingForTheGpuIsReportedEntered) {
+  Harness h;
+  h.queries.comms[kComm] = {1, 4, 0};
+  h.recorder.comm_created(kComm, 77, 1, 4, "ncclCommInitRank", h.host_now);
+  h.issue(MOESCOPE_COMM_ALL_REDUCE, "ncclAllReduce", 1024, nccl::kFloat32, -1, -1, kComm, kStream);
+  ASSERT_EQ(h.entered.size(), 1u);
+  EXPECT_EQ(h.entered[0].comm_id, 77u);
+  EXPECT_EQ(h.entered[0].sequence, 0u);
+  EXPECT_EQ(h.entered[0].kind, MOESCOPE_COMM_ALL_REDUCE);
+  EXPECT_EQ(h.entered[0].bytes, 4096u);
+  EXPECT_EQ(h.entered[0].rank, 1);
+  EXPECT_EQ(h.entered[0].num_ranks, 4);
+  EXPECT_EQ(h.emitted(), 0u);  // still on the GPU
+  auto events = h.gpu.recorded_events();
+  h.gpu.complete(events[0], 3'000'000);
+  h.gpu.complete(events[1], 3'500'000);
+  EXPECT_EQ(h.tracker.poll(), 1u);
+  EXPECT_EQ(h.entered.size(), 1u);
+
+  Harness at_once;
+  at_once.gpu.runtime_present = false;
+  at_once.queries.comms[kComm] = {3, 8, -1};
+  at_once.issue(MOESCOPE_COMM_BROADCAST, "ncclBroadcast", 10, nccl::kInt64, -1, 5, kComm, kStream);
+  EXPECT_EQ(at_once.emitted(), 1u);
+  EXPECT_TRUE(at_once.entered.empty());
 }
 
 TEST(NcclCompletion, WithoutACudaRuntimeOpsAreEmittedAtOnce) {

@@ -2,8 +2,10 @@
 
 Run under `moescope record`. Each all-reduce is enqueued behind ~20 large matmuls, so its GPU
 start is far later than its enqueue: capture_verify checks that the recorded start/end come from
-the GPU (CUDA events) and line up with the CUPTI kernel times. Then one all-to-all. Prints
-"CAPTURE_BYTES <all-reduce bytes>".
+the GPU (CUDA events) and line up with the CUPTI kernel times. Then one all-to-all, and a fourth
+all-reduce held about 2 s on the GPU behind a sleeping kernel: still pending a second after it
+was issued, it gets a collective_open record (what a rank hung in NCCL waits in) before its op.
+Prints "CAPTURE_BYTES <all-reduce bytes>".
 """
 import os
 import socket
@@ -35,5 +37,8 @@ target = torch.empty_like(source)
 dist.all_to_all_single(target, source)
 torch.cuda.synchronize()
 assert torch.equal(target, source)
+torch.cuda._sleep(4_000_000_000)  # GPU clock cycles: about 2 s at the H100/H200's ~2 GHz
+dist.all_reduce(x)
+torch.cuda.synchronize()
 dist.destroy_process_group()
 print("CAPTURE_BYTES", elements * 4)

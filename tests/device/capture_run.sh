@@ -5,7 +5,8 @@
 #             correlated to its launch API call, GPU times on the host clock
 #   nccl      a 1-rank NCCL communicator (torch.distributed): init, three all-reduces and an
 #             all-to-all, GPU start/end times from CUDA events that line up with CUPTI's kernels;
-#             the C++ torch capture (libmoescope_torch_capture.so) records c10d's collectives
+#             the C++ torch capture (libmoescope_torch_capture.so) records c10d's collectives;
+#             a fourth all-reduce held 2 s on the GPU gets a collective_open record
 #   graph     a step (matmul + all-reduce) captured with torch.cuda.graph and replayed
 #   restart   a second recording in the same process after CUDA is up; the exit flush order
 #   profiler  the program's own torch.profiler (CUDA activities) next to moescope's CUPTI

@@ -4,8 +4,9 @@
 //                                      memcpys and allocations, each correlated to its launch
 //                                      API call, on the host clock
 //   capture_verify nccl TRACE BYTES    a 1-rank NCCL communicator (capture_nccl_program.py):
-//                                      all-reduce and all-to-all with GPU completion times, and
-//                                      c10d's collectives through the C++ torch capture
+//                                      all-reduce and all-to-all with GPU completion times,
+//                                      c10d's collectives through the C++ torch capture, and
+//                                      the collective_open record of an all-reduce held 2 s
 //   capture_verify graph TRACE REPLAYS a graph-captured matmul + all-reduce replayed REPLAYS
 //                                      times (capture_graph_program.py)
 //   capture_verify restart TRACE BYTES the second recording of one process
@@ -39,6 +40,7 @@ struct Loaded {
   std::vector<trace::GpuSyncRecord> syncs;
   std::vector<trace::ApiCallRecord> api_calls;
   std::vector<trace::CommOpRecord> comm_ops;
+  std::vector<trace::CollectiveOpenRecord> collectives_open;
   std::vector<trace::InstantRecord> instants;
   uint64_t dropped_gpu_records = 0;
   size_t read_errors = 0;
@@ -82,6 +84,9 @@ Loaded load(const std::string& path) {
           break;
         case trace::RecordKind::kCommOp:
           loaded.comm_ops.push_back(record.as<trace::CommOpRecord>());
+          break;
+        case trace::RecordKind::kCollectiveOpen:
+          loaded.collectives_open.push_back(record.as<trace::CollectiveOpenRecord>());
           break;
         case trace::RecordKind::kInstant:
           loaded.instants.push_back(record.as<trace::InstantRecord>());
@@ -221,8 +226,8 @@ int verify_nccl(const Loaded& loaded, uint64_t tensor_bytes) {
   }
   check(init && init->num_ranks == 1 && init->rank == 0 && init->device == 0,
         "communicator init recorded (rank 0 of 1, device 0)");
-  check(all_reduces.size() == 3,
-        "3 all-reduces recorded (" + std::to_string(all_reduces.size()) + ")");
+  check(all_reduces.size() == 4,
+        "4 all-reduces recorded (" + std::to_string(all_reduces.size()) + ")");
   bool all_timed = !all_reduces.empty();
   bool waited_for_compute = false;
   bool after_compute = true;
@@ -263,6 +268,26 @@ int verify_nccl(const Loaded& loaded, uint64_t tensor_bytes) {
     if (op->kind != MOESCOPE_COMM_ALL_TO_ALL) a2a_timed = a2a_timed && op->group_id == group;
   }
   check(a2a_timed, "all-to-all recorded (ncclAlltoAll or grouped send/recv) with GPU times");
+  // The last all-reduce waited ~2 s on the GPU behind a sleeping kernel: one collective_open
+  // record names it (same communicator and sequence, entered at its enqueue), none names the
+  // others, which completed within a second.
+  const trace::CommOpRecord* held = all_reduces.empty() ? nullptr : all_reduces.back();
+  for (const auto& open : loaded.collectives_open) {
+    std::printf("  collective_open %s #%u comm %016llx entered %s before the held op's enqueue\n",
+                loaded.name(open.header.name).c_str(), open.sequence,
+                static_cast<unsigned long long>(open.comm_id),
+                ms(static_cast<int64_t>(held ? held->header.time : 0) -
+                   static_cast<int64_t>(open.header.time))
+                    .c_str());
+  }
+  check(held && loaded.collectives_open.size() == 1 &&
+            loaded.collectives_open[0].comm_id == held->comm_id &&
+            loaded.collectives_open[0].sequence == held->sequence &&
+            loaded.collectives_open[0].kind == MOESCOPE_COMM_ALL_REDUCE &&
+            loaded.collectives_open[0].header.time + 5'000'000 >= held->header.time &&
+            loaded.collectives_open[0].header.time <= held->header.time + 5'000'000,
+        "the all-reduce held 2 s on the GPU has one collective_open record (" +
+            std::to_string(loaded.collectives_open.size()) + " in the trace)");
   size_t nccl_kernels = 0;
   for (const auto& kernel : loaded.kernels) nccl_kernels += is_nccl_kernel(loaded, kernel);
   std::printf("  %zu NCCL kernels seen by CUPTI\n", nccl_kernels);

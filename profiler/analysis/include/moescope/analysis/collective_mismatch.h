@@ -48,7 +48,8 @@ std::string rank_runs(std::vector<int32_t> ranks, size_t max_runs = 8);
 // that communicator at all while some rank of theirs knows it).
 std::vector<CollectiveMismatch> collective_mismatches(const std::vector<RankCollectives>& ranks);
 
-// A process's collectives as its trace ends: per communicator the last completed op, and the
+// A process's collectives as its trace ends: per communicator the last completed op (one with a
+// known end: ops still on the GPU when the recording stopped are written without), and the
 // latest collective_open record that no op of the same sequence completed and after which the
 // rank started no step (open_for_s measured to `end`, on the trace's clock). Communicators with
 // neither are left out.
