@@ -2,7 +2,7 @@
 // Prints one table; every figure is the median of several repetitions, and each is shown next
 // to a baseline measured in the same run (these machines are shared and noisy).
 //
-//   build/bin/trace_bench [--quick]
+//   build/bin/trace_bench [--quick | --comm-ops]
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,6 +76,42 @@ double span_cost_ns(int threads, int batches, bool recording) {
   double worst = 0;
   for (auto& values : per_thread) worst = std::max(worst, median(values));
   return worst;
+}
+
+// ns per collective recorded, the median over batches of 20k: moescope_comm_op alone (an op
+// reported once done), or after moescope_comm_op_enter (the c10d capture and the NCCL completion
+// tracker report the op they wait for first: the recorder keeps which collective each
+// communicator is in, for the collective_open records of a hang).
+double comm_op_cost_ns(bool enter, int batches) {
+  constexpr int kBatch = 20'000;
+  std::string path = temp_file("comm.moetrace");
+  if (moescope_recorder_start(path.c_str(), nullptr) != 0) return -1;
+  moescope_comm_op_info info{};
+  info.kind = MOESCOPE_COMM_ALL_REDUCE;
+  info.bytes = 4096;
+  info.count = 1024;
+  info.comm_id = 0xabc;
+  info.rank = 3;
+  info.num_ranks = 8;
+  info.peer = info.root = info.device = -1;
+  info.name = moescope_intern("all_reduce");
+  std::vector<double> per_batch;
+  for (int batch = 0; batch < batches + 3; ++batch) {
+    auto start = Clock::now();
+    for (int i = 0; i < kBatch; ++i) {
+      ++info.sequence;
+      info.enqueue_ns = info.start_ns = moescope_now_ns();
+      if (enter) moescope_comm_op_enter(&info);
+      info.end_ns = info.start_ns + 1000;
+      moescope_comm_op(&info);
+    }
+    double ns = seconds_since(start) * 1e9 / kBatch;
+    if (batch >= 3) per_batch.push_back(ns);  // the first batches warm the buffers
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  moescope_recorder_stop();
+  std::remove(path.c_str());
+  return median(per_batch);
 }
 
 // The hardware floor of a span: the two CPU-clock reads it needs (the recorder stamps begin
@@ -254,15 +290,28 @@ void row(const char* what, double value, const char* unit, const char* target,
 
 }  // namespace
 
+// The collective rows: done alone, and entered first (both in the same repetitions).
+void comm_op_rows(int repetitions, int batches) {
+  std::vector<double> done, entered;
+  for (int r = 0; r < repetitions; ++r) {
+    done.push_back(comm_op_cost_ns(false, batches));
+    entered.push_back(comm_op_cost_ns(true, batches));
+  }
+  row("collective reported done (moescope_comm_op)", median(done), "ns", "-",
+      "entered first, then done: " + std::to_string(median(entered)).substr(0, 5) + " ns");
+}
+
 int main(int argc, char** argv) {
   bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --comm-ops: only the collective rows (an A/B of two builds of the recorder runs this).
+  bool comm_ops_only = argc > 1 && std::strcmp(argv[1], "--comm-ops") == 0;
   int repetitions = quick ? 3 : 7;
   int spans = quick ? 1'000'000 : 5'000'000;
   int batches = quick ? 8 : 20;
   std::mt19937_64 rng(42);
 
   std::vector<double> one, two, off, clocks, floors;
-  for (int r = 0; r < repetitions; ++r) {
+  for (int r = 0; r < repetitions && !comm_ops_only; ++r) {
     floors.push_back(tick_pair_floor_ns(batches));
     one.push_back(span_cost_ns(1, batches, true));
     two.push_back(span_cost_ns(2, batches, true));
@@ -271,6 +320,10 @@ int main(int argc, char** argv) {
   }
   char baseline[200];
   std::printf("| measure | value | target | baseline in the same run |\n|---|---|---|---|\n");
+  if (comm_ops_only) {
+    comm_op_rows(repetitions, batches);
+    return 0;
+  }
   std::snprintf(baseline, sizeof(baseline),
                 "two rdtsc (the floor): %.2f ns; not recording: %.2f ns; two clock_gettime: "
                 "%.2f ns",
@@ -280,6 +333,7 @@ int main(int argc, char** argv) {
       "floor: " + std::to_string(median(floors)).substr(0, 5) + " ns");
   row("span begin+end, 2 threads, per thread", median(two), "ns", "<= 25 ns",
       "1 thread: " + std::to_string(median(one)).substr(0, 5) + " ns");
+  comm_op_rows(repetitions, batches);
 
   int kernels = quick ? 200'000 : 1'000'000;
   RecordBuffer kernels_buffer = kernel_mix(kernels, rng);

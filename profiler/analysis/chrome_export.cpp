@@ -246,15 +246,12 @@ class Exporter {
                    "collective_open");
       out_.raw(", \"s\": \"p\", \"ts\": ");
       out_.micros(open.time);
-      char id[32];
-      std::snprintf(id, sizeof(id), "%llx", static_cast<unsigned long long>(open.comm_id));
-      out_.raw(", \"args\": {\"communicator\": ");
-      out_.string(id);
-      out_.raw(", \"sequence\": ");
-      out_.unsigned_integer(open.sequence);
-      out_.raw(", \"bytes\": ");
-      out_.unsigned_integer(open.bytes);
-      out_.raw("}");
+      char args[128];  // numbers only: nothing to escape
+      std::snprintf(args, sizeof(args),
+                    ", \"args\": {\"communicator\": \"%llx\", \"sequence\": %u, \"bytes\": %llu}",
+                    static_cast<unsigned long long>(open.comm_id), open.sequence,
+                    static_cast<unsigned long long>(open.bytes));
+      out_.raw(args);
       out_.end_event();
     }
     if (options_.counters) write_counters(index, process, pid);
