@@ -73,6 +73,13 @@ bool remove_bad_ops(Track& track, std::vector<uint8_t>& ready, size_t index, Bad
   return true;
 }
 
+// "memory_events" -> "memory events": a registry row's name in a message.
+std::string words(const char* name) {
+  std::string text = name;
+  std::replace(text.begin(), text.end(), '_', ' ');
+  return text;
+}
+
 // Times: every item with a time outside +-2^62 ns (or an end before its start) is skipped.
 void check_times(FileLoad& file, Problems& problems) {
   ProcessTrack& process = file.process;
@@ -135,23 +142,23 @@ void check_times(FileLoad& file, Problems& problems) {
   }
   auto time_bad = [](const auto& item) { return !plausible_time(item.time); };
   // Drops the items `bad` says have a time outside, counted as `what`; whether any went.
-  auto drop_outside = [&](auto& items, const char* what, auto bad) {
+  auto drop_outside = [&](auto& items, const std::string& what, auto bad) {
     const uint64_t dropped = remove_bad(items, bad);
-    problems.add(std::string(what) + " with a time " + kOutside + " skipped", dropped);
+    problems.add(what + " with a time " + kOutside + " skipped", dropped);
     return dropped != 0;
   };
-  // The reader's time range covers these (tracks_.cover in moetrace_file_load.cpp): dropping one
-  // makes finalize measure the range again.
-  removed_any |= drop_outside(process.memory_events, "memory event(s)", time_bad);
-  removed_any |= drop_outside(process.step_markers, "step marker(s)", time_bad);
-  removed_any |= drop_outside(process.triggers, "trigger(s)", time_bad);
-  removed_any |= drop_outside(file.expert_loads, "expert load sample(s)", time_bad);
-  removed_any |= drop_outside(file.layer_stats, "layer statistics", time_bad);
-  // The reader leaves these out of its time range (no tracks_.cover).
-  drop_outside(process.clock_sync_points, "clock sync point(s)", time_bad);
-  drop_outside(file.expert_values, "expert value sample(s)", time_bad);
-  drop_outside(file.rebalances, "rebalance decision(s)", time_bad);
-  drop_outside(file.flows, "flow(s)", [](const FlowArrow& flow) {
+  // Every array of the registry (trace_model.h). Those the reader's time range covers
+  // (tracks_.cover in moetrace_file_load.cpp, the rows' time-range flag): dropping one makes
+  // finalize measure the range again.
+  for_each_process_event_array([&](const auto& array) {
+    const bool dropped = drop_outside(process.*array.events, words(array.name), time_bad);
+    removed_any |= dropped && array.sorted_in_time_range;
+  });
+  for_each_sample_array([&](const auto& array) {
+    const bool dropped = drop_outside(file.*array.samples, words(array.name), time_bad);
+    removed_any |= dropped && array.in_time_range;
+  });
+  drop_outside(file.flows, "flows", [](const FlowArrow& flow) {
     return !plausible_time(flow.from_time) || !plausible_time(flow.to_time);
   });
   if (removed_any) index.have_range = false;  // finalize measures the range again
@@ -231,16 +238,22 @@ void validate_decoded_records(FileLoad& file) {
   const ReadTimeIndex& index = file.read_index;
   const bool range_plausible = index.have_range && index.begin <= index.end &&
                                plausible_time(index.begin) && plausible_time(index.end);
-  // Clock sync points and flows are not in the reader's range: looked at when the rest is fine.
+  // The registry's arrays outside the reader's range (clock sync points, expert values,
+  // rebalance decisions) and flows: looked at when the rest is fine.
   bool others_plausible = true;
-  for (const auto& point : file.process.clock_sync_points) {
-    others_plausible &= plausible_time(point.time);
-  }
+  auto all_plausible = [](const auto& items) {
+    return std::all_of(items.begin(), items.end(),
+                       [](const auto& item) { return plausible_time(item.time); });
+  };
+  for_each_process_event_array([&](const auto& array) {
+    if (!array.sorted_in_time_range) others_plausible &= all_plausible(file.process.*array.events);
+  });
+  for_each_sample_array([&](const auto& array) {
+    if (!array.in_time_range) others_plausible &= all_plausible(file.*array.samples);
+  });
   for (const auto& flow : file.flows) {
     others_plausible &= plausible_time(flow.from_time) && plausible_time(flow.to_time);
   }
-  for (const auto& sample : file.expert_values) others_plausible &= plausible_time(sample.time);
-  for (const auto& decision : file.rebalances) others_plausible &= plausible_time(decision.time);
   if (!range_plausible || !others_plausible) check_times(file, problems);
   check_values(file, problems);
   problems.report(file);

@@ -412,7 +412,8 @@ struct TraceModel : ModelSampleArrays {
 
 // ---- the registry of sample arrays ------------------------------------------------------------
 // Every time-stamped array that is not a track, with what each loading stage does with it:
-// merge (trace_loader.cpp: appended per file, `process` set, tail offsets moved), clock shift
+// the checks of decoded times (record_validation.cpp: items outside +-2^62 ns dropped), merge
+// (trace_loader.cpp: appended per file, `process` set, tail offsets moved), clock shift
 // (clock_alignment.cpp / process_finalize.cpp), step numbering (step_detection.cpp), the
 // loader's reservation ahead (track_appender.cpp) and the time range (process_finalize.cpp).
 // The stages iterate these lists; where a stage skips an array, the flag below says why.
