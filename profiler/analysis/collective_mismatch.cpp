@@ -58,10 +58,12 @@ std::vector<CollectiveMismatch> collective_mismatches(const std::vector<RankColl
         }
       }
     }
-    // Ranks that show nothing of this communicator at all.
-    for (const auto& rank : ranks) {
-      if (!seen.count(rank.rank) && comm_size[comm_id] > 0) {
-        mismatch.never_entered.push_back(rank.rank);
+    // Ranks that show nothing of this communicator at all: members that never reached it when
+    // it spans every rank given. A subgroup's (an expert-parallel group of 8 among 1,024 ranks)
+    // members are not known from here: the others are not called missing.
+    if (comm_size[comm_id] == static_cast<int32_t>(ranks.size())) {
+      for (const auto& rank : ranks) {
+        if (!seen.count(rank.rank)) mismatch.never_entered.push_back(rank.rank);
       }
     }
     if (!mismatch.never_entered.empty() || !mismatch.waiting.empty()) {

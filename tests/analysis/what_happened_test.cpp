@@ -151,6 +151,34 @@ TEST(WhatHappened, AtManyRanksOnlyTheRankMissingIsToldOneByOne) {
   EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 20) << text;
 }
 
+// A rank that shows nothing of a communicator never entered its collective only when the
+// communicator spans every rank: the other ranks of a job are not members of a subgroup's.
+TEST(WhatHappened, ASubgroupsOtherRanksAreNotCalledMissing) {
+  std::vector<RankCollectives> ranks(4);
+  for (int32_t r = 0; r < 4; ++r) ranks[size_t(r)].rank = r;
+  CollectiveState inside;
+  inside.comm_id = 0xab;
+  inside.num_ranks = 2;
+  inside.has_completed = true;
+  inside.completed_sequence = 4;
+  inside.has_open = true;
+  inside.open_sequence = 5;
+  CollectiveState behind = inside;
+  behind.has_open = false;
+  ranks[0].collectives = {inside};
+  ranks[1].collectives = {behind};
+  std::vector<CollectiveMismatch> stuck = collective_mismatches(ranks);
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_EQ(stuck[0].waiting, std::vector<int32_t>{0});
+  EXPECT_EQ(stuck[0].never_entered, std::vector<int32_t>{1});
+  // The same communicator over all four ranks: ranks 2 and 3 never reached it either.
+  ranks[0].collectives[0].num_ranks = ranks[1].collectives[0].num_ranks = 4;
+  stuck = collective_mismatches(ranks);
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_EQ(stuck[0].never_entered, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(rank_runs(stuck[0].never_entered), "1-3");
+}
+
 // A collective_open whose collective's end went unreported, followed by more steps, is no hang.
 TEST(WhatHappened, AnOpenCollectiveFollowedBySteppingIsNoHang) {
   TraceModel model;

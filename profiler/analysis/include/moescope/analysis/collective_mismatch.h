@@ -44,8 +44,8 @@ struct CollectiveMismatch {
 std::string rank_runs(std::vector<int32_t> ranks, size_t max_runs = 8);
 
 // Per communicator some rank is inside a collective of: the latest such collective, the ranks
-// inside it and the ranks that never entered it (neither inside nor past it, or with nothing of
-// that communicator at all while some rank of theirs knows it).
+// inside it and the ranks that never entered it (neither inside nor past it; or, for a
+// communicator of as many ranks as `ranks` holds, with nothing of it at all).
 std::vector<CollectiveMismatch> collective_mismatches(const std::vector<RankCollectives>& ranks);
 
 // A process's collectives as its trace ends: per communicator the last completed op (one with a
