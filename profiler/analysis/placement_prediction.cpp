@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "moescope/analysis/expert_load_analysis.h"
+#include "moescope/analysis/json_fields.h"
 #include "moescope/analysis/layer_forward_samples.h"
 #include "moescope/analysis/linear_fit.h"
 #include "moescope/analysis/step_detection.h"
@@ -327,24 +328,11 @@ PlacementPrediction predict_placement(const TraceModel& model,
   return prediction;
 }
 
+MOESCOPE_JSON_FIELDS(RankPrediction, rank, rows_before, rows_after, busy_ms_before, busy_ms_after,
+                     expert_ms_before, expert_ms_after)
+MOESCOPE_JSON_FIELDS(StepCostTerm, name, ms, stderr_ms, basis)
+
 std::string prediction_to_json(const PlacementPrediction& prediction) {
-  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const RankPrediction& rank : prediction.ranks) {
-    ranks.push_back({{"rank", rank.rank},
-                     {"rows_before", rank.rows_before},
-                     {"rows_after", rank.rows_after},
-                     {"busy_ms_before", rank.busy_ms_before},
-                     {"busy_ms_after", rank.busy_ms_after},
-                     {"expert_ms_before", rank.expert_ms_before},
-                     {"expert_ms_after", rank.expert_ms_after}});
-  }
-  nlohmann::ordered_json terms = nlohmann::ordered_json::array();
-  for (const StepCostTerm& term : prediction.terms) {
-    terms.push_back({{"name", term.name},
-                     {"ms", term.ms},
-                     {"stderr_ms", term.stderr_ms},
-                     {"basis", term.basis}});
-  }
   const ExpertCostModel& cost = prediction.cost;
   nlohmann::ordered_json object = {
       {"cost_model",
@@ -371,8 +359,8 @@ std::string prediction_to_json(const PlacementPrediction& prediction) {
       {"step_ms_change_low", prediction.change_low()},
       {"step_ms_change_high", prediction.change_high()},
       {"window_steps", prediction.window_steps},
-      {"terms", terms},
-      {"ranks", ranks}};
+      {"terms", prediction.terms},
+      {"ranks", prediction.ranks}};
   return object.dump();
 }
 

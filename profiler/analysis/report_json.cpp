@@ -4,34 +4,26 @@
 #include <algorithm>
 #include <cmath>
 
+#include "moescope/analysis/json_fields.h"
 #include "moescope/analysis/rebalance_decision_text.h"
 #include "report_renderers.h"
 
 namespace moescope::analysis {
+
+// Their fields are the report's keys (the times inside a step are left out: its start and end).
+MOESCOPE_JSON_FIELDS(StepBreakdown, rank, step, step_ms, compute_ms, communication_ms,
+                     exposed_communication_ms, overlapped_communication_ms, memcpy_ms, idle_ms,
+                     host_sync_ms, host_syncs, blocking_d2h_copies, launch_gap_ms, allocations,
+                     allocated_bytes)
+MOESCOPE_JSON_FIELDS(StepSpread, step, min_ms, max_ms, mean_ms, slowest_rank, max_busy_ms,
+                     median_busy_ms)
+
 namespace {
 
 using nlohmann::ordered_json;
 
 double finite_or_zero(double value) {
   return std::isfinite(value) ? value : 0.0;
-}
-
-ordered_json breakdown_json(const StepBreakdown& b) {
-  return {{"rank", b.rank},
-          {"step", b.step},
-          {"step_ms", b.step_ms},
-          {"compute_ms", b.compute_ms},
-          {"communication_ms", b.communication_ms},
-          {"exposed_communication_ms", b.exposed_communication_ms},
-          {"overlapped_communication_ms", b.overlapped_communication_ms},
-          {"memcpy_ms", b.memcpy_ms},
-          {"idle_ms", b.idle_ms},
-          {"host_sync_ms", b.host_sync_ms},
-          {"host_syncs", b.host_syncs},
-          {"blocking_d2h_copies", b.blocking_d2h_copies},
-          {"launch_gap_ms", b.launch_gap_ms},
-          {"allocations", b.allocations},
-          {"allocated_bytes", b.allocated_bytes}};
 }
 
 const LayerLoad* find_layer(const ExpertLoadAnalysis& analysis, uint32_t layer) {
@@ -125,24 +117,14 @@ std::string render_report_json(const TraceModel& model, const Report& report) {
   out["phases"] = std::move(phases);
   ordered_json breakdown = ordered_json::array();
   for (const auto& rank : report.breakdown.ranks) {
-    ordered_json entry = {{"rank", rank.rank}, {"mean_per_step", breakdown_json(rank.mean())}};
+    ordered_json entry = {{"rank", rank.rank}, {"mean_per_step", rank.mean()}};
     ordered_json steps = ordered_json::array();
-    for (const auto& step : rank.steps) steps.push_back(breakdown_json(step));
+    for (const auto& step : rank.steps) steps.push_back(step);
     entry["steps"] = std::move(steps);
     breakdown.push_back(std::move(entry));
   }
   out["breakdown"] = std::move(breakdown);
-  ordered_json spread = ordered_json::array();
-  for (const auto& step : report.breakdown.spread) {
-    spread.push_back({{"step", step.step},
-                      {"min_ms", step.min_ms},
-                      {"max_ms", step.max_ms},
-                      {"mean_ms", step.mean_ms},
-                      {"slowest_rank", step.slowest_rank},
-                      {"max_busy_ms", step.max_busy_ms},
-                      {"median_busy_ms", step.median_busy_ms}});
-  }
-  out["step_spread"] = std::move(spread);
+  out["step_spread"] = report.breakdown.spread;
   ordered_json layers = ordered_json::array();
   for (const LayerLoad& layer : report.expert_load.layers) {
     ordered_json by_rank = ordered_json::array();

@@ -5,6 +5,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "moescope/analysis/json_fields.h"
+
+namespace moescope::analysis {
+
+MOESCOPE_JSON_FIELDS(RebalanceAdvice, rebalance, window_steps, gain_ms, move_cost_ms,
+                     net_ms_per_step, net_low, net_high, beyond_uncertainty, reason)
+
+}  // namespace moescope::analysis
+
 namespace moescope::cli {
 namespace {
 
@@ -55,16 +64,7 @@ void print_advice(std::ostream& out, const analysis::RebalanceAdvice& advice) {
 }
 
 std::string advice_json(const analysis::RebalanceAdvice& advice) {
-  nlohmann::ordered_json object = {{"rebalance", advice.rebalance},
-                                   {"window_steps", advice.window_steps},
-                                   {"gain_ms", advice.gain_ms},
-                                   {"move_cost_ms", advice.move_cost_ms},
-                                   {"net_ms_per_step", advice.net_ms_per_step},
-                                   {"net_low", advice.net_low},
-                                   {"net_high", advice.net_high},
-                                   {"beyond_uncertainty", advice.beyond_uncertainty},
-                                   {"reason", advice.reason}};
-  return object.dump();
+  return nlohmann::ordered_json(advice).dump();
 }
 
 }  // namespace moescope::cli

@@ -1,29 +1,22 @@
 #include "moescope/trace/trigger_reason.h"
 
+#include <array>
+#include <cstddef>
+
 namespace moescope::trace {
+namespace {
+
+// Indexed by TriggerReason's value: the values are 0..8 with no gap.
+constexpr std::array<const char*, 9> kTriggerReasonNames = {
+    "unknown",   "signal", "hang", "crash", "exception", "exit", "collective_timeout",
+    "slow_step", "peer"};
+static_assert(static_cast<std::size_t>(TriggerReason::kPeer) + 1 == kTriggerReasonNames.size(),
+              "a new TriggerReason needs its name here");
+
+}  // namespace
 
 const char* trigger_reason_name(uint32_t reason) {
-  switch (static_cast<TriggerReason>(reason)) {
-    case TriggerReason::kSignal:
-      return "signal";
-    case TriggerReason::kHang:
-      return "hang";
-    case TriggerReason::kCrash:
-      return "crash";
-    case TriggerReason::kException:
-      return "exception";
-    case TriggerReason::kExit:
-      return "exit";
-    case TriggerReason::kCollectiveTimeout:
-      return "collective_timeout";
-    case TriggerReason::kSlowStep:
-      return "slow_step";
-    case TriggerReason::kPeer:
-      return "peer";
-    case TriggerReason::kUnknown:
-      break;
-  }
-  return "unknown";
+  return reason < kTriggerReasonNames.size() ? kTriggerReasonNames[reason] : "unknown";
 }
 
 }  // namespace moescope::trace

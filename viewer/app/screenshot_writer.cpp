@@ -5,11 +5,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moescope/analysis/json_fields.h"
+
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
 #include <stb/stb_image_write.h>
 
 namespace moescope::viewer {
+
+MOESCOPE_JSON_FIELDS(LayoutProbe::ShownFinding, kind, severity, evidence, est_ms_per_step)
+MOESCOPE_JSON_FIELDS(LayoutProbe::ShownSummary, drawn, top, bottom, bar, bar_ends, breakdown,
+                     chain_ids, chain_kinds, chain_ms, hottest, chain_buttons, hottest_button)
 
 bool write_png_bottom_up(const std::string& path, int width, int height,
                          const std::vector<uint8_t>& rgba_bottom_up, std::string& error) {
@@ -77,13 +83,6 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"rebalance_markers", probe.rebalance_markers},
                          {"step_first", probe.step_first},
                          {"step_last", probe.step_last}};
-  nlohmann::json findings = nlohmann::json::array();
-  for (const LayoutProbe::ShownFinding& finding : probe.findings) {
-    findings.push_back({{"kind", finding.kind},
-                        {"severity", finding.severity},
-                        {"evidence", finding.evidence},
-                        {"est_ms_per_step", finding.est_ms_per_step}});
-  }
   nlohmann::json compare_heatmaps = nlohmann::json::array();
   for (const GridLayout& grid : probe.compare_heatmaps) compare_heatmaps.push_back(grid_json(grid));
   json["compare_heatmaps"] = compare_heatmaps;
@@ -105,23 +104,12 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                    {"memory_peak_bytes", probe.memory_peak_bytes},
                    {"memory_peak_by_category", probe.memory_peak_by_category},
                    {"memory_live_at_peak", probe.memory_live_at_peak},
-                   {"findings", findings},
+                   {"findings", probe.findings},
                    {"compare_layers", probe.compare_layers},
                    {"compare_delta", probe.compare_delta},
                    {"compare_base_step_ms", probe.compare_base_step_ms},
                    {"compare_next_step_ms", probe.compare_next_step_ms}};
-  json["shown"]["summary"] = {{"drawn", probe.summary.drawn},
-                              {"top", probe.summary.top},
-                              {"bottom", probe.summary.bottom},
-                              {"bar", probe.summary.bar},
-                              {"bar_ends", probe.summary.bar_ends},
-                              {"breakdown", probe.summary.breakdown},
-                              {"chain_ids", probe.summary.chain_ids},
-                              {"chain_kinds", probe.summary.chain_kinds},
-                              {"chain_ms", probe.summary.chain_ms},
-                              {"hottest", probe.summary.hottest},
-                              {"chain_buttons", probe.summary.chain_buttons},
-                              {"hottest_button", probe.summary.hottest_button}};
+  json["shown"]["summary"] = probe.summary;
   std::ofstream out(path);
   out << json.dump(2) << "\n";
   if (!out) {
