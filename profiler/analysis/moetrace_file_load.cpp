@@ -7,6 +7,7 @@
 #include "chunk_pipeline.h"
 #include "file_load.h"
 #include "moescope/trace/record_kinds.h"
+#include "moescope/trace/time_arithmetic.h"
 #include "moescope/trace/trace_reader.h"
 #include "track_appender.h"
 
@@ -107,6 +108,10 @@ class MoetraceFileLoader {
   }
   void on(const trace::StatsRecord& stats, const RecordView&) {
     process_.dropped_events = stats.dropped_events + stats.dropped_gpu_records;
+    const auto time = static_cast<TimeNs>(stats.header.time);
+    if (trace::plausible_time(time)) {
+      process_.recorder_running_until = std::max(process_.recorder_running_until, time);
+    }
   }
   // The reader rejects chunks with records of unknown kinds: nothing reaches here.
   void on_unknown(const RecordView&) {}

@@ -259,6 +259,7 @@ void shift_process_times(ProcessTrack& process, TimeNs offset) {
   process.clock_offset += offset;
   process.begin += offset;
   process.end += offset;
+  if (process.recorder_running_until) process.recorder_running_until += offset;
   for (auto& thread : process.threads) {
     for (auto& span : thread.spans) span.start += offset, span.end += offset;
     for (auto& instant : thread.instants) instant.time += offset;

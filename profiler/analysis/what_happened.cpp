@@ -162,10 +162,12 @@ WhatHappened explain_trace_end(const TraceModel& model) {
     story.rank = process.rank;
     story.pid = process.pid;
     story.file = process.file;
-    // Other threads may record on while the rank waits; with none, there is no gap to give.
-    const double gap_s = progress_gap(process, process.end);
+    // Nothing is written while a rank waits, but the recorder's last statistics record is
+    // written when the recording stops: the wait is measured to then.
+    const TimeNs until = std::max(process.end, process.recorder_running_until);
+    const double gap_s = progress_gap(process, until);
     story.since_progress_s = gap_s >= 0.05 ? gap_s : -1;
-    story.collectives = collectives_at_end(process, process.end);
+    story.collectives = collectives_at_end(process, until);
     if (story.collectives.empty()) continue;  // no collective at all (a launcher)
     for (const CollectiveState& state : story.collectives) inside = inside || state.has_open;
     read_open_spans(model, process, story);
@@ -306,8 +308,8 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
                                                      state.completed_bytes)
                                   : std::string("none"));
       if (state.has_open) {
-        // A regular trace ends with the record itself (nothing is written while the rank
-        // waits): no time to give then.
+        // A rank killed without stopping its recording has no closing statistics record: its
+        // trace ends with the collective_open record itself, and there is no time to give.
         char seconds[48] = "";
         if (state.open_for_s >= 0.05) {
           std::snprintf(seconds, sizeof(seconds), ", for %.1f s", state.open_for_s);

@@ -272,6 +272,10 @@ uint64_t write_rank(const MoeJobConfig& c, const Simulation& sim, int rank,
   writer.write_chunk(2, gpu.bytes());
   RecordBuffer strings;
   for (uint32_t id = 1; id < kNameCount; ++id) strings.define_string(id, kNames[id]);
+  if (c.hang_missing_rank >= 0 && c.hang_stopped_after_ns > 0) {
+    const int64_t hang_entry = sim.reduce_entry[size_t(rank) * c.steps + c.steps - 1];
+    strings.append<StatsRecord>(RecordKind::kStats, uint64_t(hang_entry + c.hang_stopped_after_ns));
+  }
   writer.write_chunk(0, strings.bytes(),
                      c.hang_missing_rank >= 0 ? ChunkType::kEvents : ChunkType::kEnd);
   writer.close();

@@ -51,6 +51,10 @@ struct MoeJobConfig {
   // and waits (a collective_open record, as the recorder writes a second in, and no op); this
   // rank never enters it. No step of the last ends and no file is closed (no end chunk).
   int hang_missing_rank = -1;
+  // > 0 with hang_missing_rank: the recording is stopped this long after the hang's
+  // all-reduce was entered (each rank's closing statistics record, as the recorder writes at
+  // stop, though the job itself never ends).
+  int64_t hang_stopped_after_ns = 0;
 };
 
 // "node-005": the host name of host index 5.

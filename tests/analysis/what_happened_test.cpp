@@ -93,6 +93,7 @@ TEST(WhatHappened, ARecordingThatEndsInsideACollectiveNamesTheRankMissing) {
   config.expert_parallel = 4;
   config.slow_host = -1;
   config.hang_missing_rank = 2;
+  config.hang_stopped_after_ns = 30'000'000'000;  // the scheduler stops it 30 s into the hang
   const std::vector<std::string> paths = testing::write_moe_job(config, dir.string());
   ASSERT_EQ(paths.size(), 4u);
   WhatHappened what = explain_dump(load_traces(paths));
@@ -118,6 +119,13 @@ TEST(WhatHappened, ARecordingThatEndsInsideACollectiveNamesTheRankMissing) {
       << text;
   EXPECT_NE(text.find("rank 2 (pid "), std::string::npos) << text;
   EXPECT_NE(text.find("last completed all_reduce #4"), std::string::npos) << text;
+  // How long each waiting rank had waited when the recording stopped: from its entry (the record
+  // is written a second in, but keeps the entry's time) to its closing statistics record.
+  for (int rank : {0, 1, 3}) {
+    ASSERT_FALSE(what.ranks[size_t(rank)].collectives.empty());
+    EXPECT_NEAR(what.ranks[size_t(rank)].collectives.front().open_for_s, 30.0, 1e-3) << rank;
+  }
+  EXPECT_NE(text.find("open: all_reduce #5 (64.0 MiB), for 30.0 s"), std::string::npos) << text;
   const std::string json = what_happened_json(what);
   EXPECT_NE(json.find("\"trigger\":null"), std::string::npos) << json;
   EXPECT_NE(json.find("\"never_entered\":[2]"), std::string::npos) << json;

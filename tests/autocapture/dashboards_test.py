@@ -294,7 +294,8 @@ def top_names_a_hang(context):
     it: before the sleep ends, `moescope top --once` says no rank has finished a step for at
     least 30 s, with both ranks still writing and neither behind (lockstep), and names the
     all_reduce rank 0 waits in and rank 1 as the rank that never entered it. Once the job is
-    stopped, `moescope report` on its traces says the same under "What happened"."""
+    stopped, `moescope report` on its traces says the same under "What happened", with how long
+    rank 0 had waited when the recording stopped."""
     need("torch")
     folder = fresh(os.path.join(context.work, "top_hang"))
     log = open(os.path.join(context.work, "top_hang_job.log"), "w")
@@ -337,6 +338,13 @@ def top_names_a_hang(context):
            f"Collective all_reduce #{stuck.group(1)} of comm " in report.stdout and
            ": rank 1 never entered it; rank 0 waits in it" in report.stdout,
            f"the report of the stopped job does not name the hang:\n{report.stdout[:3000]}")
+    # How long rank 0 had waited when the recording stopped (its closing statistics record):
+    # at least what top saw, less than the sleep.
+    waited = re.search(rf"open: all_reduce #{stuck.group(1)} \([^)]*\), for ([\d.]+) s",
+                       report.stdout)
+    expect(waited is not None and int(stuck.group(2)) - 1 <= float(waited.group(1)) <= 125,
+           f"the report does not say how long rank 0 waited (top saw {stuck.group(2)} s):\n"
+           f"{report.stdout[:3000]}")
 
 
 CASES = {

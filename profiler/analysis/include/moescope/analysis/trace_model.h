@@ -282,6 +282,9 @@ struct ProcessTrack {
   std::vector<TriggerEvent> triggers;            // sorted by time
   std::vector<CollectiveOpen> collectives_open;  // sorted by time
   TimeNs begin = 0, end = 0;                     // this process's time range
+  // The latest statistics record's time: the recorder still ran then, even with no event since
+  // (it writes its last one when the recording stops: how long a hung rank waited). 0: none.
+  TimeNs recorder_running_until = 0;
 
   // Counts of what the loader repaired: span ends with no open span, spans never closed,
   // range ends with no start.
