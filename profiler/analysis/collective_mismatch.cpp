@@ -112,4 +112,8 @@ std::vector<CollectiveState> collectives_at_end(const ProcessTrack& process, Tim
   return states;
 }
 
+TimeNs recording_end(const ProcessTrack& process) {
+  return std::max(process.end, process.recorder_running_until);
+}
+
 }  // namespace moescope::analysis

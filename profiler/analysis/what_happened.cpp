@@ -162,9 +162,7 @@ WhatHappened explain_trace_end(const TraceModel& model) {
     story.rank = process.rank;
     story.pid = process.pid;
     story.file = process.file;
-    // Nothing is written while a rank waits, but the recorder's last statistics record is
-    // written when the recording stops: the wait is measured to then.
-    const TimeNs until = std::max(process.end, process.recorder_running_until);
+    const TimeNs until = recording_end(process);
     const double gap_s = progress_gap(process, until);
     story.since_progress_s = gap_s >= 0.05 ? gap_s : -1;
     story.collectives = collectives_at_end(process, until);

@@ -20,6 +20,7 @@
 #define STB_IMAGE_STATIC
 #include <stb/stb_image.h>
 
+#include "moe_job_writer.h"
 #include "moescope/analysis/finding_links.h"
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/run_diff.h"
@@ -325,6 +326,53 @@ TEST_F(ViewerScreenshots, SearchSelectsTheFirstMatch) {
   double visible =
       layout["timeline_end_ns"].get<double>() - layout["timeline_start_ns"].get<double>();
   EXPECT_LT(visible, static_cast<double>(shape_.step_ns)) << "zoomed in to the kernel";
+}
+
+// A hung job stopped by its scheduler: ranks 0, 1 and 3 entered the last step's all-reduce and
+// waited in it until the recording stopped 40 ms later; rank 2 never entered it. The timeline
+// draws each waiting rank's wait on its communicator track, in the wait colour, from its entry
+// to its recording's end: 40 ms long on the axis. Rank 2 has none.
+TEST_F(ViewerScreenshots, AHungJobsWaitsAreDrawnToTheEndOfTheRecording) {
+  const std::string dir = directory_ + "/hang";
+  moescope::testing::MoeJobConfig config;
+  config.ranks = 4;
+  config.steps = 6;
+  config.experts = 8;
+  config.expert_parallel = 4;
+  config.slow_host = -1;
+  config.hang_missing_rank = 2;
+  config.hang_stopped_after_ns = 40'000'000;
+  const std::vector<std::string> files = moescope::testing::write_moe_job(config, dir);
+  ASSERT_EQ(files.size(), 4u);
+  Image image;
+  nlohmann::json layout;
+  render("timeline", image, layout, false, "", "_hang", &files);
+  const double area_x = layout["timeline_area_x"], area_y = layout["timeline_area_y"];
+  const double width = layout["timeline_width"];
+  // Zoomed out to the whole trace (its range ends before the recording does: nothing is
+  // written while the ranks wait), so that every wait's start is on screen.
+  const std::string zoom_out = "--input 'wheel " + std::to_string(area_x + 0.9 * width) + " " +
+                               std::to_string(area_y + 30) + " -40'";
+  render("timeline", image, layout, false, zoom_out, "_hang_whole", &files);
+  const double ns_per_px =
+      (layout["timeline_end_ns"].get<double>() - layout["timeline_start_ns"].get<double>()) /
+      layout["timeline_width"].get<double>();
+  std::set<int> ranks;
+  int seen = 0;
+  for (const auto& wait : layout["waits_at_end"]) {
+    const int rank = int(wait[0].get<float>());
+    const float x0 = wait[1], x1 = wait[2], y = wait[3];
+    ranks.insert(rank);
+    EXPECT_NEAR((x1 - x0) * ns_per_px, 40e6, 2 * ns_per_px) << "rank " << rank;
+    ASSERT_GE(x0, area_x) << "rank " << rank << "'s wait starts off screen";
+    ASSERT_LT(x0 + 3, area_x + layout["timeline_width"].get<double>());
+    if (y >= kHeight) continue;  // a track below the window (the tracks scroll)
+    EXPECT_TRUE(near(image.at(x0 + 1, y + 3), Rgb{150, 78, 24}, 4))
+        << "rank " << rank << " at x " << x0 << " y " << y;
+    ++seen;
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 3}));
+  EXPECT_GE(seen, 1) << "no wait on screen";
 }
 
 // Scripted mouse and keys (--input) drive the real timeline: zoom around the cursor, drag-pan,

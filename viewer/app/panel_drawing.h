@@ -49,6 +49,9 @@ struct LayoutProbe {
   // The collective ops' wait shades drawn: (rank, x where the op starts, x where the wait ends,
   // x where the op ends, y of the lane's middle).
   std::vector<std::vector<float>> wait_shades;
+  // The collectives the trace ends inside (a hung job): (rank, x of the entry, x of the
+  // recording's end, both unclipped, y of the bar's middle).
+  std::vector<std::vector<float>> waits_at_end;
   int selected_lane = -1;
   int selected_track = -1;  // timeline selection
   int64_t selected_slot = -1;

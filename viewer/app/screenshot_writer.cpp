@@ -73,6 +73,7 @@ bool write_layout_probe(const std::string& path, const LayoutProbe& probe, std::
                          {"timeline_width", probe.timeline_width},
                          {"collapsed_tracks", probe.collapsed_tracks},
                          {"wait_shades", probe.wait_shades},
+                         {"waits_at_end", probe.waits_at_end},
                          {"selected_slot", probe.selected_slot},
                          {"focus_layer", probe.focus_layer},
                          {"focus_expert", probe.focus_expert},

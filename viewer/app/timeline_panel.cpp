@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <GLFW/glfw3.h>
+#include "moescope/analysis/comm_analysis.h"
 #include "moescope/viewer/event_description.h"
 #include "panel_drawing.h"
 #include "timeline_plots.h"
@@ -114,6 +115,41 @@ void TimelinePanel::update_selected_flows(const LoadedTrace& trace, const Viewer
   selected_arrows_ = arrows_of_event(trace.model, trace.timeline, state.selected, 500);
 }
 
+void TimelinePanel::draw_wait_at_end(ImDrawList* draw, const LoadedTrace& trace,
+                                     const WaitAtEnd& wait, float area_x, float content_top) {
+  // On the communicator's track (the process's first track when no op of it was recorded).
+  const TimelineIndex& index = trace.timeline;
+  int row = -1;
+  for (size_t t = 0; t < index.tracks.size() && row < 0; ++t) {
+    const TimelineTrack& track = index.tracks[t];
+    if (track.process != wait.process) continue;
+    if (wait.communicator < 0 || (track.kind == TimelineTrackKind::kCommunicator &&
+                                  track.track == uint32_t(wait.communicator))) {
+      row = int(t);
+    }
+  }
+  if (row < 0) return;
+  const TrackRows& rows = rows_[size_t(row)];
+  const bool collapsed = index.tracks[size_t(row)].collapsed;
+  const float y0 = content_top + (collapsed ? rows.top : rows.content_top) + 2.0f;
+  const float y1 = y0 + (collapsed ? metrics_.header_height : metrics_.lane_height) - 4.0f;
+  const auto x_of = [&](analysis::TimeNs time) {
+    return area_x + static_cast<float>(axis_.time_to_x(static_cast<double>(time)));
+  };
+  const float x0 = x_of(wait.collective.open_entered), x1 = x_of(wait.until);
+  const analysis::ProcessTrack& process = trace.model.processes[wait.process];
+  layout_probe().waits_at_end.push_back(
+      {static_cast<float>(process.rank), x0, x1, 0.5f * (y0 + y1)});
+  draw->AddRectFilled(ImVec2(x0, y0), ImVec2(std::max(x1, x0 + 2.0f), y1), kCollectiveWaitColour);
+  char waited[32], label[160];
+  format_duration(static_cast<double>(wait.until - wait.collective.open_entered), waited,
+                  sizeof(waited));
+  std::snprintf(label, sizeof(label), "waiting in %s #%u for %s: the trace ends inside it",
+                analysis::comm_kind_name(wait.collective.open_kind), wait.collective.open_sequence,
+                waited);
+  draw->AddText(ImVec2(std::max(x0, area_x) + 4.0f, y0), IM_COL32(255, 235, 210, 255), label);
+}
+
 void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float height) {
   const TraceModel& model = trace.model;
   TimelineIndex& index = trace.timeline;
@@ -146,6 +182,7 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
   probe.timeline_width = width;
   probe.collapsed_tracks = 0;
   probe.wait_shades.clear();
+  probe.waits_at_end.clear();
   for (const TimelineTrack& track : index.tracks) probe.collapsed_tracks += track.collapsed;
 
   // Mouse interaction over the span area.
@@ -294,6 +331,10 @@ void TimelinePanel::draw_tracks(LoadedTrace& trace, ViewerState& state, float he
                     analysis::trigger_reason_name(trigger.reason), process.rank);
       draw->AddText(ImVec2(x + 4, window_pos.y + 2), IM_COL32(255, 110, 100, 255), label);
     }
+  }
+  // A hung job: what each rank waits in as its trace ends, from its entry to the recording's end.
+  for (const WaitAtEnd& wait : trace.waits_at_end) {
+    draw_wait_at_end(draw, trace, wait, area_x, content_top);
   }
   // Box zoom rectangle.
   if (box_zooming_) {

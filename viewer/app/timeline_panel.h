@@ -39,6 +39,8 @@ class TimelinePanel {
   void handle_keys(float area_x, float width);
   void select_and_show(const LoadedTrace& trace, ViewerState& state, const EventRef& ref);
   void update_selected_flows(const LoadedTrace& trace, const ViewerState& state);
+  void draw_wait_at_end(ImDrawList* draw, const LoadedTrace& trace, const WaitAtEnd& wait,
+                        float area_x, float content_top);
 
   TimeAxis axis_;
   TrackMetrics metrics_;

@@ -107,6 +107,7 @@ TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
       analysis::Report report = analysis::build_report(trace.model);
       tables_.summary = summarize_run(report);
       tables_.op_waits = analysis::collective_op_waits(trace.model);
+      tables_.waits_at_end = waits_at_end(trace.model);
       tables_.findings = std::move(report.findings);
     } catch (const std::exception&) {
       tables_ = TraceTables{};  // the panels show empty tables; the trace itself is shown
@@ -125,6 +126,7 @@ void TraceTablesJob::move_into(LoadedTrace& trace) {
   trace.findings = std::move(tables_.findings);
   trace.summary = std::move(tables_.summary);
   trace.op_waits = std::move(tables_.op_waits);
+  trace.waits_at_end = std::move(tables_.waits_at_end);
   trace.tables_ready = true;
 }
 

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <thread>
 
+#include "moescope/analysis/collective_mismatch.h"
+
 namespace moescope::viewer {
 
 using analysis::ProcessTrack;
@@ -119,6 +121,11 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
   index.begin_ns = model.begin;
   index.end_ns = model.end;
   for (const ProcessTrack& process : model.processes) {
+    // A rank that waited in a collective until its recording stopped wrote nothing while it
+    // waited: the timeline reaches on to the recording's end, where that wait is drawn to.
+    if (!process.collectives_open.empty()) {
+      index.end_ns = std::max(index.end_ns, analysis::recording_end(process));
+    }
     if (process.steps.empty()) continue;
     const bool first = index.steps_begin_ns == 0 && index.steps_end_ns == 0;
     index.steps_begin_ns = first ? process.steps.front().start

@@ -55,4 +55,9 @@ std::vector<CollectiveMismatch> collective_mismatches(const std::vector<RankColl
 // neither are left out.
 std::vector<CollectiveState> collectives_at_end(const ProcessTrack& process, TimeNs end);
 
+// Where a process's recording ends: its last event, or its last statistics record if later
+// (nothing is written while a rank waits in a collective, but the recorder writes that record
+// when the recording stops). What a hung rank's wait is measured to.
+TimeNs recording_end(const ProcessTrack& process);
+
 }  // namespace moescope::analysis

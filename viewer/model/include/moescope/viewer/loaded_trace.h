@@ -15,6 +15,7 @@
 #include "moescope/viewer/panel_data.h"
 #include "moescope/viewer/run_summary.h"
 #include "moescope/viewer/timeline_index.h"
+#include "moescope/viewer/waits_at_end.h"
 
 namespace moescope::viewer {
 
@@ -33,6 +34,7 @@ struct LoadedTrace {
   std::vector<analysis::Finding> findings;  // the report's, ranked
   RunSummary summary;                       // the first screen's (run_summary.h)
   analysis::CollectiveOpWaits op_waits;     // each collective's wait, shaded on the timeline
+  std::vector<WaitAtEnd> waits_at_end;      // where a hung job's ranks wait as the trace ends
   double load_seconds = 0.0;
 };
 
@@ -41,6 +43,7 @@ struct TraceTables {
   std::vector<analysis::Finding> findings;  // the report's, ranked
   RunSummary summary;
   analysis::CollectiveOpWaits op_waits;
+  std::vector<WaitAtEnd> waits_at_end;
 };
 
 // Computes the statistics tables and the findings of a shown trace on a background thread.
