@@ -103,8 +103,11 @@ void read_collectives(const ProcessTrack& process, const nlohmann::json& flight,
         state.completed_kind = done.value("kind", 0u);
         state.completed_bytes = done.value("bytes", uint64_t{0});
       }
-      if (entry.value("open", false) && entry.contains("last_entered")) {
-        const auto& open = entry["last_entered"];
+      // The earliest open collective blocks the communicator (dumps before it was written
+      // name the latest entered).
+      const char* open_key = entry.contains("earliest_open") ? "earliest_open" : "last_entered";
+      if (entry.value("open", false) && entry.contains(open_key)) {
+        const auto& open = entry[open_key];
         state.has_open = true;
         state.open_sequence = open.value("sequence", 0u);
         state.open_kind = open.value("kind", 0u);

@@ -8,7 +8,8 @@ namespace moescope::recorder {
 
 CollectiveProgress::Op CollectiveProgress::op_seen(const moescope_comm_op_info& info,
                                                    uint64_t now_ns) {
-  return {info.sequence, info.kind, info.bytes, info.count, info.peer, info.name, now_ns, true};
+  return {info.sequence, info.kind, info.bytes, info.count, info.peer,
+          info.name,     now_ns,    true,       false};
 }
 
 void CollectiveProgress::reset() {
@@ -23,7 +24,9 @@ void CollectiveProgress::entered(const moescope_comm_op_info& op, uint64_t now_n
   comm.rank = op.rank;
   comm.num_ranks = op.num_ranks;
   comm.entered = op_seen(op, now_ns);
-  comm.entered_written = false;
+  // Completed already (a completion reported before its entry: threads race)?
+  const bool done = comm.completed.valid && op.sequence <= comm.completed.sequence;
+  if (!done && comm.open.size() < kMaxOpenCollectives) comm.open.push_back(comm.entered);
   last_change_ns_ = now_ns;
 }
 
@@ -34,6 +37,10 @@ void CollectiveProgress::completed(const moescope_comm_op_info& op, uint64_t now
   comm.rank = op.rank;
   comm.num_ranks = op.num_ranks;
   comm.completed = op_seen(op, now_ns);
+  // In order: completing a collective completes every earlier one of its communicator.
+  size_t done = 0;
+  while (done < comm.open.size() && comm.open[done].sequence <= op.sequence) ++done;
+  comm.open.erase(comm.open.begin(), comm.open.begin() + std::ptrdiff_t(done));
   last_change_ns_ = now_ns;
 }
 
@@ -66,6 +73,10 @@ std::string CollectiveProgress::describe_json(uint64_t now_ns) const {
     if (comm.entered.valid) entry["last_entered"] = describe(comm.entered);
     if (comm.completed.valid) entry["last_completed"] = describe(comm.completed);
     entry["open"] = is_open(comm);
+    if (is_open(comm)) {
+      entry["earliest_open"] = describe(comm.open.front());
+      entry["open_collectives"] = comm.open.size();
+    }
     list.push_back(std::move(entry));
   }
   return nlohmann::json{{"communicators", list}}.dump();
@@ -75,16 +86,16 @@ void CollectiveProgress::append_long_open(uint64_t now_ns, uint64_t min_open_ns,
                                           trace::RecordBuffer& out) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [comm_id, comm] : communicators_) {
-    if (comm.entered_written || !is_open(comm) || now_ns < comm.entered.time_ns + min_open_ns) {
-      continue;
-    }
-    comm.entered_written = true;
+    if (!is_open(comm)) continue;
+    Op& earliest = comm.open.front();
+    if (earliest.written || now_ns < earliest.time_ns + min_open_ns) continue;
+    earliest.written = true;
     auto& record = out.append<trace::CollectiveOpenRecord>(trace::RecordKind::kCollectiveOpen,
-                                                           comm.entered.time_ns, comm.entered.name);
+                                                           earliest.time_ns, earliest.name);
     record.comm_id = comm_id;
-    record.bytes = comm.entered.bytes;
-    record.kind = comm.entered.kind;
-    record.sequence = comm.entered.sequence;
+    record.bytes = earliest.bytes;
+    record.kind = earliest.kind;
+    record.sequence = earliest.sequence;
     record.rank = comm.rank;
     record.num_ranks = comm.num_ranks;
   }

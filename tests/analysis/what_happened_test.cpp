@@ -70,6 +70,25 @@ TEST(WhatHappened, NamesTheRankThatNeverEnteredTheCollective) {
   EXPECT_NE(what_happened_json(what).find("\"never_entered\":[1]"), std::string::npos);
 }
 
+// Two all_reduces in flight on the communicator (#5 and #6, as with prefetching): the dump says
+// the earliest still open, #5, is the one the ranks wait in (a communicator runs in order).
+TEST(WhatHappened, WithCollectivesInFlightTheEarliestOpenIsTheOneWaitedIn) {
+  TraceModel model = three_rank_hang();
+  for (auto& process : model.processes) {
+    std::string& metadata = process.metadata_json;
+    const std::string latest = R"("last_entered":{"sequence":5,)";
+    const size_t at = metadata.find(latest);
+    if (at == std::string::npos) continue;  // rank 1 entered neither
+    metadata.replace(at, latest.size(),
+                     R"("earliest_open":{"sequence":5,"kind":1,"bytes":4096,"ago_ns":3000000000},)"
+                     R"("open_collectives":2,"last_entered":{"sequence":6,)");
+  }
+  WhatHappened what = explain_dump(model);
+  ASSERT_EQ(what.mismatches.size(), 1u);
+  EXPECT_EQ(what.mismatches[0].sequence, 5u);
+  EXPECT_EQ(what.mismatches[0].never_entered, std::vector<int32_t>{1});
+}
+
 TEST(WhatHappened, NothingWithoutTriggers) {
   TraceModel model = three_rank_hang();
   for (auto& process : model.processes) process.triggers.clear();

@@ -454,5 +454,43 @@ TEST(RecorderApi, ACollectiveStillOpenAfterASecondIsRecordedOnce) {
   std::remove(path.c_str());
 }
 
+// Two all-gathers in flight on one communicator (#7, then #8 200 ms later, as FSDP prefetches):
+// the record names #7, the earliest still open, which is the one that blocks. Once #7 completes
+// and #8 is still open a second after its entry, #8 gets its own record.
+TEST(RecorderApi, TheEarliestOpenCollectiveOfACommunicatorIsTheOneRecorded) {
+  std::string path = temp_path("api_collective_open_in_flight.moetrace");
+  ASSERT_EQ(moescope_recorder_start(path.c_str(), nullptr), 0);
+  moescope_comm_op_info first{};
+  first.kind = MOESCOPE_COMM_ALL_GATHER;
+  first.bytes = 1 << 20;
+  first.comm_id = 0x77;
+  first.rank = 0;
+  first.num_ranks = 8;
+  first.sequence = 7;
+  first.name = moescope_intern("all_gather");
+  moescope_comm_op_info second = first;
+  second.sequence = 8;
+  second.bytes = 2 << 20;
+  moescope_comm_op_enter(&first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  moescope_comm_op_enter(&second);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // #7 is 1.7 s old, #8 1.5 s
+  moescope_comm_op(&first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // #8 is due now
+  moescope_recorder_stop();
+
+  auto trace = load_trace(path);
+  auto open = trace.of_kind(RecordKind::kCollectiveOpen);
+  ASSERT_EQ(open.size(), 2u);
+  auto earliest = open[0].as<trace::CollectiveOpenRecord>();
+  auto next = open[1].as<trace::CollectiveOpenRecord>();
+  EXPECT_EQ(earliest.sequence, 7u);
+  EXPECT_EQ(earliest.bytes, 1u << 20);
+  EXPECT_EQ(next.sequence, 8u);
+  EXPECT_EQ(next.bytes, 2u << 20);
+  EXPECT_GE(next.header.time, earliest.header.time + 150'000'000u);  // each keeps its entry
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace moescope
