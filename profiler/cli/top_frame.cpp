@@ -11,6 +11,7 @@
 #include "moescope/analysis/comm_analysis.h"
 #include "moescope/analysis/expert_load_analysis.h"
 #include "moescope/analysis/statistics.h"
+#include "process_liveness.h"
 
 namespace moescope::cli {
 namespace {
@@ -25,10 +26,16 @@ std::string format(const char* pattern, auto... values) {
   return line;
 }
 
-// A rank of the job: a file with steps, its rank number.
+// A rank of the job: a file with steps, its rank number, and whether its process is gone with
+// the file still open (killed: process_liveness.h).
 struct RankRow {
   int32_t rank = 0;
   const LiveRankState* file = nullptr;
+  bool gone = false;
+  bool writing() const { return !file->complete() && !gone; }
+  const char* ended() const {
+    return file->complete() ? " (its process ended)" : gone ? " (its process is gone)" : "";
+  }
 };
 
 std::string rank_line(const RankRow& row) {
@@ -147,7 +154,7 @@ std::string waiting_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns) 
             format(" (last completed %s #%u)", analysis::comm_kind_name(missing->completed_kind),
                    missing->completed_sequence);
       }
-      if (missing_row && missing_row->file->complete()) text += " (its process ended)";
+      if (missing_row) text += missing_row->ended();
     }
     text += "\n";
   }
@@ -172,12 +179,22 @@ std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns,
     if (!ended) continue;
     newest = std::max(newest, row.file->last_step()->step);
     newest_end = std::max(newest_end.value_or(*ended), *ended);
-    if (!row.file->complete()) {
+    if (row.writing()) {
       newest_running_end = std::max(newest_running_end.value_or(*ended), *ended);
     }
   }
-  if (!newest_end) return "";
   std::string text;
+  std::vector<int32_t> gone;
+  for (const RankRow& row : rows) {
+    if (row.gone) gone.push_back(row.rank);
+  }
+  if (!gone.empty()) {
+    text += format(
+        "gone: %s ended without closing %s (no such process on this host any "
+        "more: killed, e.g. SIGKILL or the OOM killer?)\n",
+        rank_runs(gone).c_str(), gone.size() > 1 ? "their traces" : "its trace");
+  }
+  if (!newest_end) return text;
   // A rank with no finished step counts as at step -1 that ended when its recording began.
   const double lag_s = std::max(kTopBehindSeconds, kTopLagSteps * step_s);
   std::vector<std::pair<RankRow, int64_t>> behind;
@@ -201,8 +218,8 @@ std::string progress_lines(const std::vector<RankRow>& rows, TimeNs now_unix_ns,
                        : format("%s rank %d at step %lld", i ? "," : "", row.rank,
                                 static_cast<long long>(step));
       const std::optional<TimeNs> ended = last_step_end(row);
-      if (row.file->complete()) {
-        text += " (its process ended)";
+      if (!row.writing()) {
+        text += row.ended();
       } else if (ended && now_unix_ns > *ended) {
         text += format(" (%.0f s ago)", double(now_unix_ns - *ended) * 1e-9);
       }
@@ -300,8 +317,10 @@ std::string render_top_frame(const analysis::LiveRunState& run, TimeNs now_unix_
     // A process of the run without steps (the launcher, a helper) is not a rank of the job.
     if (!files[i]->has_steps()) continue;
     if (rows.empty()) source = files[i]->step_source();
-    rows.push_back({numbers[i], files[i]});
-    running += files[i]->complete() ? 0 : 1;
+    const analysis::ProcessTrack& recording = *files[i]->recording();
+    rows.push_back({numbers[i], files[i],
+                    !files[i]->complete() && process_gone(recording.host, recording.pid)});
+    running += rows.back().writing() ? 1 : 0;
   }
   std::stable_sort(rows.begin(), rows.end(),
                    [](const RankRow& a, const RankRow& b) { return a.rank < b.rank; });

@@ -11,7 +11,8 @@ loss to a dashboard and knows nothing of moescope:
   progressing and layer 1 skewed toward the biased expert, while the traces are still written;
 - top_interactive_pty: the interactive `moescope top` driven through a pseudo-terminal;
 - top_names_a_hang: a 2-rank torchrun Gloo loop whose rank 1 sleeps before a collective (the
-  flight recorder's test program): while it hangs, `moescope top --once` calls the job stalled.
+  flight recorder's test program): while it hangs, `moescope top --once` calls the job stalled;
+- top_names_killed_ranks: the same loop with every process SIGKILLed: top calls its ranks gone.
 
 usage: dashboards_test.py --case NAME --moescope BIN --programs DIR --work DIR
 Exit 0 pass, 1 fail, 77 skipped (a Python package is missing), with the reason on stdout.
@@ -347,12 +348,54 @@ def top_names_a_hang(context):
            f"{report.stdout[:3000]}")
 
 
+def top_names_killed_ranks(context):
+    """A 2-rank torchrun Gloo loop recorded, then every process of the job SIGKILLed (no trace
+    is closed): `moescope top --once` says both ranks are gone without closing their traces
+    (their processes no longer exist on this host), counts none as still writing, and does not
+    call the job stalled."""
+    need("torch", "psutil")
+    folder = fresh(os.path.join(context.work, "top_killed"))
+    log = open(os.path.join(context.work, "top_killed_job.log"), "w")
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flight",
+                           "programs", "gloo_steps.py")
+    job = subprocess.Popen(
+        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         program, "--steps", "100000", "--step-sleep", "0.05"],
+        env=context.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    frame, ranks = "", {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None:
+            time.sleep(1.0)
+            frame, ranks, _ = top_frame(context, folder)
+            if sorted(ranks) == [0, 1] and min(ranks.values()) >= 3:
+                break
+        job_processes = descendants(job.pid)
+        os.killpg(job.pid, signal.SIGKILL)
+        kill_all(job_processes)
+        job.wait()
+        import psutil
+        psutil.wait_procs(job_processes, timeout=30)
+    finally:
+        log.close()
+    expect(sorted(ranks) == [0, 1] and min(ranks.values()) >= 3,
+           f"the job did not reach 3 steps on both ranks:\n{frame}")
+    frame, ranks, _ = top_frame(context, folder)
+    expect("(0 still writing)" in frame and sorted(ranks) == [0, 1],
+           f"killed ranks read as still writing:\n{frame}")
+    expect("gone: ranks 0-1 ended without closing their traces (no such process on this host"
+           in frame, f"the killed ranks are not named gone:\n{frame}")
+    expect("stalled:" not in frame, f"a killed job read as stalled:\n{frame}")
+
+
 CASES = {
     "dashboards_tensorboard": dashboards_tensorboard,
     "dashboards_wandb": dashboards_wandb,
     "top_once_torchrun": top_once_torchrun,
     "top_interactive_pty": top_interactive_pty,
     "top_names_a_hang": top_names_a_hang,
+    "top_names_killed_ranks": top_names_killed_ranks,
 }
 
 

@@ -245,7 +245,7 @@ using trace::trigger_reason_name;
 
 // A collective this rank entered (at `time`) and had not completed a second later (a
 // `collective_open` record). Whether it completed after all is told by the communicator's ops:
-// one with the same sequence (stuck_collectives.h).
+// one with the same sequence (collective_mismatch.h).
 struct CollectiveOpen {
   TimeNs time = 0;
   MOESCOPE_FIELDS_COLLECTIVE_OPEN(MOESCOPE_MODEL_FIELD)  // comm_id, bytes, kind, sequence, ...
