@@ -13,6 +13,7 @@
 #include "input_checks.h"
 #include "moescope/analysis/clock_alignment.h"
 #include "moescope/analysis/step_detection.h"
+#include "moescope/trace/record_kinds.h"
 #include "rank_numbering.h"
 #include "worker_threads.h"
 
@@ -118,6 +119,46 @@ void remap_made_up_gpu_names(ProcessTrack& process, StringRemap& remap) {
   }
 }
 
+// A recording that holds nothing of its program: only the shim's own notes (instants in the
+// "moescope" domain, "no CUDA driver") and thread names. What a helper process (torchrun's
+// launcher) leaves, which the shim deletes at exit and `moescope record` at its end; one killed
+// with its job (SIGKILL) leaves it behind.
+bool holds_only_shim_notes(const FileLoad& file) {
+  if (file.process.source_format != "moetrace") return false;
+  const auto& per_kind = file.process.events_per_kind;
+  for (size_t kind = 0; kind < per_kind.size(); ++kind) {
+    if (per_kind[kind] && kind != size_t(trace::RecordKind::kInstant) &&
+        kind != size_t(trace::RecordKind::kThreadInfo)) {
+      return false;
+    }
+  }
+  for (const auto& thread : file.process.threads) {
+    for (const Instant& instant : thread.instants) {
+      const auto domain = file.file_strings.find(instant.domain);
+      if (domain == file.file_strings.end() || domain->second != "moescope") return false;
+    }
+  }
+  return true;
+}
+
+// Beside files that state a rank, a file that states none and holds only the shim's notes is
+// not a rank of the job (a launcher killed with it): left out, with a note, so that it does not
+// take a rank number and a step of its own in the report.
+void leave_out_empty_helpers(std::vector<FileLoad>& files, TraceModel& model) {
+  const bool ranked = std::any_of(files.begin(), files.end(), [](const FileLoad& file) {
+    return file.opened && file.metadata_rank >= 0;
+  });
+  if (!ranked) return;
+  for (FileLoad& file : files) {
+    if (!file.opened || file.metadata_rank >= 0 || !holds_only_shim_notes(file)) continue;
+    model.errors.push_back({file.process.file, 0,
+                            "states no rank and holds nothing of its program, only the shim's "
+                            "notes (a launcher or helper whose empty trace was not removed: the "
+                            "job was killed?): left out"});
+    file.opened = false;
+  }
+}
+
 // The ranks of the files read (rank_numbering.h); a note in the model's errors when the files'
 // positions number them.
 std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files, TraceModel& model) {
@@ -140,6 +181,7 @@ std::vector<int32_t> choose_ranks(const std::vector<FileLoad>& files, TraceModel
 }
 
 void merge_into(TraceModel& model, std::vector<FileLoad>& files) {
+  leave_out_empty_helpers(files, model);
   std::vector<int32_t> ranks = choose_ranks(files, model);
   std::vector<const ModelSampleArrays*> parts;
   for (const FileLoad& file : files) parts.push_back(&file);

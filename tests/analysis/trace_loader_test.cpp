@@ -321,6 +321,53 @@ TEST(TraceLoader, PipelinedDecodingGivesTheSameModel) {
 namespace moescope::analysis {
 namespace {
 
+// A job killed with SIGKILL leaves its launcher's trace behind (the shim and `moescope record`
+// delete it only at a clean end): beside ranked traces, a file that states no rank and holds
+// only the shim's notes is left out with a note, instead of becoming rank 2 with a step of its
+// own. One whose instant is the program's own is kept (numbered by file order, as before).
+std::string write_rank_trace(const std::string& path, const char* metadata, const char* domain) {
+  trace::TraceWriter writer;
+  EXPECT_TRUE(writer.open(path, metadata));
+  trace::RecordBuffer records;
+  records.define_string(1, "train_step");
+  records.define_string(2, domain ? domain : "");
+  if (domain) {
+    records.append<trace::InstantRecord>(trace::RecordKind::kInstant, 150, 1).domain = 2;
+  } else {
+    records.append<trace::SpanBeginRecord>(trace::RecordKind::kSpanBegin, 100, 1);
+    records.append<trace::SpanEndRecord>(trace::RecordKind::kSpanEnd, 200);
+  }
+  EXPECT_TRUE(writer.write_chunk(1, records.bytes()));
+  writer.close();
+  return path;
+}
+
+TEST(TraceLoader, AKilledJobsEmptyLauncherTraceIsNoRank) {
+  const std::string dir = testing::test_directory("killed_launcher");
+  const std::string rank0 = write_rank_trace(dir + "/run.0.moetrace", R"({"rank": 0})", nullptr);
+  const std::string rank1 = write_rank_trace(dir + "/run.1.moetrace", R"({"rank": 1})", nullptr);
+  const std::string launcher =
+      write_rank_trace(dir + "/run.norank.9.moetrace", R"({"host": "h"})", "moescope");
+  TraceModel model = load_traces({launcher, rank0, rank1});
+  ASSERT_EQ(model.processes.size(), 2u);
+  EXPECT_EQ(model.processes[0].rank, 0);
+  EXPECT_EQ(model.processes[1].rank, 1);
+  ASSERT_EQ(model.errors.size(), 1u);
+  EXPECT_EQ(model.errors[0].file, launcher);
+  EXPECT_NE(model.errors[0].message.find("states no rank and holds nothing of its program"),
+            std::string::npos)
+      << model.errors[0].message;
+
+  const std::string helper =
+      write_rank_trace(dir + "/run.norank.10.moetrace", R"({"host": "h"})", "my_app");
+  TraceModel kept = load_traces({helper, rank0, rank1});
+  EXPECT_EQ(kept.processes.size(), 3u);
+  ASSERT_FALSE(kept.errors.empty());
+  EXPECT_NE(kept.errors[0].message.find("ranks numbered by file order"), std::string::npos);
+  // Alone (no ranked trace beside it), a launcher's trace is what was asked for: kept.
+  EXPECT_EQ(load_traces({launcher}).processes.size(), 1u);
+}
+
 // The `trigger` kind (the flight recorder's "why"): decoded into ProcessTrack::triggers, sorted
 // by time, its detail a model string, counted in the time range and shifted with the clock.
 TEST(TraceLoader, ReadsTriggersSortedWithTheirDetail) {

@@ -352,7 +352,8 @@ def top_names_killed_ranks(context):
     """A 2-rank torchrun Gloo loop recorded, then every process of the job SIGKILLed (no trace
     is closed): `moescope top --once` says both ranks are gone without closing their traces
     (their processes no longer exist on this host), counts none as still writing, and does not
-    call the job stalled."""
+    call the job stalled; `moescope report` on the folder has the 2 ranks, the launcher's trace
+    (left behind: nothing could remove it) left out with a note."""
     need("torch", "psutil")
     folder = fresh(os.path.join(context.work, "top_killed"))
     log = open(os.path.join(context.work, "top_killed_job.log"), "w")
@@ -387,6 +388,16 @@ def top_names_killed_ranks(context):
     expect("gone: ranks 0-1 ended without closing their traces (no such process on this host"
            in frame, f"the killed ranks are not named gone:\n{frame}")
     expect("stalled:" not in frame, f"a killed job read as stalled:\n{frame}")
+    # The launcher's trace stays behind (nothing removed it): the report leaves it out instead
+    # of calling it a third rank.
+    launchers = [name for name in os.listdir(folder) if ".norank." in name]
+    report = subprocess.run([context.moescope, "report", folder], capture_output=True,
+                            text=True, timeout=300)
+    expect(report.returncode == 0, f"moescope report failed: {report.stderr}")
+    expect(re.search(r"^2 rank\(s\), ", report.stdout, re.M) is not None,
+           f"the killed job's report does not have 2 ranks:\n{report.stdout[:2000]}")
+    expect(not launchers or "holds nothing of its program" in report.stderr,
+           f"the launcher's trace {launchers} is not said to be left out:\n{report.stderr}")
 
 
 CASES = {
