@@ -105,8 +105,18 @@ NcclCompletionTracker::Mark NcclCompletionTracker::mark(int device, GpuEventApi:
 }
 
 void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Mark end) {
-  std::vector<moescope_comm_op_info> waiting;  // entered once they are pending
-  for (const NcclOpRecord& op : ops) waiting.push_back(op.info);
+  // Ops that wait for the GPU are reported entered before they are pending, so that the
+  // poller's completion always comes after (ops written at once, with no end event, are not;
+  // with the queue full, entered is followed by their completion at once).
+  if (end.valid()) {
+    for (const NcclOpRecord& op : ops) {
+      if (options_.entered) {
+        options_.entered(op.info);
+      } else {
+        moescope_comm_op_enter(&op.info);
+      }
+    }
+  }
   PendingOp pending{std::move(ops), std::move(start), std::move(end)};
   bool emit_now = false;
   bool note_full = false;
@@ -138,17 +148,7 @@ void NcclCompletionTracker::submit(std::vector<NcclOpRecord> ops, Mark start, Ma
                " NCCL ops wait for the GPU (the program does not synchronize?): later ops are "
                "written without GPU times until the queue drains");
   }
-  if (emit_now) {
-    emit_resolved(pending, false);
-    return;
-  }
-  for (const moescope_comm_op_info& info : waiting) {
-    if (options_.entered) {
-      options_.entered(info);
-    } else {
-      moescope_comm_op_enter(&info);
-    }
-  }
+  if (emit_now) emit_resolved(pending, false);
 }
 
 void NcclCompletionTracker::write_note(const std::string& text) {
