@@ -184,6 +184,38 @@ WhatHappened explain_trace_end(const TraceModel& model) {
 
 }  // namespace
 
+std::string mismatch_line(const CollectiveMismatch& mismatch) {
+  std::string line = std::string(comm_kind_name(mismatch.kind)) + " #" +
+                     std::to_string(mismatch.sequence) + " of comm " + hex_id(mismatch.comm_id) +
+                     ": ";
+  if (!mismatch.never_entered.empty()) {
+    line += (mismatch.never_entered.size() > 1 ? "ranks " : "rank ") +
+            rank_runs(mismatch.never_entered) + " never entered it";
+    if (!mismatch.waiting.empty()) line += "; ";
+  }
+  if (!mismatch.waiting.empty()) {
+    line += (mismatch.waiting.size() > 1 ? "ranks " : "rank ") + rank_runs(mismatch.waiting) +
+            (mismatch.waiting.size() > 1 ? " wait in it" : " waits in it");
+  }
+  return line;
+}
+
+std::string what_happened_headline(const WhatHappened& what) {
+  if (!what.any) return "";
+  std::string line = what.first_rank >= 0
+                         ? std::string("flight-recorder dump: ") +
+                               trigger_reason_name(what.first.reason) + " on rank " +
+                               std::to_string(what.first_rank)
+                         : std::string("the traces end inside a collective (a hung job)");
+  if (!what.mismatches.empty()) {
+    line += "; " + mismatch_line(what.mismatches.front());
+    if (what.mismatches.size() > 1) {
+      line += " (+" + std::to_string(what.mismatches.size() - 1) + " more communicators)";
+    }
+  }
+  return line;
+}
+
 WhatHappened explain_dump(const TraceModel& model) {
   WhatHappened what;
   const TriggerEvent* first = nullptr;
@@ -257,18 +289,7 @@ std::string render_what_happened(const WhatHappened& what, ReportFormat format) 
            "hung, or was stopped while they waited)\n";
   }
   for (const auto& mismatch : what.mismatches) {
-    out << (markdown ? "- " : "  ") << "Collective " << comm_kind_name(mismatch.kind) << " #"
-        << mismatch.sequence << " of comm " << hex_id(mismatch.comm_id) << ": ";
-    if (!mismatch.never_entered.empty()) {
-      out << "rank" << (mismatch.never_entered.size() > 1 ? "s " : " ")
-          << rank_runs(mismatch.never_entered) << " never entered it";
-      if (!mismatch.waiting.empty()) out << "; ";
-    }
-    if (!mismatch.waiting.empty()) {
-      out << "rank" << (mismatch.waiting.size() > 1 ? "s " : " ") << rank_runs(mismatch.waiting)
-          << " wait" << (mismatch.waiting.size() > 1 ? "" : "s") << " in it";
-    }
-    out << "\n";
+    out << (markdown ? "- " : "  ") << "Collective " << mismatch_line(mismatch) << "\n";
   }
   out << (markdown ? "\n" : "  Per rank:\n");
   // At many ranks, the story of the ranks named above (the one whose trigger fired first, those

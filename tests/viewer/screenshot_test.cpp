@@ -221,6 +221,7 @@ TEST_F(ViewerScreenshots, FirstScreenShowsTheSummaryAboveTheTimeline) {
   render("timeline", image, layout, false, "", "_summary");
   const nlohmann::json& summary = layout["shown"]["summary"];
   ASSERT_TRUE(summary["drawn"].get<bool>());
+  EXPECT_EQ(summary["what_happened"].get<std::string>(), "") << "a healthy run has no headline";
   EXPECT_GT(summary["top"].get<float>(), 0.0f);
   EXPECT_LT(summary["bottom"].get<float>(), layout["timeline_area_y"].get<float>())
       << "the summary is above the tracks";
@@ -347,6 +348,17 @@ TEST_F(ViewerScreenshots, AHungJobsWaitsAreDrawnToTheEndOfTheRecording) {
   Image image;
   nlohmann::json layout;
   render("timeline", image, layout, false, "", "_hang", &files);
+  // The first screen says it before the step time: what `moescope report` says first.
+  EXPECT_EQ(layout["shown"]["summary"]["what_happened"].get<std::string>(),
+            "the traces end inside a collective (a hung job); all_reduce #5 of comm "
+            "0000000000000001: rank 2 never entered it; ranks 0-1, 3 wait in it");
+  // And it opens past the steps toward the waits: each wait's start is on screen.
+  for (const auto& wait : layout["waits_at_end"]) {
+    EXPECT_GT(wait[1].get<double>(), layout["timeline_area_x"].get<double>());
+    EXPECT_LT(wait[1].get<double>() + 20,
+              layout["timeline_area_x"].get<double>() + layout["timeline_width"].get<double>());
+  }
+  EXPECT_EQ(layout["waits_at_end"].size(), 3u);
   const double area_x = layout["timeline_area_x"], area_y = layout["timeline_area_y"];
   const double width = layout["timeline_width"];
   // Zoomed out to the whole trace (its range ends before the recording does: nothing is

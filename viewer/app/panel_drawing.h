@@ -74,6 +74,7 @@ struct LayoutProbe {
     // Centres of the chain's buttons (chain order) and of the hottest cell's.
     std::vector<std::pair<float, float>> chain_buttons;
     std::pair<float, float> hottest_button{0, 0};
+    std::string what_happened;  // the headline of a dump or a hung job's traces
   };
   ShownSummary summary;
   int files = 0, ranks = 0;  // of the trace on screen

@@ -39,6 +39,10 @@ void ReportPanel::draw(const LoadedTrace& trace, ViewerState& state) {
     ImGui::TextDisabled("Computing the findings...");
     return;
   }
+  if (!trace.what_happened_text.empty() &&
+      ImGui::CollapsingHeader("What happened", ImGuiTreeNodeFlags_DefaultOpen)) {
+    ImGui::TextUnformatted(trace.what_happened_text.c_str());
+  }
   if (trace.findings.empty()) {
     ImGui::TextDisabled("No findings: nothing in this trace crossed a bottleneck rule.");
     return;

@@ -15,7 +15,8 @@ namespace moescope::viewer {
 
 MOESCOPE_JSON_FIELDS(LayoutProbe::ShownFinding, kind, severity, evidence, est_ms_per_step)
 MOESCOPE_JSON_FIELDS(LayoutProbe::ShownSummary, drawn, top, bottom, bar, bar_ends, breakdown,
-                     chain_ids, chain_kinds, chain_ms, hottest, chain_buttons, hottest_button)
+                     chain_ids, chain_kinds, chain_ms, hottest, chain_buttons, hottest_button,
+                     what_happened)
 
 bool write_png_bottom_up(const std::string& path, int width, int height,
                          const std::vector<uint8_t>& rgba_bottom_up, std::string& error) {

@@ -88,6 +88,14 @@ void draw_run_summary(const LoadedTrace& trace, ViewerState& state) {
   const RunSummary& summary = trace.summary;
   shown.drawn = true;
   shown.top = ImGui::GetCursorScreenPos().y;
+  // A hang or a flight-recorder trigger comes before any step-time story.
+  shown.what_happened = trace.what_happened_headline;
+  if (!trace.what_happened_headline.empty()) {
+    ImGui::TextColored(ImVec4(1.0f, 0.4f, 0.35f, 1.0f), "What happened");
+    ImGui::SameLine();
+    ImGui::TextWrapped("%s (the Report tab has each rank's story)",
+                       trace.what_happened_headline.c_str());
+  }
   if (!summary.ranks.empty()) {
     const analysis::StepBreakdown& mean = summary.mean;
     ImGui::Text("Step time %.2f ms (mean of %zu rank(s)):", mean.step_ms, summary.ranks.size());

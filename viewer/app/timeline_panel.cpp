@@ -50,10 +50,16 @@ void TimelinePanel::reset(const LoadedTrace& trace) {
   axis_ = TimeAxis(
       static_cast<double>(trace.timeline.begin_ns),
       static_cast<double>(std::max(trace.timeline.end_ns, trace.timeline.begin_ns + 1)), 1000.0);
-  // Open on the steps, not on the imports before them (zooming out shows the rest).
-  if (trace.timeline.steps_end_ns > trace.timeline.steps_begin_ns) {
-    axis_.show_range(static_cast<double>(trace.timeline.steps_begin_ns),
-                     static_cast<double>(trace.timeline.steps_end_ns), 0.02);
+  // Open on the steps, not on the imports before them (zooming out shows the rest); for a hung
+  // job, on toward where its ranks wait, at most as far again as the steps span (so that the
+  // steps stay readable beside an hour-long wait).
+  const TimelineIndex& index = trace.timeline;
+  if (index.steps_end_ns > index.steps_begin_ns) {
+    const int64_t span = index.steps_end_ns - index.steps_begin_ns;
+    const int64_t end = index.waits_end_ns > index.steps_end_ns
+                            ? std::min(index.waits_end_ns, index.steps_end_ns + span)
+                            : index.steps_end_ns;
+    axis_.show_range(static_cast<double>(index.steps_begin_ns), static_cast<double>(end), 0.02);
   }
   matches_.clear();
   match_index_ = -1;

@@ -6,6 +6,7 @@
 #include "moescope/analysis/report.h"
 #include "moescope/analysis/step_detection.h"
 #include "moescope/analysis/trace_loader.h"
+#include "moescope/analysis/what_happened.h"
 
 namespace moescope::viewer {
 
@@ -108,6 +109,10 @@ TraceTablesJob::TraceTablesJob(const LoadedTrace& trace) {
       tables_.summary = summarize_run(report);
       tables_.op_waits = analysis::collective_op_waits(trace.model);
       tables_.waits_at_end = waits_at_end(trace.model);
+      const analysis::WhatHappened what = analysis::explain_dump(trace.model);
+      tables_.what_happened_headline = analysis::what_happened_headline(what);
+      tables_.what_happened_text =
+          analysis::render_what_happened(what, analysis::ReportFormat::kText);
       tables_.findings = std::move(report.findings);
     } catch (const std::exception&) {
       tables_ = TraceTables{};  // the panels show empty tables; the trace itself is shown
@@ -127,6 +132,8 @@ void TraceTablesJob::move_into(LoadedTrace& trace) {
   trace.summary = std::move(tables_.summary);
   trace.op_waits = std::move(tables_.op_waits);
   trace.waits_at_end = std::move(tables_.waits_at_end);
+  trace.what_happened_headline = std::move(tables_.what_happened_headline);
+  trace.what_happened_text = std::move(tables_.what_happened_text);
   trace.tables_ready = true;
 }
 

@@ -124,7 +124,8 @@ TimelineIndex build_timeline_index(const TraceModel& model) {
     // A rank that waited in a collective until its recording stopped wrote nothing while it
     // waited: the timeline reaches on to the recording's end, where that wait is drawn to.
     if (!process.collectives_open.empty()) {
-      index.end_ns = std::max(index.end_ns, analysis::recording_end(process));
+      index.waits_end_ns = std::max(index.waits_end_ns, analysis::recording_end(process));
+      index.end_ns = std::max(index.end_ns, index.waits_end_ns);
     }
     if (process.steps.empty()) continue;
     const bool first = index.steps_begin_ns == 0 && index.steps_end_ns == 0;

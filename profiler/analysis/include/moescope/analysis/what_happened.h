@@ -46,5 +46,10 @@ WhatHappened explain_dump(const TraceModel& model);
 std::string render_what_happened(const WhatHappened& what, ReportFormat format);
 // The same as a JSON object (a string), "null" when !what.any.
 std::string what_happened_json(const WhatHappened& what);
+// "all_reduce #5 of comm 00000000000000ab: rank 1 never entered it; ranks 0, 2 wait in it".
+std::string mismatch_line(const CollectiveMismatch& mismatch);
+// One line for a first screen (the viewer's summary): the trigger, or that the traces end inside
+// a collective, then the first collective some ranks wait in; "" when !what.any.
+std::string what_happened_headline(const WhatHappened& what);
 
 }  // namespace moescope::analysis

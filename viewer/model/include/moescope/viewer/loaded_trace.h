@@ -35,6 +35,9 @@ struct LoadedTrace {
   RunSummary summary;                       // the first screen's (run_summary.h)
   analysis::CollectiveOpWaits op_waits;     // each collective's wait, shaded on the timeline
   std::vector<WaitAtEnd> waits_at_end;      // where a hung job's ranks wait as the trace ends
+  // `moescope report`'s "What happened" (what_happened.h) of a flight-recorder dump or a hung
+  // job's traces: its one-line headline and its text; both "" otherwise.
+  std::string what_happened_headline, what_happened_text;
   double load_seconds = 0.0;
 };
 
@@ -44,6 +47,7 @@ struct TraceTables {
   RunSummary summary;
   analysis::CollectiveOpWaits op_waits;
   std::vector<WaitAtEnd> waits_at_end;
+  std::string what_happened_headline, what_happened_text;
 };
 
 // Computes the statistics tables and the findings of a shown trace on a background thread.

@@ -35,6 +35,10 @@ struct TimelineIndex {
   // on, so imports and setup before the first step stay off the first screen. Both 0 without
   // steps (then it opens on the whole trace).
   int64_t steps_begin_ns = 0, steps_end_ns = 0;
+  // A hung job (ranks whose traces end inside a collective): the latest end of their
+  // recordings, which their waits are drawn to; 0 otherwise. The first screen reaches past the
+  // steps toward it, so that the wait is in view.
+  int64_t waits_end_ns = 0;
   uint64_t num_spans = 0;  // lane entries in all tracks
 
   // Timeline track of a model track reference, or -1.
