@@ -290,6 +290,21 @@ def top_interactive_pty(context):
     expect(after[3] == before[3], "the terminal's local modes were not restored")
 
 
+def start_gloo_steps(context, name, *arguments):
+    """The flight recorder's 2-rank Gloo loop (tests/flight/programs/gloo_steps.py) under
+    `moescope record` into a fresh folder `name`, in a session of its own: (folder, job, log)."""
+    folder = fresh(os.path.join(context.work, name))
+    log = open(os.path.join(context.work, name + "_job.log"), "w")
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flight",
+                           "programs", "gloo_steps.py")
+    job = subprocess.Popen(
+        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         program, *arguments],
+        env=context.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return folder, job, log
+
+
 def top_names_a_hang(context):
     """Rank 1 of a 2-rank Gloo loop sleeps 120 s before its 5th all_reduce, so rank 0 waits in
     it: before the sleep ends, `moescope top --once` says no rank has finished a step for at
@@ -298,16 +313,8 @@ def top_names_a_hang(context):
     stopped, `moescope report` on its traces says the same under "What happened", with how long
     rank 0 had waited when the recording stopped."""
     need("torch")
-    folder = fresh(os.path.join(context.work, "top_hang"))
-    log = open(os.path.join(context.work, "top_hang_job.log"), "w")
-    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flight",
-                           "programs", "gloo_steps.py")
-    job = subprocess.Popen(
-        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
-         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         program, "--steps", "10", "--stall-rank", "1", "--stall-at", "5", "--stall-seconds",
-         "120"],
-        env=context.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    folder, job, log = start_gloo_steps(context, "top_hang", "--steps", "10", "--stall-rank",
+                                        "1", "--stall-at", "5", "--stall-seconds", "120")
     frame, stalled = "", None
     try:
         deadline = time.monotonic() + 110  # the sleep ends at about 10 s + 120 s
@@ -355,15 +362,8 @@ def top_names_killed_ranks(context):
     call the job stalled; `moescope report` on the folder has the 2 ranks, the launcher's trace
     (left behind: nothing could remove it) left out with a note."""
     need("torch", "psutil")
-    folder = fresh(os.path.join(context.work, "top_killed"))
-    log = open(os.path.join(context.work, "top_killed_job.log"), "w")
-    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flight",
-                           "programs", "gloo_steps.py")
-    job = subprocess.Popen(
-        [context.moescope, "record", "-o", os.path.join(folder, "run.%r.moetrace"), "--",
-         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         program, "--steps", "100000", "--step-sleep", "0.05"],
-        env=context.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    folder, job, log = start_gloo_steps(context, "top_killed", "--steps", "100000",
+                                        "--step-sleep", "0.05")
     frame, ranks = "", {}
     try:
         deadline = time.monotonic() + 120
